@@ -1,0 +1,323 @@
+"""The codec: frames of any api and version to fields and back, compiled once per version.
+
+`Codec.decode_request(frame)` and `Codec.decode_response(frame, api_key, version)` take
+one frame without its 4-byte size prefix; offsets in errors count from the frame's
+first byte. Bodies are dicts keyed by the spec's field names: only the fields of that
+version, tagged fields only when they were on the wire, and tagged fields that no spec
+names under `_unknown_tagged_fields` as (tag, bytes) so that they re-encode in place.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Callable
+
+from kinspect.protocol import codegen
+from kinspect.protocol.codec_runtime import namespace
+from kinspect.protocol.errors import DecodeError, EncodeError, SpecError, UnknownApiError
+from kinspect.protocol.primitives import Malformed
+from kinspect.protocol.scan_result import ScanResult
+from kinspect.protocol.spec_model import MessageSpec
+from kinspect.protocol.spec_registry import SpecRegistry
+
+API_VERSIONS_KEY = 18
+CONTROLLED_SHUTDOWN_KEY = 7
+
+# Everything a generated decoder can raise on bad bytes; all become DecodeError.
+_DECODE_FAILURES = (Malformed, struct.error, IndexError, ValueError, OverflowError, MemoryError, RecursionError)
+_ENCODE_FAILURES = (struct.error, TypeError, AttributeError, ValueError, OverflowError, KeyError)
+_PREFIX = struct.Struct(">hhi")
+_CORRELATION = struct.Struct(">i")
+
+
+def request_header_version(api_key: int, api_version: int, flexible: bool) -> int:
+    """Request header v2 for flexible versions, v1 otherwise; ControlledShutdown v0 uses v0."""
+    if api_key == CONTROLLED_SHUTDOWN_KEY and api_version == 0:
+        return 0
+    return 2 if flexible else 1
+
+
+def response_header_version(api_key: int, flexible: bool) -> int:
+    """Response header v1 for flexible versions, v0 otherwise; ApiVersions always uses v0 (KIP-511)."""
+    if api_key == API_VERSIONS_KEY:
+        return 0
+    return 1 if flexible else 0
+
+
+def _compile(generated: codegen.Generated, entry: str, label: str) -> Callable:
+    ns = namespace()
+    ns.update(generated.constants)
+    try:
+        code = compile(generated.source, f"<kinspect {label}>", "exec")
+    except (SyntaxError, RecursionError, MemoryError) as exc:
+        raise SpecError(f"{label}: cannot compile a codec for this spec: {exc}") from None
+    exec(code, ns)  # the source holds no spec text but validated names as string literals
+    return ns[entry]
+
+
+class CompiledStruct:
+    """Decoder, encoder and scanner of one struct (a body or a header) at one version."""
+
+    def __init__(self, spec: MessageSpec, version: int, flexible: bool, *, api: str, api_key, direction: str):
+        self.spec = spec
+        self.version = version
+        self.flexible = flexible
+        self.api = api
+        self.api_key = api_key
+        self.direction = direction
+        self.label = f"{api} {direction} v{version}"
+        self.decode_fast = _compile(
+            codegen.generate_decoder(spec.struct, version, flexible, self.label), "decode", self.label
+        )
+        self._encode = None
+        self._scan = None
+        self._traced = None
+
+    def _error(self, reason: str, path: str | None = None, offset: int | None = None) -> DecodeError:
+        return DecodeError(
+            reason, api=self.api, api_key=self.api_key, version=self.version, direction=self.direction,
+            path=path, offset=offset,
+        )
+
+    def decode(self, buf: bytes, pos: int = 0, *, whole: bool = True) -> tuple[dict, int]:
+        """Decode at buf[pos:]; with whole=True the message must end exactly at the end of buf."""
+        try:
+            value, end = self.decode_fast(buf, pos)
+        except _DECODE_FAILURES as exc:
+            raise self.diagnose(buf, pos, exc) from None
+        if whole and end != len(buf):
+            raise self._error(f"{len(buf) - end} trailing bytes after the message", offset=end)
+        return value, end
+
+    def diagnose(self, buf: bytes, pos: int, first: BaseException) -> DecodeError:
+        """Re-run a tracing decoder to name the field path and offset of a failure."""
+        if self._traced is None:
+            self._traced = _compile(
+                codegen.generate_decoder(self.spec.struct, self.version, self.flexible, self.label, trace=True),
+                "decode", self.label,
+            )
+        path: list = []
+        offset = [pos]
+        ns = self._traced.__globals__
+        ns["_P"], ns["_O"] = path, offset
+        try:
+            self._traced(buf, pos)
+        except _DECODE_FAILURES as exc:
+            return self._error(_reason(exc), _render_path(path), offset[0])
+        finally:
+            ns["_P"] = ns["_O"] = None
+        return self._error(_reason(first))
+
+    def encode(self, value: dict, out: bytearray | None = None) -> bytearray:
+        if self._encode is None:
+            self._encode = _compile(
+                codegen.generate_encoder(self.spec.struct, self.version, self.flexible, self.label), "encode", self.label
+            )
+        out = bytearray() if out is None else out
+        try:
+            self._encode(value, out)
+        except EncodeError as exc:
+            raise EncodeError(f"{self.label}: {exc}") from None
+        except _ENCODE_FAILURES as exc:
+            raise EncodeError(f"{self.label}: {type(exc).__name__}: {exc}") from None
+        return out
+
+    def scan(self, buf: bytes, pos: int = 0, result: ScanResult | None = None) -> ScanResult:
+        """Walk the message without building values (see ScanResult); must end at the end of buf."""
+        if self._scan is None:
+            self._scan = _compile(
+                codegen.generate_scanner(self.spec.struct, self.version, self.flexible, self.label), "scan", self.label
+            )
+        result = ScanResult() if result is None else result
+        try:
+            end = self._scan(buf, pos, result)
+        except _DECODE_FAILURES as exc:
+            raise self.diagnose(buf, pos, exc) from None
+        if end != len(buf):
+            raise self._error(f"{len(buf) - end} trailing bytes after the message", offset=end)
+        return result
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, Malformed):
+        return str(exc)
+    if isinstance(exc, (struct.error, IndexError)):
+        return "truncated: the bytes end inside this field"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"invalid UTF-8 in a string ({exc.reason})"
+    if isinstance(exc, ValueError) and "16" in str(exc):
+        return "truncated: the bytes end inside this uuid"
+    if isinstance(exc, (MemoryError, RecursionError)):
+        return f"{type(exc).__name__} while decoding"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _render_path(parts: list) -> str | None:
+    text = ""
+    for p in parts:
+        text += f"[{p}]" if isinstance(p, int) else (f".{p}" if text else p)
+    return text or None
+
+
+@dataclass(slots=True)
+class RequestHeader:
+    """A parsed request header: the fields, its version and size."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    version: int
+    size: int
+    fields: dict
+
+
+@dataclass(slots=True)
+class DecodedRequest:
+    header: RequestHeader
+    api_name: str
+    body: dict
+    size: int
+
+
+@dataclass(slots=True)
+class DecodedResponse:
+    api_key: int
+    api_name: str
+    api_version: int
+    correlation_id: int
+    header_version: int
+    header_size: int
+    header: dict
+    body: dict
+    size: int
+
+
+class Codec:
+    """Compiles message specs on first use and decodes, encodes and scans frames."""
+
+    def __init__(self, registry: SpecRegistry | None = None) -> None:
+        self.registry = registry or SpecRegistry.default()
+        self._bodies: dict[tuple[int, str, int], CompiledStruct | None] = {}
+        self._headers: dict[tuple[str, int], CompiledStruct] = {}
+
+    # -- compiled pieces
+
+    def body(self, api_key: int, direction: str, version: int) -> CompiledStruct:
+        """The compiled body of one api version; UnknownApiError if no spec defines it."""
+        key = (api_key, direction, version)
+        compiled = self._bodies.get(key)
+        if compiled is None:
+            spec = self.registry.message(api_key, direction, version)
+            if spec is None:
+                name = self.registry.api_name(api_key)
+                what = f"version {version} of {name}" if name else f"api key {api_key}"
+                raise UnknownApiError(
+                    f"unknown {what}: no loaded spec defines it", api=name, api_key=api_key,
+                    version=version, direction=direction,
+                )
+            compiled = CompiledStruct(
+                spec, version, version in spec.flexible_versions, api=self.registry.api_name(api_key) or spec.name,
+                api_key=api_key, direction=direction,
+            )
+            self._bodies[key] = compiled
+        return compiled
+
+    def header(self, name: str, version: int) -> CompiledStruct:
+        key = (name, version)
+        compiled = self._headers.get(key)
+        if compiled is None:
+            spec = self.registry.header(name, version)
+            if spec is None:
+                raise DecodeError(f"no spec defines {name} v{version}")
+            compiled = CompiledStruct(
+                spec, version, version in spec.flexible_versions, api=name, api_key=None, direction="header"
+            )
+            self._headers[key] = compiled
+        return compiled
+
+    def is_flexible(self, api_key: int, direction: str, version: int) -> bool:
+        spec = self.registry.message(api_key, direction, version)
+        if spec is None:
+            raise UnknownApiError(f"unknown version {version} of api key {api_key}", api_key=api_key, version=version)
+        return version in spec.flexible_versions
+
+    def request_header_version(self, api_key: int, api_version: int) -> int:
+        return request_header_version(api_key, api_version, self.is_flexible(api_key, "request", api_version))
+
+    def response_header_version(self, api_key: int, api_version: int) -> int:
+        return response_header_version(api_key, self.is_flexible(api_key, "response", api_version))
+
+    # -- requests
+
+    def decode_request_header(self, frame: bytes) -> RequestHeader:
+        """Parse the header of a request frame. An api the specs do not know is read as header v1."""
+        if len(frame) < 8:
+            raise DecodeError(f"a request of {len(frame)} bytes is shorter than the 8-byte header prefix", offset=0)
+        api_key, api_version, correlation_id = _PREFIX.unpack_from(frame, 0)
+        try:
+            hv = self.request_header_version(api_key, api_version)
+        except UnknownApiError:
+            hv = 1
+        compiled = self.header("RequestHeader", hv)
+        fields, end = compiled.decode(frame, 0, whole=False)
+        return RequestHeader(api_key, api_version, correlation_id, fields.get("ClientId"), hv, end, fields)
+
+    def decode_request(self, frame: bytes) -> DecodedRequest:
+        frame = bytes(frame)
+        header = self.decode_request_header(frame)
+        compiled = self.body(header.api_key, "request", header.api_version)
+        body, _ = compiled.decode(frame, header.size)
+        return DecodedRequest(header, compiled.api, body, len(frame))
+
+    def encode_request(self, header: dict, body: dict) -> bytes:
+        """The frame (without size prefix) of a request; header holds the RequestHeader fields."""
+        api_key, version = header["RequestApiKey"], header["RequestApiVersion"]
+        out = self.header("RequestHeader", self.request_header_version(api_key, version)).encode(header)
+        return bytes(self.body(api_key, "request", version).encode(body, out))
+
+    # -- responses
+
+    def decode_response_header(self, frame: bytes, api_key: int, api_version: int) -> tuple[dict, int, int]:
+        """(header fields, header version, header size) of a response to a known request."""
+        hv = self.response_header_version(api_key, api_version)
+        fields, end = self.header("ResponseHeader", hv).decode(frame, 0, whole=False)
+        return fields, hv, end
+
+    def decode_response(self, frame: bytes, api_key: int, api_version: int) -> DecodedResponse:
+        frame = bytes(frame)
+        compiled = self.body(api_key, "response", api_version)
+        fields, hv, end = self.decode_response_header(frame, api_key, api_version)
+        body, _ = compiled.decode(frame, end)
+        return DecodedResponse(
+            api_key, compiled.api, api_version, fields["CorrelationId"], hv, end, fields, body, len(frame)
+        )
+
+    def encode_response(self, api_key: int, api_version: int, header: dict, body: dict) -> bytes:
+        out = self.header("ResponseHeader", self.response_header_version(api_key, api_version)).encode(header)
+        return bytes(self.body(api_key, "response", api_version).encode(body, out))
+
+    # -- scanning
+
+    def scan_request(self, frame: bytes, header: RequestHeader | None = None) -> ScanResult:
+        """Header tag sections and body facts of a request (see ScanResult)."""
+        header = header or self.decode_request_header(frame)
+        result = ScanResult()
+        self.body(header.api_key, "request", header.api_version).scan(frame, header.size, result)
+        return result.finish()
+
+    def scan_response(self, frame: bytes, api_key: int, api_version: int) -> ScanResult:
+        compiled = self.body(api_key, "response", api_version)
+        hv = self.response_header_version(api_key, api_version)
+        _, header_end = self.header("ResponseHeader", hv).decode(frame, 0, whole=False)
+        result = ScanResult()
+        compiled.scan(frame, header_end, result)
+        return result.finish()
+
+
+def correlation_id_of_response(frame: bytes) -> int:
+    """Every response header starts with the correlation id."""
+    if len(frame) < 4:
+        raise DecodeError(f"a response of {len(frame)} bytes has no correlation id", offset=0)
+    return _CORRELATION.unpack_from(frame, 0)[0]

@@ -1,0 +1,138 @@
+"""Helpers the generated codecs call: tag sections, uuids, varint writing, records summaries.
+
+Kept apart from codegen so that the namespace handed to generated code is small and
+explicit: these functions and a few builtins are all that code can reach.
+"""
+
+from __future__ import annotations
+
+import struct
+from uuid import UUID
+
+from kinspect.protocol.codegen import UNKNOWN_TAGS
+from kinspect.protocol.errors import EncodeError
+from kinspect.protocol.primitives import Malformed, read_uvarint, uvarint_size, write_uvarint
+
+
+def read_tags(buf: bytes, pos: int, target: dict, table: dict, trace: list | None) -> int:
+    """Decode a non-empty tag section into target; unknown tags are kept as raw bytes."""
+    count, pos = read_uvarint(buf, pos)
+    end_all = len(buf)
+    if count > end_all - pos:
+        raise Malformed(f"tag section of {count} fields overruns the {end_all - pos} bytes left")
+    previous = -1
+    unknown = None
+    for _ in range(count):
+        tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        if tag <= previous:
+            raise Malformed(f"tag {tag} after tag {previous}: tags must be unique and ascending")
+        previous = tag
+        end = pos + size
+        if end > end_all:
+            raise Malformed(f"tagged field {tag} of {size} bytes overruns the {end_all - pos} bytes left")
+        entry = table.get(tag)
+        if entry is None:
+            if unknown is None:
+                unknown = []
+            unknown.append((tag, buf[pos:end]))
+        else:
+            name, decode = entry
+            if trace is not None:
+                trace.append(name)
+            value, used = decode(buf, pos, end)
+            if used != end:
+                raise Malformed(f"tagged field {name} declares {size} bytes but its value takes {used - pos}")
+            if trace is not None:
+                trace.pop()
+            target[name] = value
+        pos = end
+    if unknown:
+        target[UNKNOWN_TAGS] = unknown
+    return pos
+
+
+def scan_tags(buf: bytes, pos: int, result, table: dict, path: str) -> int:
+    """Walk a non-empty tag section, recording each field's tag, name and size."""
+    start = pos
+    count, pos = read_uvarint(buf, pos)
+    end_all = len(buf)
+    if count > end_all - pos:
+        raise Malformed(f"tag section of {count} fields overruns the {end_all - pos} bytes left")
+    previous = -1
+    seen = result.tagged_fields
+    for _ in range(count):
+        tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        if tag <= previous:
+            raise Malformed(f"tag {tag} after tag {previous}: tags must be unique and ascending")
+        previous = tag
+        if pos + size > end_all:
+            raise Malformed(f"tagged field {tag} of {size} bytes overruns the {end_all - pos} bytes left")
+        entry = table.get(tag)
+        seen.append((path, tag, entry[0] if entry else None, size))
+        pos += size
+    result.tag_sections += 1
+    result.tag_section_bytes += pos - start
+    return pos
+
+
+def write_tags(out: bytearray, known: list, unknown: list | None) -> None:
+    """Write a tag section from known (tag, bytes) and unknown (tag, bytes), in tag order."""
+    fields = list(known)
+    if unknown:
+        fields.extend(unknown)
+        fields.sort(key=lambda item: item[0])
+    previous = -1
+    write_uvarint(len(fields), out)
+    for tag, data in fields:
+        if not isinstance(tag, int) or tag <= previous:
+            raise EncodeError(f"tag {tag!r} is repeated or out of order in the tag section")
+        previous = tag
+        write_uvarint(tag, out)
+        write_uvarint(len(data), out)
+        out += data
+
+
+def uuid_bytes(value) -> bytes:
+    """The 16 bytes of a uuid given as UUID, canonical string or bytes."""
+    if isinstance(value, UUID):
+        return value.bytes
+    if isinstance(value, str):
+        return UUID(value).bytes
+    if isinstance(value, (bytes, bytearray)) and len(value) == 16:
+        return bytes(value)
+    raise EncodeError(f"{value!r} is not a uuid")
+
+
+def _summarize(view, into: list) -> None:
+    # Imported here: records.py is optional for decoding but needed to scan.
+    from kinspect.protocol.records import RecordsError, summarize_records
+
+    try:
+        into.append(summarize_records(view))
+    except RecordsError:
+        into.append(None)
+
+
+def namespace() -> dict:
+    """The names generated code may use (builtins included): nothing else is reachable."""
+    return {
+        "__builtins__": {"len": len, "range": range, "str": str, "list": list, "memoryview": memoryview,
+                         "bytearray": bytearray},
+        "_uv": read_uvarint,
+        "_wuv": write_uvarint,
+        "_uvsize": uvarint_size,
+        "_Bad": Malformed,
+        "_UUID": UUID,
+        "_unpack_from": struct.unpack_from,
+        "_pack": struct.pack,
+        "_h": struct.Struct(">h"),
+        "_i": struct.Struct(">i"),
+        "_read_tags": read_tags,
+        "_scan_tags": scan_tags,
+        "_write_tags": write_tags,
+        "_uuid_bytes": uuid_bytes,
+        "_records": _summarize,
+        "_EncodeError": EncodeError,
+    }

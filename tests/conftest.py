@@ -1,0 +1,12 @@
+"""Shared fixtures: one codec (specs compiled on demand) for the whole test run."""
+
+from __future__ import annotations
+
+import pytest
+
+from kinspect.protocol.codec import Codec
+
+
+@pytest.fixture(scope="session")
+def codec() -> Codec:
+    return Codec()
