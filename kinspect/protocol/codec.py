@@ -179,6 +179,9 @@ class DecodedRequest:
     api_name: str
     body: dict
     size: int
+    # Bytes after a complete body. Brokers ignore them (librdkafka sends 3 with its
+    # Metadata v12 "all topics" request); kept so that the frame re-encodes exactly.
+    trailing: bytes = b""
 
 
 @dataclass(slots=True)
@@ -192,6 +195,7 @@ class DecodedResponse:
     header: dict
     body: dict
     size: int
+    trailing: bytes = b""
 
 
 class Codec:
@@ -268,14 +272,14 @@ class Codec:
         frame = bytes(frame)
         header = self.decode_request_header(frame)
         compiled = self.body(header.api_key, "request", header.api_version)
-        body, _ = compiled.decode(frame, header.size)
-        return DecodedRequest(header, compiled.api, body, len(frame))
+        body, end = compiled.decode(frame, header.size, whole=False)
+        return DecodedRequest(header, compiled.api, body, len(frame), frame[end:])
 
-    def encode_request(self, header: dict, body: dict) -> bytes:
+    def encode_request(self, header: dict, body: dict, trailing: bytes = b"") -> bytes:
         """The frame (without size prefix) of a request; header holds the RequestHeader fields."""
         api_key, version = header["RequestApiKey"], header["RequestApiVersion"]
         out = self.header("RequestHeader", self.request_header_version(api_key, version)).encode(header)
-        return bytes(self.body(api_key, "request", version).encode(body, out))
+        return bytes(self.body(api_key, "request", version).encode(body, out)) + trailing
 
     # -- responses
 
@@ -289,14 +293,15 @@ class Codec:
         frame = bytes(frame)
         compiled = self.body(api_key, "response", api_version)
         fields, hv, end = self.decode_response_header(frame, api_key, api_version)
-        body, _ = compiled.decode(frame, end)
+        body, body_end = compiled.decode(frame, end, whole=False)
         return DecodedResponse(
-            api_key, compiled.api, api_version, fields["CorrelationId"], hv, end, fields, body, len(frame)
+            api_key, compiled.api, api_version, fields["CorrelationId"], hv, end, fields, body, len(frame),
+            frame[body_end:],
         )
 
-    def encode_response(self, api_key: int, api_version: int, header: dict, body: dict) -> bytes:
+    def encode_response(self, api_key: int, api_version: int, header: dict, body: dict, trailing: bytes = b"") -> bytes:
         out = self.header("ResponseHeader", self.response_header_version(api_key, api_version)).encode(header)
-        return bytes(self.body(api_key, "response", api_version).encode(body, out))
+        return bytes(self.body(api_key, "response", api_version).encode(body, out)) + trailing
 
     # -- scanning
 

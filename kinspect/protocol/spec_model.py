@@ -249,7 +249,8 @@ class _Parser:
             raise self.fail(where, f"type {ftype!r} is not a valid type")
         if ftype.startswith("[]") and element == "records":
             raise self.fail(where, "an array of records is not a valid type")
-        versions = self.versions(raw.get("versions"), where, "versions")
+        # A tagged field may omit versions (as in KIP-482's example): it exists where it is tagged.
+        versions = self.versions(raw.get("versions", raw.get("taggedVersions")), where, "versions")
         nullable = self.versions(raw.get("nullableVersions", "none"), where, "nullableVersions")
         tagged = self.versions(raw.get("taggedVersions", "none"), where, "taggedVersions")
         flexible = raw.get("flexibleVersions")
@@ -264,6 +265,8 @@ class _Parser:
                 raise self.fail(where, "a tagged field needs taggedVersions")
         elif not tagged.empty:
             raise self.fail(where, "taggedVersions without a tag")
+        if not tagged.empty and (tagged.low < versions.low or tagged.high > versions.high):
+            raise self.fail(where, f"taggedVersions {tagged} are not within versions {versions}")
         is_array = ftype.startswith("[]")
         struct = None
         if element not in PRIMITIVE_TYPES:

@@ -1,0 +1,1 @@
+"""The `kinspect` command line."""

@@ -1,0 +1,92 @@
+"""Splits a byte stream into Kafka frames (4-byte big-endian size, then that many bytes); sans-IO.
+
+Bytes may arrive in any chunking. `feed` takes what arrived and returns the frames it
+completed; a size above the limit, or negative, raises FrameTooLarge / FrameError and
+leaves the framer unusable (the stream cannot be re-synchronised).
+"""
+
+from __future__ import annotations
+
+import struct
+
+DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
+_SIZE = struct.Struct(">i")
+
+
+class FrameError(ValueError):
+    """The stream is not size-prefixed Kafka frames."""
+
+
+class FrameTooLarge(FrameError):
+    def __init__(self, size: int, limit: int) -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(f"frame of {size} bytes exceeds the {limit}-byte limit")
+
+
+class Framer:
+    """Accumulates bytes and yields whole frames (without their size prefix)."""
+
+    __slots__ = ("max_frame_bytes", "_buffer", "_need", "failed")
+
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self.max_frame_bytes = max_frame_bytes
+        self._buffer = bytearray()
+        self._need = -1  # size of the frame being collected, -1 while reading the prefix
+        self.failed = False
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held for a frame not yet complete."""
+        return len(self._buffer)
+
+    @property
+    def pending_frame_size(self) -> int | None:
+        """Size of the frame being collected, once its prefix has arrived."""
+        return self._need if self._need >= 0 else None
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
+        if self.failed:
+            raise FrameError("the framer failed earlier; the stream cannot be re-synchronised")
+        buf = self._buffer
+        buf += data
+        frames = []
+        pos = 0
+        end = len(buf)
+        while True:
+            if self._need < 0:
+                if end - pos < 4:
+                    break
+                size = _SIZE.unpack_from(buf, pos)[0]
+                if size < 0 or size > self.max_frame_bytes:
+                    self.failed = True
+                    del buf[:pos]
+                    if size < 0:
+                        raise FrameError(f"negative frame size {size}")
+                    raise FrameTooLarge(size, self.max_frame_bytes)
+                pos += 4
+                self._need = size
+            if end - pos < self._need:
+                break
+            frames.append(bytes(buf[pos : pos + self._need]))
+            pos += self._need
+            self._need = -1
+        if pos:
+            del buf[:pos]
+        return frames
+
+
+def split_frames(data: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> tuple[list[tuple[int, bytes]], int]:
+    """Frames of a whole capture as (offset of the size prefix, frame), and the count of trailing bytes."""
+    frames = []
+    pos = 0
+    end = len(data)
+    while end - pos >= 4:
+        size = _SIZE.unpack_from(data, pos)[0]
+        if size < 0 or size > max_frame_bytes:
+            raise FrameError(f"bad frame size {size} at byte {pos}")
+        if end - pos - 4 < size:
+            break
+        frames.append((pos, data[pos + 4 : pos + 4 + size]))
+        pos += 4 + size
+    return frames, end - pos

@@ -1,0 +1,1 @@
+"""Shared helpers for kinspect's tests (brokers, relays)."""

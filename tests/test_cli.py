@@ -1,0 +1,129 @@
+"""The kinspect command: specs import/list/show and decode, run as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kinspect.cli.main import main
+
+TRAFFIC = Path(__file__).parent / "data" / "traffic"
+CUSTOM = Path(__file__).parent / "data" / "custom_specs"
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "kafka-specs"
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kinspect.cli.main", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_decode_a_recorded_connection():
+    requests = sorted((TRAFFIC / "kafka_python").glob("*.requests.bin"))[0]
+    responses = requests.with_name(requests.name.replace("requests", "responses"))
+    result = _run("decode", str(requests), str(responses), "--roundtrip")
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert lines and all(line["error"] is None for line in lines)
+    first = lines[0]
+    for key in ("direction", "api_key", "api_name", "api_version", "correlation_id", "client_id", "header_version",
+                "size", "header", "body", "unknown_tagged_fields", "error"):
+        assert key in first, key
+    assert first["direction"] == "request" and first["api_name"] == "ApiVersions"
+    assert lines[1]["direction"] == "response" and lines[1]["header_version"] == 0
+    assert "0 re-encoded differently" in result.stderr
+
+
+def test_decode_renders_uuid_bytes_and_records(capsys):
+    found = set()
+    for requests in sorted((TRAFFIC / "confluent_kafka").glob("*.requests.bin")):
+        responses = requests.with_name(requests.name.replace("requests", "responses"))
+        assert main(["decode", str(requests), str(responses)]) == 0
+        for line in capsys.readouterr().out.splitlines():
+            record = json.loads(line)
+            if record.get("api_name") == "Produce" and record["direction"] == "request":
+                batch = record["body"]["TopicData"][0]["PartitionData"][0]["Records"]["batches"][0]
+                assert batch["magic"] == 2 and batch["record_count"] >= 1
+                found.add("records")
+            if record.get("api_name") == "Metadata" and record["direction"] == "response":
+                topic_id = record["body"]["Topics"][0]["TopicId"] if record["body"]["Topics"] else None
+                if topic_id:
+                    assert len(topic_id) == 36 and topic_id.count("-") == 4
+                    found.add("uuid")
+    assert found == {"records", "uuid"}
+
+
+def test_decode_reports_bad_frames_and_fails(tmp_path):
+    bad = tmp_path / "bad.bin"
+    good_header = struct.pack(">hhih", 3, 12, 1, 3) + b"abc" + b"\x00"
+    bad.write_bytes(struct.pack(">i", len(good_header) + 2) + good_header + b"\x05\x00")
+    result = _run("decode", str(bad), "--roundtrip")
+    assert result.returncode == 1
+    record = json.loads(result.stdout.splitlines()[0])
+    assert record["error"]["api"] == "Metadata" and record["error"]["path"] and record["error"]["offset"] >= 12
+    assert "1 failed to decode" in result.stderr
+
+
+def test_decode_reports_a_roundtrip_difference(tmp_path):
+    # A bool written as 2 decodes as true but re-encodes as 1: reported, exit status 1.
+    body = b"\x00\x00\x00\x01" + b"\x00\x01a" + b"\x02"  # Metadata v4: 1 topic "a", AllowAutoTopicCreation = 2
+    frame = struct.pack(">hhih", 3, 4, 9, -1) + body
+    path = tmp_path / "req.bin"
+    path.write_bytes(struct.pack(">i", len(frame)) + frame)
+    result = _run("decode", str(path), "--roundtrip")
+    assert result.returncode == 1
+    record = json.loads(result.stdout.splitlines()[0])
+    assert record["error"] is None and record["roundtrip"]["identical"] is False
+    assert record["roundtrip"]["first_difference"] == len(frame) - 1
+
+
+def test_decode_missing_file():
+    result = _run("decode", "/nonexistent/requests.bin")
+    assert result.returncode == 2 and "No such file" in result.stderr
+
+
+def test_specs_list_and_show(capsys):
+    assert main(["specs", "list", "--json"]) == 0
+    rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
+    assert rows["Produce"]["versions"] == "0-13" and rows["Produce"]["flexible_versions"] == "9-13"
+    assert rows["Fetch"]["versions"] == "0-18"
+    assert rows["LeaderAndIsr"]["layers"] == ["3.9.2"]
+    assert main(["specs", "show", "Metadata"]) == 0
+    out = capsys.readouterr().out
+    assert "MetadataResponse v13" in out and "ReplicaNodes: []int32" in out
+    assert main(["specs", "show", "ProduceRequest", "--version", "3", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["request"]["version"] == 3 and not shown["request"]["flexible"]
+    assert main(["specs", "show", "NoSuchApi"]) == 2
+
+
+def test_custom_specs_by_flag_and_by_config(tmp_path, capsys):
+    assert main(["specs", "show", "Foo", "--spec-dir", str(CUSTOM / "kip482"), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["api_key"] == 9000
+    assert {"name": "UserAgent", "tag": 0} .items() <= shown["response"]["fields"][0].items()
+    config = tmp_path / "kinspect.toml"
+    config.write_text(f'[specs]\ndirectories = ["{CUSTOM / "varint"}"]\n')
+    assert main(["specs", "list", "--config", str(config), "--json"]) == 0
+    assert any(r["api_key"] == 9001 for r in json.loads(capsys.readouterr().out))
+
+
+def test_config_errors_name_the_key(tmp_path, capsys):
+    config = tmp_path / "kinspect.toml"
+    config.write_text("[specs]\ndirectory = []\n")
+    assert main(["specs", "list", "--config", str(config)]) == 2
+    assert "unknown key specs.directory" in capsys.readouterr().err
+    config.write_text("[specs]\ndirectories = 3\n")
+    assert main(["specs", "list", "--config", str(config)]) == 2
+    assert "specs.directories must be a list of strings" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="the Apache inputs live beside the checkout")
+def test_specs_import_command(tmp_path):
+    result = _run("specs", "import", f"3.9.2={SHARED / '3.9.2'}", str(SHARED / "4.3.1"), "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert "4.3.1: 198 definitions" in result.stdout
+    assert (tmp_path / "NOTICE").is_file() and (tmp_path / "4.3.1" / "ProduceRequest.json").is_file()

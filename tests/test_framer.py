@@ -1,0 +1,70 @@
+"""The framer: any chunking gives the same frames; bad sizes are reported, never buffered."""
+
+from __future__ import annotations
+
+import random
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kinspect.protocol.framer import FrameError, Framer, FrameTooLarge, split_frames
+
+
+def _stream(payloads: list[bytes]) -> bytes:
+    return b"".join(struct.pack(">i", len(p)) + p for p in payloads)
+
+
+@settings(max_examples=200, deadline=None)
+@given(payloads=st.lists(st.binary(max_size=300), max_size=12), seed=st.integers(0, 2**32))
+def test_any_chunking_gives_the_same_frames(payloads, seed):
+    data = _stream(payloads)
+    rng = random.Random(seed)
+    framer = Framer()
+    got = []
+    pos = 0
+    while pos < len(data):
+        step = rng.randint(1, 64)
+        got.extend(framer.feed(data[pos : pos + step]))
+        pos += step
+    assert got == payloads
+    assert framer.buffered == 0
+
+
+def test_one_byte_at_a_time():
+    payloads = [b"a" * 5, b"", b"xyz" * 100]
+    framer = Framer()
+    data = _stream(payloads)
+    got = [f for i in range(len(data)) for f in framer.feed(data[i : i + 1])]
+    assert got == payloads
+
+
+def test_partial_frame_is_held():
+    framer = Framer()
+    assert framer.feed(struct.pack(">i", 10) + b"12345") == []
+    assert framer.pending_frame_size == 10
+    assert framer.feed(b"67890\x00\x00") == [b"1234567890"]
+    assert framer.buffered == 2 and framer.pending_frame_size is None
+
+
+def test_too_large_frame_is_reported_without_buffering():
+    framer = Framer(max_frame_bytes=1024)
+    with pytest.raises(FrameTooLarge) as info:
+        framer.feed(struct.pack(">i", 2**31 - 1))
+    assert info.value.size == 2**31 - 1 and "exceeds the 1024-byte limit" in str(info.value)
+    with pytest.raises(FrameError):
+        framer.feed(b"more")
+
+
+def test_negative_size():
+    with pytest.raises(FrameError, match="negative"):
+        Framer().feed(struct.pack(">i", -5))
+
+
+def test_split_frames_counts_trailing_bytes():
+    data = _stream([b"ab", b"cde"]) + b"\x00\x00\x00\x09abc"
+    frames, trailing = split_frames(data)
+    assert [f for _, f in frames] == [b"ab", b"cde"]
+    assert [o for o, _ in frames] == [0, 6]
+    assert trailing == 7
