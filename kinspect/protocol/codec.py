@@ -123,8 +123,12 @@ class CompiledStruct:
             raise EncodeError(f"{self.label}: {type(exc).__name__}: {exc}") from None
         return out
 
-    def scan(self, buf: bytes, pos: int = 0, result: ScanResult | None = None) -> ScanResult:
-        """Walk the message without building values (see ScanResult); must end at the end of buf."""
+    def scan(self, buf: bytes, pos: int = 0, result: ScanResult | None = None, *, whole: bool = True) -> ScanResult:
+        """Walk the message without building values (see ScanResult).
+
+        With whole=True the message must end at the end of buf; otherwise the bytes after
+        it are counted in result.trailing_bytes.
+        """
         if self._scan is None:
             self._scan = _compile(
                 codegen.generate_scanner(self.spec.struct, self.version, self.flexible, self.label), "scan", self.label
@@ -135,7 +139,9 @@ class CompiledStruct:
         except _DECODE_FAILURES as exc:
             raise self.diagnose(buf, pos, exc) from None
         if end != len(buf):
-            raise self._error(f"{len(buf) - end} trailing bytes after the message", offset=end)
+            if whole:
+                raise self._error(f"{len(buf) - end} trailing bytes after the message", offset=end)
+            result.trailing_bytes = len(buf) - end
         return result
 
 
@@ -309,7 +315,7 @@ class Codec:
         """Header tag sections and body facts of a request (see ScanResult)."""
         header = header or self.decode_request_header(frame)
         result = ScanResult()
-        self.body(header.api_key, "request", header.api_version).scan(frame, header.size, result)
+        self.body(header.api_key, "request", header.api_version).scan(frame, header.size, result, whole=False)
         return result.finish()
 
     def scan_response(self, frame: bytes, api_key: int, api_version: int) -> ScanResult:
@@ -317,7 +323,7 @@ class Codec:
         hv = self.response_header_version(api_key, api_version)
         _, header_end = self.header("ResponseHeader", hv).decode(frame, 0, whole=False)
         result = ScanResult()
-        compiled.scan(frame, header_end, result)
+        compiled.scan(frame, header_end, result, whole=False)
         return result.finish()
 
 

@@ -90,3 +90,78 @@ def split_frames(data: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) ->
         frames.append((pos, data[pos + 4 : pos + 4 + size]))
         pos += 4 + size
     return frames, end - pos
+
+
+class FrameSplitter:
+    """A framer for the forwarding path: whole frames up to keep_limit, heads of larger ones.
+
+    A frame larger than keep_limit is not copied whole: `feed` reports it once its first
+    `head_bytes` have arrived (enough for any header) and then only counts the rest, so a
+    64 MB Fetch response costs a few hundred bytes of memory. Results are tuples
+    (size, data, complete): data is the whole frame when complete, else its head.
+    """
+
+    __slots__ = ("max_frame_bytes", "keep_limit", "head_bytes", "_buffer", "_need", "_skip", "failed")
+
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, keep_limit: int = 1024 * 1024,
+                 head_bytes: int = 512) -> None:
+        self.max_frame_bytes = max_frame_bytes
+        self.keep_limit = keep_limit
+        self.head_bytes = head_bytes
+        self._buffer = bytearray()
+        self._need = -1  # size of the frame being collected, -1 while reading the prefix
+        self._skip = 0  # bytes of a large frame still to pass over
+        self.failed = False
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buffer)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[tuple[int, bytes, bool]]:
+        if self.failed:
+            raise FrameError("the framer failed earlier; the stream cannot be re-synchronised")
+        out = []
+        view = memoryview(data)
+        if self._skip:
+            n = min(self._skip, len(view))
+            self._skip -= n
+            view = view[n:]
+            if not len(view):
+                return out
+        buf = self._buffer
+        buf += view
+        pos = 0
+        end = len(buf)
+        while True:
+            if self._need < 0:
+                if end - pos < 4:
+                    break
+                size = _SIZE.unpack_from(buf, pos)[0]
+                if size < 0 or size > self.max_frame_bytes:
+                    self.failed = True
+                    del buf[:pos]
+                    if size < 0:
+                        raise FrameError(f"negative frame size {size}")
+                    raise FrameTooLarge(size, self.max_frame_bytes)
+                pos += 4
+                self._need = size
+            size = self._need
+            if size <= self.keep_limit:
+                if end - pos < size:
+                    break
+                out.append((size, bytes(buf[pos : pos + size]), True))
+                pos += size
+            else:
+                head = min(self.head_bytes, size)
+                if end - pos < head:
+                    break
+                out.append((size, bytes(buf[pos : pos + head]), False))
+                have = min(end - pos, size)
+                pos += have
+                if have < size:
+                    self._skip = size - have
+                    self._need = -1
+                    break
+            self._need = -1
+        del buf[:pos]
+        return out

@@ -12,10 +12,11 @@ class ScanResult:
     records field (None where the records bytes were not a record set).
     """
 
-    __slots__ = ("tag_sections", "tag_section_bytes", "empty_counter", "tagged_fields", "error_codes", "topics", "records")
+    __slots__ = ("trailing_bytes", "tag_sections", "tag_section_bytes", "empty_counter", "tagged_fields", "error_codes", "topics", "records")
 
     def __init__(self) -> None:
         self.tag_sections = 0
+        self.trailing_bytes = 0  # bytes after the end of the message (frame-level scans only)
         self.tag_section_bytes = 0
         self.empty_counter = [0]
         self.tagged_fields: list[tuple[str, int, str | None, int]] = []
@@ -33,6 +34,7 @@ class ScanResult:
 
     def to_dict(self) -> dict:
         return {
+            "trailing_bytes": self.trailing_bytes,
             "tag_sections": self.tag_sections,
             "tag_section_bytes": self.tag_section_bytes,
             "tagged_fields": [

@@ -1,0 +1,39 @@
+"""Small reads of single facts from a frame without decoding it: a Produce's acks, an error code."""
+
+from __future__ import annotations
+
+import struct
+
+from kinspect.protocol.primitives import Malformed, read_uvarint
+
+PRODUCE_KEY = 0
+_INT16 = struct.Struct(">h")
+
+
+def produce_acks(frame: bytes, body_offset: int, version: int, flexible: bool) -> int | None:
+    """The Acks of a Produce request (None if the frame is too short to say).
+
+    v0-2 start with Acks; v3+ put the nullable TransactionalId before it.
+    """
+    pos = body_offset
+    try:
+        if version >= 3:
+            if flexible:
+                length, pos = read_uvarint(frame, pos)
+                length -= 1
+            else:
+                length = _INT16.unpack_from(frame, pos)[0]
+                pos += 2
+            if length > 0:
+                pos += length
+        return _INT16.unpack_from(frame, pos)[0]
+    except (struct.error, IndexError, Malformed):
+        return None
+
+
+def leading_error_code(frame: bytes, body_offset: int) -> int | None:
+    """The int16 at the start of a body (ApiVersions responses start with their ErrorCode)."""
+    try:
+        return _INT16.unpack_from(frame, body_offset)[0]
+    except struct.error:
+        return None
