@@ -1,10 +1,18 @@
-"""kinspect's configuration: a TOML file checked key by key, with errors that name the key."""
+"""kinspect's configuration: a TOML file checked key by key, with errors that name the key.
+
+Every section is a dataclass below; its fields are the keys, their defaults the
+defaults, and the comment beside each is its documentation (config/kinspect.toml
+shows them all). Command-line flags override the file.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from kinspect.proxy.tls import TlsConfig
 
 
 class ConfigError(ValueError):
@@ -13,49 +21,142 @@ class ConfigError(ValueError):
 
 @dataclass
 class SpecsConfig:
-    # Directories of extra message definitions (Apache JSON format); later ones win.
-    directories: list[str] = field(default_factory=list)
+    directories: list[str] = field(default_factory=list)  # extra message-definition directories; later ones win
+
+
+@dataclass
+class ProxyConfig:
+    mode: str = "passthrough"  # passthrough | rewrite
+    listen: str = "127.0.0.1:19092"  # passthrough: the listener; rewrite: the bootstrap listener
+    upstream: str = ""  # passthrough: the broker host:port behind `listen`
+    routes: list[str] = field(default_factory=list)  # passthrough: more "LISTEN=UPSTREAM" pairs
+    bootstrap_servers: list[str] = field(default_factory=list)  # rewrite: brokers to bootstrap from
+    advertised_host: str = ""  # rewrite: host clients use to reach kinspect (default: the listen host)
+    node_port_base: int = 0  # rewrite: broker node N gets port base + N (0: use node_ports only)
+    node_ports: dict[str, int] = field(default_factory=dict)  # rewrite: node id -> port, wins over the base
+    upstream_map: dict[str, str] = field(default_factory=dict)  # rewrite: advertised "host:port" -> address kinspect connects to
+    connect_timeout: float = 10.0  # seconds to reach a broker before the client is disconnected
+    shutdown_grace: float = 10.0  # seconds in-flight requests get to finish on SIGTERM/SIGINT
+    max_connections: int = 10000  # client connections at once; more are refused
+
+
+@dataclass
+class InspectConfig:
+    max_frame_bytes: int = 100 * 1024 * 1024  # larger frames are reported (Kafka's socket.request.max.bytes)
+    inspect_max_bytes: int = 1024 * 1024  # frames above this are inspected by their header only
+    max_inflight: int = 1000  # unanswered requests tracked per connection
+    request_timeout: float = 300.0  # seconds an unanswered request is tracked
+
+
+@dataclass
+class TlsSection:
+    client: TlsConfig = field(default_factory=TlsConfig)  # [tls.client]: TLS from clients to kinspect
+    broker: TlsConfig = field(default_factory=TlsConfig)  # [tls.broker]: TLS from kinspect to brokers
 
 
 @dataclass
 class Config:
     specs: SpecsConfig = field(default_factory=SpecsConfig)
+    proxy: ProxyConfig = field(default_factory=ProxyConfig)
+    inspect: InspectConfig = field(default_factory=InspectConfig)
+    tls: TlsSection = field(default_factory=TlsSection)
 
 
-_SECTIONS = {"specs": SpecsConfig}
+_CHOICES = {("proxy", "mode"): ("passthrough", "rewrite")}
 
 
-def _check(section: str, key: str, value, expected) -> None:
-    if expected == "list[str]":
-        if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
-            raise ConfigError(f"{section}.{key} must be a list of strings, not {value!r}")
+def _check(where: str, value, kind: str):
+    """Check a value against a field's annotation; return it (converted where harmless)."""
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+    elif kind == "int":
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif kind == "float":
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif kind == "str":
+        if isinstance(value, str):
+            return value
+    elif kind == "str | None":
+        if value is None or isinstance(value, str):
+            return value
+    elif kind == "list[str]":
+        if isinstance(value, list) and all(isinstance(x, str) for x in value):
+            return value
+    elif kind == "dict[str, str]":
+        if isinstance(value, dict) and all(isinstance(v, str) for v in value.values()):
+            return value
+    elif kind == "dict[str, int]":
+        if isinstance(value, dict) and all(isinstance(v, int) and not isinstance(v, bool) for v in value.values()):
+            return value
+    raise ConfigError(f"{where} must be {kind.replace(' | None', '')}, not {value!r}")
 
 
-def load_config(path: str | Path | None) -> Config:
-    """Read a config file (None gives the defaults); unknown sections or keys are errors."""
+def _apply(target, data: dict, where: str) -> None:
+    fields = {f.name: f for f in dataclasses.fields(target)}
+    for key, value in data.items():
+        name = f"{where}.{key}" if where else key
+        f = fields.get(key)
+        if f is None:
+            kind = "section" if not where else "key"
+            known = ", ".join(sorted(fields))
+            raise ConfigError(f"unknown {kind} {name} (known: {known})")
+        current = getattr(target, key)
+        if dataclasses.is_dataclass(current):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{name} must be a table")
+            _apply(current, value, name)
+            continue
+        value = _check(name, value, f.type)
+        choices = _CHOICES.get((where, key))
+        if choices and value not in choices:
+            raise ConfigError(f"{name} must be one of {', '.join(choices)}, not {value!r}")
+        setattr(target, key, value)
+
+
+def load_config(path: str | Path | None, overrides: dict | None = None) -> Config:
+    """Read a config file (None gives the defaults), then apply overrides {"proxy.listen": ...}."""
     config = Config()
-    if path is None:
-        return config
-    path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text("utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
-    for section, values in data.items():
-        if section not in _SECTIONS:
-            raise ConfigError(f"{path}: unknown section [{section}] (known: {', '.join(sorted(_SECTIONS))})")
-        if not isinstance(values, dict):
-            raise ConfigError(f"{path}: {section} must be a table")
-        target = getattr(config, section)
-        known = target.__dataclass_fields__
-        for key, value in values.items():
-            if key not in known:
-                raise ConfigError(f"{path}: unknown key {section}.{key} (known: {', '.join(sorted(known))})")
-            _check(section, key, value, known[key].type)
-            if section == "specs" and key == "directories":
-                # Relative directories are relative to the config file.
-                value = [str((path.parent / v).resolve()) if not Path(v).is_absolute() else v for v in value]
-            setattr(target, key, value)
+    if path is not None:
+        path = Path(path)
+        try:
+            data = tomllib.loads(path.read_text("utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+        try:
+            _apply(config, data, "")
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+        # Relative paths in the file are relative to the file.
+        base = path.parent
+        config.specs.directories = [str(base / d) if not Path(d).is_absolute() else d for d in config.specs.directories]
+        for tls in (config.tls.client, config.tls.broker):
+            for attr in ("ca_file", "cert_file", "key_file"):
+                value = getattr(tls, attr)
+                if value and not Path(value).is_absolute():
+                    setattr(tls, attr, str(base / value))
+    for dotted, value in (overrides or {}).items():
+        section, _, key = dotted.rpartition(".")
+        target = config
+        for part in section.split("."):
+            target = getattr(target, part)
+        _apply(target, {key: value}, section)
     return config
+
+
+def config_keys(config: Config | None = None, prefix: str = "") -> dict[str, object]:
+    """Every key with its value, dotted ("proxy.listen"): for docs and the tests that check them."""
+    config = config if config is not None else Config()
+    out: dict[str, object] = {}
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        name = f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(value):
+            out.update(config_keys(value, f"{name}."))
+        else:
+            out[name] = value
+    return out

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from kinspect import __version__
-from kinspect.cli import decode_command, specs_command
+from kinspect.cli import decode_command, proxy_command, specs_command
 from kinspect.config import ConfigError
 from kinspect.protocol.errors import SpecError
 
@@ -17,6 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     specs_command.add_parser(commands)
     decode_command.add_parser(commands)
+    proxy_command.add_parser(commands)
     return parser
 
 

@@ -1,0 +1,1 @@
+"""The asyncio sidecar proxy: listeners, relays, address rewriting and TLS."""

@@ -1,0 +1,225 @@
+"""The proxy server: listeners in passthrough or rewrite mode, connections, graceful shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import socket
+import time
+from dataclasses import dataclass
+
+from kinspect.config import Config
+from kinspect.protocol.codec import Codec
+from kinspect.proxy.observers import Dispatcher
+from kinspect.proxy.relay import Relay
+from kinspect.proxy.rewrite import NodeMap, ResponseRewriter, rewrite_response
+from kinspect.proxy.tls import broker_side_context, client_side_context
+from kinspect.session import ConnectionInfo, Session, SessionConfig
+
+log = logging.getLogger("kinspect.proxy")
+
+
+def parse_address(text: str, what: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"{what} {text!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+@dataclass
+class Listener:
+    """One local port and where its connections go: a fixed broker, or a broker node by id."""
+
+    host: str
+    port: int
+    upstreams: list[tuple[str, int]]
+    node_id: int | None = None
+    server: asyncio.AbstractServer | None = None
+
+
+class ProxyServer:
+    def __init__(self, config: Config, codec: Codec, dispatcher: Dispatcher | None = None) -> None:
+        self.config = config
+        self.codec = codec
+        self.dispatcher = dispatcher or Dispatcher()
+        self.rewrite = config.proxy.mode == "rewrite"
+        self.session_config = SessionConfig(
+            max_frame_bytes=config.inspect.max_frame_bytes, inspect_max_bytes=config.inspect.inspect_max_bytes,
+            max_inflight=config.inspect.max_inflight, request_timeout=config.inspect.request_timeout,
+        )
+        self.client_ssl = client_side_context(config.tls.client)
+        self.broker_ssl = broker_side_context(config.tls.broker)
+        self.listeners: list[Listener] = []
+        self.node_listeners: dict[int, Listener] = {}
+        self.relays: set[Relay] = set()
+        self.connections_total = 0
+        self.refused_connections = 0
+        self.inspection_failures = 0
+        self._ids = itertools.count(1)
+        self._sweeper: asyncio.Task | None = None
+        self.nodes: NodeMap | None = None
+        self._stopping = False
+        proxy = config.proxy
+        listen_host, listen_port = parse_address(proxy.listen, "proxy.listen")
+        if self.rewrite:
+            if not proxy.bootstrap_servers:
+                raise ValueError("proxy.bootstrap_servers is required in rewrite mode")
+            self.nodes = NodeMap(
+                proxy.advertised_host or listen_host, proxy.node_port_base or None,
+                {int(k): v for k, v in proxy.node_ports.items()},
+            )
+            self.upstream_map = {
+                parse_address(k, "proxy.upstream_map key"): parse_address(v, "proxy.upstream_map value")
+                for k, v in proxy.upstream_map.items()
+            }
+            boot = [parse_address(b, "proxy.bootstrap_servers") for b in proxy.bootstrap_servers]
+            self.listeners.append(Listener(listen_host, listen_port, boot))
+        else:
+            if not proxy.upstream:
+                raise ValueError("proxy.upstream is required in passthrough mode")
+            self.listeners.append(Listener(listen_host, listen_port, [parse_address(proxy.upstream, "proxy.upstream")]))
+            for route in proxy.routes:
+                listen, sep, upstream = route.partition("=")
+                if not sep:
+                    raise ValueError(f"proxy.routes entry {route!r} is not LISTEN=UPSTREAM")
+                host, port = parse_address(listen, "proxy.routes listener")
+                self.listeners.append(Listener(host, port, [parse_address(upstream, "proxy.routes upstream")]))
+
+    # ------------------------------------------------------------------ listening
+
+    async def start(self) -> None:
+        for listener in self.listeners:
+            await self._listen(listener, self._bind(listener.host, listener.port))
+        self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+
+    def _bind(self, host: str, port: int) -> socket.socket:
+        """Bind and listen at once: connections queue in the backlog until accept starts."""
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            sock.close()
+            raise
+        sock.listen(1024)
+        sock.setblocking(False)
+        return sock
+
+    async def _listen(self, listener: Listener, sock: socket.socket) -> None:
+        listener.port = sock.getsockname()[1]
+        listener.server = await asyncio.get_running_loop().create_server(
+            lambda: self._accept(listener), sock=sock, ssl=self.client_ssl, start_serving=True,
+        )
+        log.info("listening on %s:%d for %s", listener.host, listener.port,
+                 f"node {listener.node_id}" if listener.node_id is not None else
+                 ", ".join(f"{h}:{p}" for h, p in listener.upstreams))
+
+    @property
+    def bootstrap_port(self) -> int:
+        return self.listeners[0].port
+
+    def _node_listener(self, node_id: int, host: str, port: int) -> None:
+        """Learn a broker's address; give it a local listener the first time it is seen."""
+        self.nodes.upstream[node_id] = (host, port)
+        host, port = self.upstream_map.get((host, port), (host, port))
+        listener = self.node_listeners.get(node_id)
+        if listener is not None:
+            listener.upstreams = [(host, port)]
+            return
+        local_port = self.nodes.port_for(node_id)
+        listen_host = self.listeners[0].host
+        listener = Listener(listen_host, local_port, [(host, port)], node_id)
+        sock = self._bind(listen_host, local_port)
+        self.node_listeners[node_id] = listener
+        self.listeners.append(listener)
+        asyncio.get_running_loop().create_task(self._listen(listener, sock))
+
+    def _rewrite(self, frame: bytes, api_key: int, version: int) -> bytes:
+        new, seen = rewrite_response(self.codec, frame, api_key, version, self.nodes)
+        for node_id, host, port in seen:
+            if (node_id not in self.node_listeners or self.nodes.upstream.get(node_id) != (host, port)):
+                self._node_listener(node_id, host, port)
+        return new
+
+    # ------------------------------------------------------------------ connections
+
+    def _accept(self, listener: Listener):
+        upstreams = list(listener.upstreams)
+        info = ConnectionInfo(next(self._ids), "", ", ".join(f"{h}:{p}" for h, p in upstreams), listener.node_id)
+        session = Session(self.codec, info, self.session_config)
+        rewriter = ResponseRewriter(self._rewrite, self.config.inspect.max_frame_bytes) if self.rewrite else None
+        relay = Relay(self, session, self.dispatcher, rewriter, upstreams)
+        self.connections_total += 1
+        self.relays.add(relay)
+        relay.closed.add_done_callback(lambda _: self.relays.discard(relay))
+        return relay.client
+
+    def client_connected(self, relay: Relay) -> None:
+        """Called by the relay once the client's transport is up: refuse, or reach the broker."""
+        if len(self.relays) > self.config.proxy.max_connections or self._stopping:
+            self.refused_connections += 1
+            log.warning("connection %d from %s refused: %d connections open (proxy.max_connections)",
+                        relay.session.connection.id, relay.session.connection.client_address, len(self.relays) - 1)
+            relay.abort()
+            return
+        asyncio.get_running_loop().create_task(self._connect(relay))
+
+    async def _connect(self, relay: Relay) -> None:
+        loop = asyncio.get_running_loop()
+        errors = []
+        for host, port in relay.upstreams:
+            if relay.closed.done():
+                return
+            try:
+                await asyncio.wait_for(
+                    loop.create_connection(lambda: relay.broker, host, port, ssl=self.broker_ssl,
+                                           server_hostname=(self.config.tls.broker.server_hostname or host)
+                                           if self.broker_ssl else None),
+                    self.config.proxy.connect_timeout,
+                )
+            except (OSError, asyncio.TimeoutError) as exc:
+                errors.append(f"{host}:{port}: {exc or 'timed out'}")
+                continue
+            relay.session.connection.broker = f"{host}:{port}"
+            relay.connected()
+            return
+        log.warning("connection %d from %s closed: no broker reachable (%s)", relay.session.connection.id,
+                    relay.session.connection.client_address, "; ".join(errors))
+        relay.close()
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(5.0)
+            now = time.monotonic()  # the clock the relays stamp events with
+            for relay in list(self.relays):
+                events = relay.session.sweep(now)
+                if events:
+                    self.dispatcher.dispatch(events)
+
+    # ------------------------------------------------------------------ stopping
+
+    def inflight(self) -> int:
+        return sum(relay.session.inflight for relay in self.relays)
+
+    async def shutdown(self, grace: float | None = None) -> None:
+        """Stop accepting, let in-flight exchanges finish up to the grace period, then close all."""
+        self._stopping = True
+        grace = self.config.proxy.shutdown_grace if grace is None else grace
+        for listener in self.listeners:
+            if listener.server is not None:
+                listener.server.close()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        while self.relays and self.inflight() and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        for relay in list(self.relays):
+            relay.close()
+        if self.relays:
+            await asyncio.wait([r.closed for r in list(self.relays)], timeout=2.0)
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        for listener in self.listeners:
+            if listener.server is not None:
+                await listener.server.wait_closed()
