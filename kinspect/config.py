@@ -135,9 +135,13 @@ def load_config(path: str | Path | None, overrides: dict | None = None) -> Confi
         base = path.parent
         config.specs.directories = [str(base / d) if not Path(d).is_absolute() else d for d in config.specs.directories]
         for tls in (config.tls.client, config.tls.broker):
-            for attr in ("ca_file", "cert_file", "key_file"):
+            for attr in ("ca_file", "cert_file", "key_file", "server_hostname"):
                 value = getattr(tls, attr)
-                if value and not Path(value).is_absolute():
+                if value is None:
+                    continue
+                if value == "":
+                    setattr(tls, attr, None)  # "" in the file means unset
+                elif attr != "server_hostname" and not Path(value).is_absolute():
                     setattr(tls, attr, str(base / value))
     for dotted, value in (overrides or {}).items():
         section, _, key = dotted.rpartition(".")
