@@ -118,7 +118,7 @@ def test_config_errors_name_the_key(tmp_path, capsys):
     assert "unknown key specs.directory" in capsys.readouterr().err
     config.write_text("[specs]\ndirectories = 3\n")
     assert main(["specs", "list", "--config", str(config)]) == 2
-    assert "specs.directories must be a list of strings" in capsys.readouterr().err
+    assert "specs.directories must be list[str]" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="the Apache inputs live beside the checkout")
