@@ -68,3 +68,23 @@ def test_split_frames_counts_trailing_bytes():
     assert [f for _, f in frames] == [b"ab", b"cde"]
     assert [o for o, _ in frames] == [0, 6]
     assert trailing == 7
+
+
+@settings(max_examples=200, deadline=None)
+@given(payloads=st.lists(st.binary(max_size=400), max_size=10), seed=st.integers(0, 2**32),
+       keep=st.integers(0, 300), head=st.integers(1, 64))
+def test_splitter_any_chunking_gives_whole_frames_or_heads(payloads, seed, keep, head):
+    from kinspect.protocol.framer import FrameSplitter
+
+    data = _stream(payloads)
+    rng = random.Random(seed)
+    splitter = FrameSplitter(keep_limit=keep, head_bytes=head)
+    got = []
+    pos = 0
+    while pos < len(data):
+        step = rng.randint(1, 97)
+        got.extend(splitter.feed(data[pos : pos + step]))
+        pos += step
+    expected = [(len(p), p, True) if len(p) <= keep else (len(p), p[:head], False) for p in payloads]
+    assert got == expected
+    assert splitter.buffered == 0

@@ -20,6 +20,7 @@ from kinspect.protocol.primitives import Malformed
 from kinspect.protocol.scan_result import ScanResult
 from kinspect.protocol.spec_model import MessageSpec
 from kinspect.protocol.spec_registry import SpecRegistry
+from kinspect.protocol.wire_program import build_program, native_module
 
 API_VERSIONS_KEY = 18
 CONTROLLED_SHUTDOWN_KEY = 7
@@ -67,12 +68,27 @@ class CompiledStruct:
         self.api_key = api_key
         self.direction = direction
         self.label = f"{api} {direction} v{version}"
-        self.decode_fast = _compile(
+        # The generated Python decoder is the reference; the C program, when built, is used
+        # for speed and tested against it (tests/test_native_codec.py).
+        self.decode_python = _compile(
             codegen.generate_decoder(spec.struct, version, flexible, self.label), "decode", self.label
         )
         self._encode = None
         self._scan = None
         self._traced = None
+        native = native_module()
+        if native is not None:
+            self._program = native.compile_program(build_program(spec.struct, version, flexible))
+            self.decode_fast = self._program.decode
+            self._scan = self._program.scan
+        else:
+            self._program = None
+            self.decode_fast = self.decode_python
+
+    @property
+    def native(self) -> bool:
+        """True when the C decoder and scanner serve this struct."""
+        return self._program is not None
 
     def _error(self, reason: str, path: str | None = None, offset: int | None = None) -> DecodeError:
         return DecodeError(
@@ -82,6 +98,8 @@ class CompiledStruct:
 
     def decode(self, buf: bytes, pos: int = 0, *, whole: bool = True) -> tuple[dict, int]:
         """Decode at buf[pos:]; with whole=True the message must end exactly at the end of buf."""
+        if type(buf) is not bytes:
+            buf = bytes(buf)
         try:
             value, end = self.decode_fast(buf, pos)
         except _DECODE_FAILURES as exc:
@@ -129,6 +147,8 @@ class CompiledStruct:
         With whole=True the message must end at the end of buf; otherwise the bytes after
         it are counted in result.trailing_bytes.
         """
+        if type(buf) is not bytes:
+            buf = bytes(buf)
         if self._scan is None:
             self._scan = _compile(
                 codegen.generate_scanner(self.spec.struct, self.version, self.flexible, self.label), "scan", self.label

@@ -136,6 +136,14 @@ def _uses_topic_name(f: FieldSpec) -> bool:
     return f.entity_type == "topicName" and f.element_type == "string"
 
 
+def encoded_range(f: FieldSpec, encoding: str) -> tuple[int, int] | None:
+    """The logical type's range, when a KAFKA-9927 encoding is wider than the field's type."""
+    type_bits = {"int16": 16, "int32": 32, "int64": 64}[f.type]
+    if int(encoding.lstrip("fixedupacked")) <= type_bits:
+        return None
+    return -(1 << (type_bits - 1)), (1 << (type_bits - 1)) - 1
+
+
 def _is_error_code(f: FieldSpec) -> bool:
     return f.type == "int16" and f.name.endswith("ErrorCode")
 
@@ -268,9 +276,9 @@ class _DecoderWriter:
         if enc:
             reader = self.m.const(_encoding_reader(enc), "R")
             b(f"{var}, pos = {reader}(buf, pos)")
-            if not self.scan and f.type in ("int16", "int32") and enc.endswith("64"):
-                bits = 16 if f.type == "int16" else 32
-                b(f"if not {-(1 << (bits - 1))} <= {var} <= {(1 << (bits - 1)) - 1}: raise _Bad('value ' + str({var}) + ' does not fit {f.type}')")
+            bounds = encoded_range(f, enc)
+            if not self.scan and bounds:
+                b(f"if not {bounds[0]} <= {var} <= {bounds[1]}: raise _Bad('value ' + str({var}) + ' does not fit {f.type}')")
             if self.scan and _is_error_code(f):
                 b(f"if {var}: _E[{var}] = _E.get({var}, 0) + 1")
             return
@@ -546,6 +554,9 @@ class _EncoderWriter:
         else:
             enc = f.encoding_at(v)
             if enc:
+                bounds = encoded_range(f, enc)
+                if bounds:
+                    b(f"if not {bounds[0]} <= {var} <= {bounds[1]}: raise _EncodeError({'field ' + where + ' must fit ' + f.type!r})")
                 w = self.m.const(_encoding_writer(enc), "W")
                 b(f"{w}({var}, {out})")
             else:

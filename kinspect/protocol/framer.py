@@ -128,18 +128,23 @@ class FrameSplitter:
             view = view[n:]
             if not len(view):
                 return out
+        # Read from the new chunk itself when nothing is held: each frame is copied once.
         buf = self._buffer
-        buf += view
+        if buf:
+            buf += view
+            view = memoryview(buf)
         pos = 0
-        end = len(buf)
+        end = len(view)
+        unpack = _SIZE.unpack_from
         while True:
             if self._need < 0:
                 if end - pos < 4:
                     break
-                size = _SIZE.unpack_from(buf, pos)[0]
+                size = unpack(view, pos)[0]
                 if size < 0 or size > self.max_frame_bytes:
                     self.failed = True
-                    del buf[:pos]
+                    view.release()
+                    buf.clear()
                     if size < 0:
                         raise FrameError(f"negative frame size {size}")
                     raise FrameTooLarge(size, self.max_frame_bytes)
@@ -149,13 +154,13 @@ class FrameSplitter:
             if size <= self.keep_limit:
                 if end - pos < size:
                     break
-                out.append((size, bytes(buf[pos : pos + size]), True))
+                out.append((size, bytes(view[pos : pos + size]), True))
                 pos += size
             else:
                 head = min(self.head_bytes, size)
                 if end - pos < head:
                     break
-                out.append((size, bytes(buf[pos : pos + head]), False))
+                out.append((size, bytes(view[pos : pos + head]), False))
                 have = min(end - pos, size)
                 pos += have
                 if have < size:
@@ -163,5 +168,12 @@ class FrameSplitter:
                     self._need = -1
                     break
             self._need = -1
-        del buf[:pos]
+        if buf:  # the held bytes were extended: drop what was consumed, in place
+            view.release()
+            if pos:
+                del buf[:pos]
+        else:  # read straight from the chunk: hold only its unconsumed tail
+            if pos < end:
+                buf += view[pos:]
+            view.release()
         return out

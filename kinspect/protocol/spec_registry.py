@@ -49,11 +49,12 @@ def load_directory(path: Path, name: str | None = None) -> SpecLayer:
 def builtin_specs_dir() -> Path:
     """Where the project's own specs/ are: inside the installed package, or the source tree."""
     try:
-        base = resources.files("kinspect.specs")
-        candidate = Path(str(base))
-        if (candidate / INDEX_FILE).is_file():
-            return candidate
-    except (ModuleNotFoundError, TypeError):
+        # kinspect.specs is a namespace package (no __init__.py): ask for a file inside it,
+        # whose path is real for both installed and editable packages.
+        index = resources.files("kinspect.specs").joinpath(INDEX_FILE)
+        if index.is_file():
+            return Path(str(index)).parent
+    except (ModuleNotFoundError, TypeError, ValueError):
         pass
     candidate = Path(__file__).resolve().parents[2] / "specs"
     if (candidate / INDEX_FILE).is_file():

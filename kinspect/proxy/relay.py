@@ -125,7 +125,8 @@ class Relay:
             if events:
                 if self.rewriter is not None:
                     for e in events:
-                        if type(e) is Request and carries_addresses(e.api_key, e.api_version):
+                        if (type(e) is Request and e.expects_response
+                                and carries_addresses(e.api_key, e.api_version, self.rewriter.node_endpoints)):
                             self.rewriter.expect(e.correlation_id, e.api_key, e.api_version)
                 self.dispatcher.dispatch(events)
         except Exception:

@@ -29,9 +29,17 @@ _NODE_ID_FIELDS = ("NodeId", "BrokerId")
 _PREFIX = struct.Struct(">ii")
 
 
-def carries_addresses(api_key: int, version: int) -> bool:
+# Responses whose only addresses are KIP-951's NodeEndpoints, in their root tag section at
+# the very end of the frame: holding them (a whole Fetch response) costs streaming, so
+# proxy.rewrite_node_endpoints can turn it off.
+NODE_ENDPOINT_APIS = frozenset({0, 1, 78, 79})
+
+
+def carries_addresses(api_key: int, version: int, node_endpoints: bool = True) -> bool:
     first = ADDRESS_RESPONSES.get(api_key)
-    return first is not None and version >= first
+    if first is None or version < first:
+        return False
+    return node_endpoints or api_key not in NODE_ENDPOINT_APIS
 
 
 @dataclass
@@ -79,6 +87,11 @@ def _rewrite_structs(value, nodes: NodeMap, seen: list) -> bool:
 
 def rewrite_response(codec: Codec, frame: bytes, api_key: int, version: int, nodes: NodeMap):
     """Return (frame to send, [(node id, real host, real port)]); the frame unchanged if nothing moved."""
+    if api_key in NODE_ENDPOINT_APIS:
+        # Most Produce/Fetch responses carry no NodeEndpoints: a scan says so without decoding.
+        facts = codec.scan_response(frame, api_key, version)
+        if not any(name == "NodeEndpoints" for _, _, name, _ in facts.tagged_fields):
+            return frame, []
     decoded = codec.decode_response(frame, api_key, version)
     seen: list = []
     if not _rewrite_structs(decoded.body, nodes, seen):
@@ -94,8 +107,10 @@ class ResponseRewriter:
     bytes arrive (after their 8-byte size and correlation id prefix).
     """
 
-    def __init__(self, rewrite: Callable[[bytes, int, int], bytes], max_frame_bytes: int) -> None:
+    def __init__(self, rewrite: Callable[[bytes, int, int], bytes], max_frame_bytes: int,
+                 node_endpoints: bool = True) -> None:
         self._rewrite = rewrite
+        self.node_endpoints = node_endpoints
         self._max = max_frame_bytes
         self._expected: dict[int, tuple[int, int]] = {}
         self._buffer = bytearray()
@@ -126,7 +141,8 @@ class ResponseRewriter:
                     size, api_key, version = self._holding
                     if len(self._buffer) < 4 + size:
                         break
-                    frame = bytes(self._buffer[4 : 4 + size])
+                    with memoryview(self._buffer) as view:
+                        frame = bytes(view[4 : 4 + size])  # one copy
                     del self._buffer[: 4 + size]
                     self._holding = None
                     out.append(self._rewritten(frame, api_key, version))
@@ -142,7 +158,7 @@ class ResponseRewriter:
                     self._buffer.clear()
                     break
                 wanted = self._expected.pop(correlation_id, None)
-                if wanted is not None and carries_addresses(*wanted):
+                if wanted is not None and carries_addresses(*wanted, self.node_endpoints):
                     self._holding = (size, *wanted)
                     continue
                 take = min(len(self._buffer), 4 + size)

@@ -149,7 +149,8 @@ class ProxyServer:
         upstreams = list(listener.upstreams)
         info = ConnectionInfo(next(self._ids), "", ", ".join(f"{h}:{p}" for h, p in upstreams), listener.node_id)
         session = Session(self.codec, info, self.session_config)
-        rewriter = ResponseRewriter(self._rewrite, self.config.inspect.max_frame_bytes) if self.rewrite else None
+        rewriter = (ResponseRewriter(self._rewrite, self.config.inspect.max_frame_bytes,
+                                     self.config.proxy.rewrite_node_endpoints) if self.rewrite else None)
         relay = Relay(self, session, self.dispatcher, rewriter, upstreams)
         self.connections_total += 1
         self.relays.add(relay)

@@ -1,0 +1,1397 @@
+/* kinspect.protocol._wire: a table-driven decoder and scanner for Kafka message bodies.
+ *
+ * It runs the "programs" of kinspect/protocol/wire_program.py (nested tuples describing
+ * one struct at one version), converted once into the C structs below by
+ * compile_program(). The semantics are those of the Python source that
+ * kinspect/protocol/codegen.py generates (the reference): same dict keys in the same
+ * order, same types, same positions, and failure exactly where the reference fails.
+ * Every malformed input raises kinspect.protocol.primitives.Malformed; every read is
+ * bounds-checked against the end of the current region (the buffer, or a tagged
+ * field's bytes), and every length is checked against the bytes left before anything
+ * is allocated.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdint.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ program model */
+
+enum {
+    K_BOOL, K_INT8, K_INT16, K_UINT16, K_INT32, K_UINT32, K_INT64, K_FLOAT64, K_UUID,
+    K_STRING, K_BYTES, K_RECORDS, K_STRUCT, K_ARRAY, K_ENCODED, K_COUNT
+};
+#define IS_FIXED(k) ((k) <= K_UUID)
+
+static const char *const KIND_NAMES[K_COUNT] = {
+    "bool", "int8", "int16", "uint16", "int32", "uint32", "int64", "float64", "uuid",
+    "string", "bytes", "records", "struct", "array", "encoded",
+};
+static const Py_ssize_t FIXED_SIZE[K_UUID + 1] = {1, 1, 2, 2, 4, 4, 8, 8, 16};
+
+enum { F_FIXED, F_PACKED, F_UPACKED };
+
+typedef struct SProg SProg;
+
+typedef struct {
+    PyObject *key;          /* interned str */
+    Py_hash_t hash;         /* of key */
+    int kind;
+    char nullable, compact, is_error, is_topic;
+    /* K_ENCODED */
+    char form, has_range;
+    int bits;
+    long long lo, hi;
+    /* K_ARRAY */
+    int elem;
+    Py_ssize_t least;
+    /* K_STRUCT, or K_ARRAY of structs */
+    SProg *sub;
+} Field;
+
+struct SProg {
+    int flexible;
+    Py_ssize_t nfields;
+    Field *fields;
+    Py_ssize_t ntags;
+    uint64_t *tags;         /* ascending */
+    Field *tag_fields;
+    PyObject *path;         /* str */
+};
+
+/* ------------------------------------------------------------------ module state */
+
+static PyObject *Malformed;          /* kinspect.protocol.primitives.Malformed */
+static PyObject *UUIDType;           /* uuid.UUID */
+static PyObject *SafeUnknown;        /* uuid.SafeUUID.unknown */
+static Py_ssize_t uuid_int_off = -1; /* slot offsets of UUID.int and UUID.is_safe */
+static Py_ssize_t uuid_safe_off = -1;
+static PyObject *Summarize;          /* codec_runtime._summarize, imported on first use */
+static PyObject *UnknownKey;         /* "_unknown_tagged_fields" */
+static PyObject *S_error_codes, *S_topics, *S_records, *S_tagged_fields, *S_empty_counter,
+    *S_tag_sections, *S_tag_section_bytes, *S_int;
+static PyObject *ProgramCache;       /* id(program tuple) -> Program */
+#define PROGRAM_CACHE_MAX 4096
+#define MAX_DEPTH 64
+
+/* ------------------------------------------------------------------ helpers */
+
+static inline uint32_t be16(const unsigned char *q) { return ((uint32_t)q[0] << 8) | q[1]; }
+static inline uint32_t be32(const unsigned char *q)
+{
+    return ((uint32_t)q[0] << 24) | ((uint32_t)q[1] << 16) | ((uint32_t)q[2] << 8) | q[3];
+}
+static inline uint64_t be64(const unsigned char *q) { return ((uint64_t)be32(q) << 32) | be32(q + 4); }
+
+static int fail(const char *format, ...)
+{
+    va_list va;
+    va_start(va, format);
+    PyObject *msg = PyUnicode_FromFormatV(format, va);
+    va_end(va);
+    if (msg) {
+        PyErr_SetObject(Malformed, msg);
+        Py_DECREF(msg);
+    }
+    return -1;
+}
+
+static int truncated(const char *what)
+{
+    return fail("truncated: the bytes end inside %s", what);
+}
+
+typedef struct {
+    const unsigned char *p;
+    Py_ssize_t n;               /* len(buf) */
+    PyObject *buf;
+    /* scan only */
+    PyObject *result, *errors, *topics, *records, *tagged, *mv;
+    Py_ssize_t empty, sections, section_bytes;
+} Ctx;
+
+/* An unsigned varint of at most `bits` bits (as primitives.read_uvarint). */
+static int read_uvarint(const Ctx *c, Py_ssize_t *ppos, Py_ssize_t L, int bits, uint64_t *out)
+{
+    Py_ssize_t pos = *ppos;
+    const unsigned char *p = c->p;
+    int limit = bits == 16 ? 3 : (bits == 32 ? 5 : 10);
+    uint64_t v = 0;
+    for (int i = 0; i < limit; i++) {
+        if (pos + i >= L)
+            return truncated("a varint");
+        unsigned b = p[pos + i];
+        if (i == 9) { /* 64 bits only: this byte holds bit 63 */
+            if (b & 0x80)
+                break;
+            if ((b & 0x7F) > 1)
+                return fail("varint value does not fit in 64 bits");
+            *out = v | ((uint64_t)(b & 0x7F) << 63);
+            *ppos = pos + 10;
+            return 0;
+        }
+        v |= (uint64_t)(b & 0x7F) << (7 * i);
+        if (!(b & 0x80)) {
+            if (bits < 64 && v > ((UINT64_C(1) << bits) - 1))
+                return fail("varint value %llu does not fit in %d bits", (unsigned long long)v, bits);
+            *out = v;
+            *ppos = pos + i + 1;
+            return 0;
+        }
+    }
+    return fail("varint longer than %d bytes", limit);
+}
+
+/* A length: compact (uvarint32 - 1) or int16/int32 (wide). Null is -1. */
+static inline int read_length(const Ctx *c, Py_ssize_t *ppos, Py_ssize_t L, int compact, int wide, long long *n)
+{
+    Py_ssize_t pos = *ppos;
+    if (compact) {
+        if (pos >= L)
+            return truncated("a length");
+        unsigned b = c->p[pos];
+        if (b < 128) {
+            *n = (long long)b - 1;
+            *ppos = pos + 1;
+            return 0;
+        }
+        uint64_t v;
+        if (read_uvarint(c, ppos, L, 32, &v) < 0)
+            return -1;
+        *n = (long long)v - 1;
+        return 0;
+    }
+    if (wide) {
+        if (L - pos < 4)
+            return truncated("a length");
+        *n = (int32_t)be32(c->p + pos);
+        *ppos = pos + 4;
+    }
+    else {
+        if (L - pos < 2)
+            return truncated("a length");
+        *n = (int16_t)be16(c->p + pos);
+        *ppos = pos + 2;
+    }
+    return 0;
+}
+
+/* After read_length: 1 for null, 0 for a length, -1 (Malformed) for a bad one. */
+static inline int check_null(long long n, int nullable, const char *what)
+{
+    if (n >= 0)
+        return 0;
+    if (nullable) {
+        if (n == -1)
+            return 1;
+        return fail("negative %s length %lld", what, n);
+    }
+    if (n == -1)
+        return fail("null %s in a field that is not nullable", what);
+    return fail("negative %s length %lld", what, n);
+}
+
+static inline int check_blob(long long n, Py_ssize_t pos, Py_ssize_t L, const char *what)
+{
+    if (n > (long long)(L - pos))
+        return fail("%s of %lld bytes overruns the %zd bytes left", what, n, L - pos);
+    return 0;
+}
+
+static inline int check_count(long long n, Py_ssize_t least, Py_ssize_t pos, Py_ssize_t L)
+{
+    Py_ssize_t left = L - pos;
+    if (left < 0 || n > (long long)(left / least))
+        return fail("array of %lld elements overruns the %zd bytes left", n, left);
+    return 0;
+}
+
+static PyObject *make_uuid(const unsigned char *q)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *value = PyLong_FromUnsignedNativeBytes(
+        q, 16, Py_ASNATIVEBYTES_BIG_ENDIAN | Py_ASNATIVEBYTES_UNSIGNED_BUFFER);
+#else
+    PyObject *value = _PyLong_FromByteArray(q, 16, 0, 0);
+#endif
+    if (value == NULL)
+        return NULL;
+    if (uuid_int_off >= 0) {
+        /* UUID.__new__(UUID) plus the two slots UUID.__init__ sets. */
+        PyTypeObject *tp = (PyTypeObject *)UUIDType;
+        PyObject *u = tp->tp_alloc(tp, 0);
+        if (u == NULL) {
+            Py_DECREF(value);
+            return NULL;
+        }
+        *(PyObject **)((char *)u + uuid_int_off) = value;
+        Py_INCREF(SafeUnknown);
+        *(PyObject **)((char *)u + uuid_safe_off) = SafeUnknown;
+        return u;
+    }
+    PyObject *kwargs = PyDict_New();
+    if (kwargs == NULL || PyDict_SetItem(kwargs, S_int, value) < 0) {
+        Py_XDECREF(kwargs);
+        Py_DECREF(value);
+        return NULL;
+    }
+    Py_DECREF(value);
+    PyObject *empty = PyTuple_New(0);
+    PyObject *u = empty ? PyObject_Call(UUIDType, empty, kwargs) : NULL;
+    Py_XDECREF(empty);
+    Py_DECREF(kwargs);
+    return u;
+}
+
+static PyObject *fixed_value(int kind, const unsigned char *q)
+{
+    switch (kind) {
+    case K_BOOL:
+        return PyBool_FromLong(q[0] != 0);
+    case K_INT8:
+        return PyLong_FromLong((signed char)q[0]);
+    case K_INT16:
+        return PyLong_FromLong((int16_t)be16(q));
+    case K_UINT16:
+        return PyLong_FromLong((long)be16(q));
+    case K_INT32:
+        return PyLong_FromLong((int32_t)be32(q));
+    case K_UINT32:
+        return PyLong_FromUnsignedLong(be32(q));
+    case K_INT64:
+        return PyLong_FromLongLong((int64_t)be64(q));
+    case K_FLOAT64: {
+        uint64_t bits = be64(q);
+        double d;
+        memcpy(&d, &bits, 8);
+        return PyFloat_FromDouble(d);
+    }
+    default:
+        return make_uuid(q);
+    }
+}
+
+/* A KAFKA-9927 encoded integer (primitives.ENCODING_READERS). */
+static int read_encoded(const Ctx *c, const Field *f, Py_ssize_t *ppos, Py_ssize_t L, long long *out)
+{
+    Py_ssize_t pos = *ppos;
+    if (f->form == F_FIXED) {
+        Py_ssize_t size = f->bits / 8;
+        if (L - pos < size)
+            return truncated("a fixed-width integer");
+        const unsigned char *q = c->p + pos;
+        *out = f->bits == 16 ? (long long)(int16_t)be16(q)
+             : f->bits == 32 ? (long long)(int32_t)be32(q) : (long long)(int64_t)be64(q);
+        *ppos = pos + size;
+        return 0;
+    }
+    uint64_t raw;
+    if (read_uvarint(c, ppos, L, f->bits, &raw) < 0)
+        return -1;
+    if (f->form == F_PACKED)
+        *out = (long long)(int64_t)(raw >> 1) ^ -(long long)(raw & 1);
+    else if (f->bits == 64)
+        *out = (long long)(int64_t)raw;
+    else
+        *out = (raw >> (f->bits - 1)) ? (long long)raw - (1LL << f->bits) : (long long)raw;
+    return 0;
+}
+
+static const Field *find_tag(const SProg *sp, uint64_t tag)
+{
+    for (Py_ssize_t i = 0; i < sp->ntags; i++) {
+        if (sp->tags[i] == tag)
+            return &sp->tag_fields[i];
+        if (sp->tags[i] > tag)
+            break;
+    }
+    return NULL;
+}
+
+/* A str from UTF-8 bytes, strict; invalid UTF-8 becomes Malformed. */
+static PyObject *utf8(const unsigned char *q, Py_ssize_t n)
+{
+    PyObject *s = PyUnicode_DecodeUTF8((const char *)q, n, NULL);
+    if (s == NULL && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+        PyErr_Clear();
+        fail("invalid UTF-8 in a string");
+    }
+    return s;
+}
+
+/* ------------------------------------------------------------------ decoding */
+
+static PyObject *decode_struct(Ctx *c, const SProg *sp, Py_ssize_t *ppos, Py_ssize_t L);
+
+/* One string/bytes/records value whose length says it is not null. */
+static inline PyObject *blob_value(const Ctx *c, int kind, Py_ssize_t pos, long long n)
+{
+    if (kind == K_STRING)
+        return utf8(c->p + pos, (Py_ssize_t)n);
+    return PyBytes_FromStringAndSize((const char *)c->p + pos, (Py_ssize_t)n);
+}
+
+static const char *blob_name(int kind)
+{
+    return kind == K_STRING ? "string" : (kind == K_BYTES ? "bytes" : "records");
+}
+
+static PyObject *decode_array(Ctx *c, const Field *f, Py_ssize_t *ppos, Py_ssize_t L)
+{
+    long long n = 0;
+    if (read_length(c, ppos, L, f->compact, 1, &n) < 0)
+        return NULL;
+    int null = check_null(n, f->nullable, "array");
+    if (null < 0)
+        return NULL;
+    if (null)
+        Py_RETURN_NONE;
+    Py_ssize_t pos = *ppos;
+    if (check_count(n, f->least, pos, L) < 0)
+        return NULL;
+    int elem = f->elem;
+    if (IS_FIXED(elem) && (long long)(L - pos) / FIXED_SIZE[elem] < n)
+        return truncated("an array"), NULL; /* only for hand-written programs with a wrong least */
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    if (list == NULL)
+        return NULL;
+    if (IS_FIXED(elem)) {
+        Py_ssize_t size = FIXED_SIZE[elem];
+        const unsigned char *q = c->p + pos;
+        for (Py_ssize_t i = 0; i < (Py_ssize_t)n; i++, q += size) {
+            PyObject *v;
+            if (elem == K_INT32)
+                v = PyLong_FromLong((int32_t)be32(q));
+            else
+                v = fixed_value(elem, q);
+            if (v == NULL)
+                goto fail;
+            PyList_SET_ITEM(list, i, v);
+        }
+        *ppos = pos + (Py_ssize_t)n * size;
+        return list;
+    }
+    if (elem == K_STRUCT) {
+        for (Py_ssize_t i = 0; i < (Py_ssize_t)n; i++) {
+            PyObject *v = decode_struct(c, f->sub, ppos, L);
+            if (v == NULL)
+                goto fail;
+            PyList_SET_ITEM(list, i, v);
+        }
+        return list;
+    }
+    /* strings or bytes, never null */
+    const char *what = blob_name(elem);
+    for (Py_ssize_t i = 0; i < (Py_ssize_t)n; i++) {
+        long long m = 0;
+        if (read_length(c, ppos, L, f->compact, elem != K_STRING, &m) < 0 || check_null(m, 0, what) < 0
+            || check_blob(m, *ppos, L, what) < 0)
+            goto fail;
+        PyObject *v = blob_value(c, elem, *ppos, m);
+        if (v == NULL)
+            goto fail;
+        PyList_SET_ITEM(list, i, v);
+        *ppos += (Py_ssize_t)m;
+    }
+    return list;
+fail:
+    Py_DECREF(list);
+    return NULL;
+}
+
+static PyObject *decode_value(Ctx *c, const Field *f, Py_ssize_t *ppos, Py_ssize_t L)
+{
+    int kind = f->kind;
+    Py_ssize_t pos = *ppos;
+    if (IS_FIXED(kind)) {
+        Py_ssize_t size = FIXED_SIZE[kind];
+        if (L - pos < size)
+            return truncated("a fixed-width field"), NULL;
+        *ppos = pos + size;
+        return fixed_value(kind, c->p + pos);
+    }
+    switch (kind) {
+    case K_STRING:
+    case K_BYTES:
+    case K_RECORDS: {
+        long long n = 0;
+        const char *what = blob_name(kind);
+        if (read_length(c, ppos, L, f->compact, kind != K_STRING, &n) < 0)
+            return NULL;
+        int null = check_null(n, f->nullable, what);
+        if (null < 0)
+            return NULL;
+        if (null)
+            Py_RETURN_NONE;
+        if (check_blob(n, *ppos, L, what) < 0)
+            return NULL;
+        PyObject *v = blob_value(c, kind, *ppos, n);
+        if (v != NULL)
+            *ppos += (Py_ssize_t)n;
+        return v;
+    }
+    case K_STRUCT:
+        if (f->nullable) {
+            if (pos >= L)
+                return truncated("a struct marker"), NULL;
+            *ppos = pos + 1;
+            if (c->p[pos] >= 128)
+                Py_RETURN_NONE;
+        }
+        return decode_struct(c, f->sub, ppos, L);
+    case K_ARRAY:
+        return decode_array(c, f, ppos, L);
+    default: { /* K_ENCODED */
+        long long v;
+        if (read_encoded(c, f, ppos, L, &v) < 0)
+            return NULL;
+        if (f->has_range && (v < f->lo || v > f->hi))
+            return fail("value %lld does not fit the field", v), NULL;
+        return PyLong_FromLongLong(v);
+    }
+    }
+}
+
+/* A non-empty tag section (codec_runtime.read_tags) into target. */
+static int read_tags(Ctx *c, const SProg *sp, PyObject *target, Py_ssize_t *ppos, Py_ssize_t L)
+{
+    uint64_t count;
+    if (read_uvarint(c, ppos, L, 32, &count) < 0)
+        return -1;
+    Py_ssize_t pos = *ppos;
+    if ((long long)count > (long long)(L - pos))
+        return fail("tag section of %llu fields overruns the %zd bytes left", (unsigned long long)count, L - pos);
+    long long previous = -1;
+    PyObject *unknown = NULL;
+    for (uint64_t k = 0; k < count; k++) {
+        uint64_t tag, size;
+        if (read_uvarint(c, &pos, L, 32, &tag) < 0 || read_uvarint(c, &pos, L, 32, &size) < 0)
+            goto fail;
+        if ((long long)tag <= previous) {
+            fail("tag %llu after tag %lld: tags must be unique and ascending", (unsigned long long)tag, previous);
+            goto fail;
+        }
+        previous = (long long)tag;
+        if ((long long)size > (long long)(L - pos)) {
+            fail("tagged field %llu of %llu bytes overruns the %zd bytes left", (unsigned long long)tag,
+                 (unsigned long long)size, L - pos);
+            goto fail;
+        }
+        Py_ssize_t end = pos + (Py_ssize_t)size;
+        const Field *tf = find_tag(sp, tag);
+        if (tf == NULL) {
+            if (unknown == NULL && (unknown = PyList_New(0)) == NULL)
+                goto fail;
+            PyObject *item = Py_BuildValue("(Ky#)", (unsigned long long)tag, (const char *)c->p + pos, (Py_ssize_t)size);
+            if (item == NULL)
+                goto fail;
+            int rc = PyList_Append(unknown, item);
+            Py_DECREF(item);
+            if (rc < 0)
+                goto fail;
+        }
+        else {
+            Py_ssize_t used = pos;
+            PyObject *v = decode_value(c, tf, &used, end);
+            if (v == NULL)
+                goto fail;
+            if (used != end) {
+                Py_DECREF(v);
+                fail("tagged field %U declares %llu bytes but its value takes %zd", tf->key,
+                     (unsigned long long)size, used - pos);
+                goto fail;
+            }
+            int rc = PyDict_SetItem(target, tf->key, v);
+            Py_DECREF(v);
+            if (rc < 0)
+                goto fail;
+        }
+        pos = end;
+    }
+    if (unknown != NULL) {
+        int rc = PyDict_SetItem(target, UnknownKey, unknown);
+        Py_DECREF(unknown);
+        if (rc < 0)
+            return -1;
+    }
+    *ppos = pos;
+    return 0;
+fail:
+    Py_XDECREF(unknown);
+    return -1;
+}
+
+/* Insert a field's value; the key's hash is computed once, when compiling. */
+#if PY_VERSION_HEX < 0x030D0000
+#define DICT_SET_FIELD(d, f, v) _PyDict_SetItem_KnownHash((d), (f)->key, (v), (f)->hash)
+#else
+#define DICT_SET_FIELD(d, f, v) PyDict_SetItem((d), (f)->key, (v))
+#endif
+
+static PyObject *new_dict(Py_ssize_t n)
+{
+#if PY_VERSION_HEX < 0x030D0000
+    return _PyDict_NewPresized(n);
+#else
+    (void)n;
+    return PyDict_New();
+#endif
+}
+
+static PyObject *decode_struct(Ctx *c, const SProg *sp, Py_ssize_t *ppos, Py_ssize_t L)
+{
+    PyObject *d = new_dict(sp->nfields);
+    if (d == NULL)
+        return NULL;
+    const Field *f = sp->fields, *stop = sp->fields + sp->nfields;
+    for (; f < stop; f++) {
+        PyObject *v;
+        if (IS_FIXED(f->kind)) { /* inline: most fields of most structs */
+            Py_ssize_t pos = *ppos, size = FIXED_SIZE[f->kind];
+            if (L - pos < size) {
+                truncated("a fixed-width field");
+                goto fail;
+            }
+            *ppos = pos + size;
+            v = f->kind == K_INT32 ? PyLong_FromLong((int32_t)be32(c->p + pos)) : fixed_value(f->kind, c->p + pos);
+        }
+        else
+            v = decode_value(c, f, ppos, L);
+        if (v == NULL)
+            goto fail;
+        int rc = DICT_SET_FIELD(d, f, v);
+        Py_DECREF(v);
+        if (rc < 0)
+            goto fail;
+    }
+    if (sp->flexible) {
+        Py_ssize_t pos = *ppos;
+        if (pos >= L) {
+            truncated("a tag section");
+            goto fail;
+        }
+        if (c->p[pos] == 0)
+            *ppos = pos + 1;
+        else if (read_tags(c, sp, d, ppos, L) < 0)
+            goto fail;
+    }
+    return d;
+fail:
+    Py_DECREF(d);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ scanning */
+
+static int scan_struct(Ctx *c, const SProg *sp, Py_ssize_t *ppos);
+
+static int count_error(Ctx *c, long long code)
+{
+    PyObject *key = PyLong_FromLongLong(code);
+    if (key == NULL)
+        return -1;
+    PyObject *old = PyDict_GetItemWithError(c->errors, key); /* borrowed */
+    PyObject *value;
+    if (old != NULL) {
+        PyObject *one = PyLong_FromLong(1);
+        value = one ? PyNumber_Add(old, one) : NULL;
+        Py_XDECREF(one);
+    }
+    else if (PyErr_Occurred())
+        value = NULL;
+    else
+        value = PyLong_FromLong(1);
+    int rc = value ? PyDict_SetItem(c->errors, key, value) : -1;
+    Py_XDECREF(value);
+    Py_DECREF(key);
+    return rc;
+}
+
+static int add_topic(Ctx *c, Py_ssize_t pos, long long n)
+{
+    PyObject *s = utf8(c->p + pos, (Py_ssize_t)n);
+    if (s == NULL)
+        return -1;
+    int rc = PySet_Add(c->topics, s);
+    Py_DECREF(s);
+    return rc;
+}
+
+static int summarize(Ctx *c, Py_ssize_t pos, long long n)
+{
+    if (Summarize == NULL) {
+        PyObject *mod = PyImport_ImportModule("kinspect.protocol.codec_runtime");
+        if (mod == NULL)
+            return -1;
+        Summarize = PyObject_GetAttrString(mod, "_summarize");
+        Py_DECREF(mod);
+        if (Summarize == NULL)
+            return -1;
+    }
+    if (c->mv == NULL && (c->mv = PyMemoryView_FromObject(c->buf)) == NULL)
+        return -1;
+    PyObject *view = PySequence_GetSlice(c->mv, pos, pos + (Py_ssize_t)n);
+    if (view == NULL)
+        return -1;
+    PyObject *r = PyObject_CallFunctionObjArgs(Summarize, view, c->records, NULL);
+    Py_DECREF(view);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* A non-empty tag section (codec_runtime.scan_tags). */
+static int scan_tags(Ctx *c, const SProg *sp, Py_ssize_t *ppos)
+{
+    Py_ssize_t L = c->n, start = *ppos, pos = *ppos;
+    uint64_t count;
+    if (read_uvarint(c, &pos, L, 32, &count) < 0)
+        return -1;
+    if ((long long)count > (long long)(L - pos))
+        return fail("tag section of %llu fields overruns the %zd bytes left", (unsigned long long)count, L - pos);
+    long long previous = -1;
+    for (uint64_t k = 0; k < count; k++) {
+        uint64_t tag, size;
+        if (read_uvarint(c, &pos, L, 32, &tag) < 0 || read_uvarint(c, &pos, L, 32, &size) < 0)
+            return -1;
+        if ((long long)tag <= previous)
+            return fail("tag %llu after tag %lld: tags must be unique and ascending", (unsigned long long)tag, previous);
+        previous = (long long)tag;
+        if ((long long)size > (long long)(L - pos))
+            return fail("tagged field %llu of %llu bytes overruns the %zd bytes left", (unsigned long long)tag,
+                        (unsigned long long)size, L - pos);
+        const Field *tf = find_tag(sp, tag);
+        PyObject *item = Py_BuildValue("(OKOK)", sp->path, (unsigned long long)tag, tf ? tf->key : Py_None,
+                                       (unsigned long long)size);
+        if (item == NULL)
+            return -1;
+        int rc = PyList_Append(c->tagged, item);
+        Py_DECREF(item);
+        if (rc < 0)
+            return -1;
+        pos += (Py_ssize_t)size;
+    }
+    c->sections += 1;
+    c->section_bytes += pos - start;
+    *ppos = pos;
+    return 0;
+}
+
+static int scan_value(Ctx *c, const Field *f, Py_ssize_t *ppos)
+{
+    Py_ssize_t L = c->n, pos = *ppos;
+    int kind = f->kind;
+    if (IS_FIXED(kind)) {
+        Py_ssize_t size = FIXED_SIZE[kind];
+        if (L - pos < size)
+            return truncated("a fixed-width field");
+        if (f->is_error) { /* int16 only (checked when compiling) */
+            int16_t code = (int16_t)be16(c->p + pos);
+            if (code && count_error(c, code) < 0)
+                return -1;
+        }
+        *ppos = pos + size;
+        return 0;
+    }
+    switch (kind) {
+    case K_STRING:
+    case K_BYTES:
+    case K_RECORDS: {
+        long long n = 0;
+        const char *what = blob_name(kind);
+        if (read_length(c, ppos, L, f->compact, kind != K_STRING, &n) < 0)
+            return -1;
+        int null = check_null(n, f->nullable, what);
+        if (null)
+            return null < 0 ? -1 : 0;
+        pos = *ppos;
+        if (check_blob(n, pos, L, what) < 0)
+            return -1;
+        if (kind == K_STRING && f->is_topic) {
+            if (add_topic(c, pos, n) < 0)
+                return -1;
+        }
+        else if (kind == K_RECORDS) {
+            if (summarize(c, pos, n) < 0)
+                return -1;
+        }
+        *ppos = pos + (Py_ssize_t)n;
+        return 0;
+    }
+    case K_STRUCT:
+        if (f->nullable) {
+            if (pos >= L)
+                return truncated("a struct marker");
+            *ppos = pos + 1;
+            if (c->p[pos] >= 128)
+                return 0;
+        }
+        return scan_struct(c, f->sub, ppos);
+    case K_ARRAY: {
+        long long n = 0;
+        if (read_length(c, ppos, L, f->compact, 1, &n) < 0)
+            return -1;
+        int null = check_null(n, f->nullable, "array");
+        if (null)
+            return null < 0 ? -1 : 0;
+        pos = *ppos;
+        if (check_count(n, f->least, pos, L) < 0)
+            return -1;
+        int elem = f->elem;
+        if (IS_FIXED(elem)) {
+            if ((long long)(L - pos) / FIXED_SIZE[elem] < n)
+                return truncated("an array");
+            *ppos = pos + (Py_ssize_t)n * FIXED_SIZE[elem];
+            return 0;
+        }
+        if (elem == K_STRUCT) {
+            for (long long i = 0; i < n; i++)
+                if (scan_struct(c, f->sub, ppos) < 0)
+                    return -1;
+            return 0;
+        }
+        const char *what = blob_name(elem);
+        int topic = elem == K_STRING && f->is_topic;
+        for (long long i = 0; i < n; i++) {
+            long long m = 0;
+            if (read_length(c, ppos, L, f->compact, elem != K_STRING, &m) < 0 || check_null(m, 0, what) < 0
+                || check_blob(m, *ppos, L, what) < 0)
+                return -1;
+            if (topic && add_topic(c, *ppos, m) < 0)
+                return -1;
+            *ppos += (Py_ssize_t)m;
+        }
+        return 0;
+    }
+    default: { /* K_ENCODED: the scanner reads it but does not range-check it */
+        long long v;
+        if (read_encoded(c, f, ppos, L, &v) < 0)
+            return -1;
+        if (f->is_error && v && count_error(c, v) < 0)
+            return -1;
+        return 0;
+    }
+    }
+}
+
+static int scan_struct(Ctx *c, const SProg *sp, Py_ssize_t *ppos)
+{
+    const Field *f = sp->fields, *stop = sp->fields + sp->nfields;
+    for (; f < stop; f++)
+        if (scan_value(c, f, ppos) < 0)
+            return -1;
+    if (sp->flexible) {
+        Py_ssize_t pos = *ppos;
+        if (pos >= c->n)
+            return truncated("a tag section");
+        if (c->p[pos] == 0) {
+            *ppos = pos + 1;
+            c->empty++;
+            return 0;
+        }
+        return scan_tags(c, sp, ppos);
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ compiling programs */
+
+static void free_struct(SProg *sp);
+
+static void clear_field(Field *f)
+{
+    Py_CLEAR(f->key);
+    if (f->sub != NULL) {
+        free_struct(f->sub);
+        f->sub = NULL;
+    }
+}
+
+static void free_struct(SProg *sp)
+{
+    if (sp == NULL)
+        return;
+    if (sp->fields != NULL)
+        for (Py_ssize_t i = 0; i < sp->nfields; i++)
+            clear_field(&sp->fields[i]);
+    if (sp->tag_fields != NULL)
+        for (Py_ssize_t i = 0; i < sp->ntags; i++)
+            clear_field(&sp->tag_fields[i]);
+    PyMem_Free(sp->fields);
+    PyMem_Free(sp->tag_fields);
+    PyMem_Free(sp->tags);
+    Py_CLEAR(sp->path);
+    PyMem_Free(sp);
+}
+
+static int bad_program(const char *what)
+{
+    PyErr_Format(PyExc_ValueError, "bad wire program: %s", what);
+    return -1;
+}
+
+static int kind_of(PyObject *name)
+{
+    if (!PyUnicode_Check(name))
+        return -1;
+    for (int k = 0; k < K_COUNT; k++)
+        if (PyUnicode_CompareWithASCIIString(name, KIND_NAMES[k]) == 0)
+            return k;
+    return -1;
+}
+
+static int truth(PyObject *o, char *out)
+{
+    int t = PyObject_IsTrue(o);
+    if (t < 0)
+        return -1;
+    *out = (char)t;
+    return 0;
+}
+
+static SProg *compile_struct(PyObject *t, int depth);
+
+static int compile_field(PyObject *t, Field *f, int depth)
+{
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 7)
+        return bad_program("a field is not a 7-tuple");
+    PyObject *key = PyTuple_GET_ITEM(t, 0);
+    if (!PyUnicode_CheckExact(key))
+        return bad_program("a field key is not a str");
+    Py_INCREF(key);
+    PyUnicode_InternInPlace(&key);
+    f->key = key;
+    f->hash = PyObject_Hash(key);
+    if (f->hash == -1)
+        return -1;
+    f->kind = kind_of(PyTuple_GET_ITEM(t, 1));
+    if (f->kind < 0)
+        return bad_program("unknown field kind");
+    if (truth(PyTuple_GET_ITEM(t, 2), &f->nullable) < 0 || truth(PyTuple_GET_ITEM(t, 3), &f->compact) < 0
+        || truth(PyTuple_GET_ITEM(t, 4), &f->is_error) < 0 || truth(PyTuple_GET_ITEM(t, 5), &f->is_topic) < 0)
+        return -1;
+    PyObject *arg = PyTuple_GET_ITEM(t, 6);
+    if (f->is_error && f->kind != K_INT16 && f->kind != K_ENCODED)
+        return bad_program("an error code field must be an int16");
+    switch (f->kind) {
+    case K_STRUCT:
+        f->sub = compile_struct(arg, depth + 1);
+        return f->sub == NULL ? -1 : 0;
+    case K_ARRAY: {
+        if (!PyTuple_Check(arg) || PyTuple_GET_SIZE(arg) != 3)
+            return bad_program("an array argument is not a 3-tuple");
+        f->elem = kind_of(PyTuple_GET_ITEM(arg, 0));
+        if (f->elem < 0 || !(IS_FIXED(f->elem) || f->elem == K_STRING || f->elem == K_BYTES || f->elem == K_STRUCT))
+            return bad_program("bad array element kind");
+        f->least = PyLong_AsSsize_t(PyTuple_GET_ITEM(arg, 2));
+        if (f->least == -1 && PyErr_Occurred())
+            return -1;
+        if (f->least < 1)
+            return bad_program("an array's least element size must be at least 1");
+        if (f->elem == K_STRUCT) {
+            f->sub = compile_struct(PyTuple_GET_ITEM(arg, 1), depth + 1);
+            return f->sub == NULL ? -1 : 0;
+        }
+        if (PyTuple_GET_ITEM(arg, 1) != Py_None)
+            return bad_program("a primitive array has an element struct");
+        return 0;
+    }
+    case K_ENCODED: {
+        PyObject *form, *lo, *hi;
+        if (!PyTuple_Check(arg) || PyTuple_GET_SIZE(arg) != 4)
+            return bad_program("an encoding argument is not a 4-tuple");
+        form = PyTuple_GET_ITEM(arg, 0);
+        if (!PyUnicode_Check(form))
+            return bad_program("bad encoding form");
+        if (PyUnicode_CompareWithASCIIString(form, "fixed") == 0)
+            f->form = F_FIXED;
+        else if (PyUnicode_CompareWithASCIIString(form, "packed") == 0)
+            f->form = F_PACKED;
+        else if (PyUnicode_CompareWithASCIIString(form, "upacked") == 0)
+            f->form = F_UPACKED;
+        else
+            return bad_program("bad encoding form");
+        long bits = PyLong_AsLong(PyTuple_GET_ITEM(arg, 1));
+        if (bits == -1 && PyErr_Occurred())
+            return -1;
+        if (bits != 16 && bits != 32 && bits != 64)
+            return bad_program("encoding bits must be 16, 32 or 64");
+        f->bits = (int)bits;
+        lo = PyTuple_GET_ITEM(arg, 2);
+        hi = PyTuple_GET_ITEM(arg, 3);
+        if (lo == Py_None && hi == Py_None)
+            f->has_range = 0;
+        else {
+            f->has_range = 1;
+            f->lo = PyLong_AsLongLong(lo);
+            if (f->lo == -1 && PyErr_Occurred())
+                return -1;
+            f->hi = PyLong_AsLongLong(hi);
+            if (f->hi == -1 && PyErr_Occurred())
+                return -1;
+        }
+        return 0;
+    }
+    default:
+        if (arg != Py_None)
+            return bad_program("a primitive field has an argument");
+        return 0;
+    }
+}
+
+static SProg *compile_struct(PyObject *t, int depth)
+{
+    if (depth > MAX_DEPTH) {
+        bad_program("structs nested too deep");
+        return NULL;
+    }
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 4) {
+        bad_program("a struct is not a 4-tuple");
+        return NULL;
+    }
+    PyObject *fields = PyTuple_GET_ITEM(t, 1), *tags = PyTuple_GET_ITEM(t, 2), *path = PyTuple_GET_ITEM(t, 3);
+    if (!PyTuple_Check(fields) || !PyTuple_Check(tags) || !PyUnicode_Check(path)) {
+        bad_program("a struct is not (flexible, fields, tags, path)");
+        return NULL;
+    }
+    SProg *sp = PyMem_Calloc(1, sizeof(SProg));
+    if (sp == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    int flexible = PyObject_IsTrue(PyTuple_GET_ITEM(t, 0));
+    if (flexible < 0)
+        goto fail;
+    sp->flexible = flexible;
+    Py_INCREF(path);
+    sp->path = path;
+    sp->fields = PyMem_Calloc(PyTuple_GET_SIZE(fields) + 1, sizeof(Field));
+    sp->tag_fields = PyMem_Calloc(PyTuple_GET_SIZE(tags) + 1, sizeof(Field));
+    sp->tags = PyMem_Calloc(PyTuple_GET_SIZE(tags) + 1, sizeof(uint64_t));
+    if (sp->fields == NULL || sp->tag_fields == NULL || sp->tags == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields); i++) {
+        sp->nfields = i + 1;
+        if (compile_field(PyTuple_GET_ITEM(fields, i), &sp->fields[i], depth) < 0)
+            goto fail;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tags); i++) {
+        PyObject *pair = PyTuple_GET_ITEM(tags, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            bad_program("a tag entry is not (tag, field)");
+            goto fail;
+        }
+        unsigned long long tag = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(pair, 0));
+        if (tag == (unsigned long long)-1 && PyErr_Occurred())
+            goto fail;
+        if (tag > 0xFFFFFFFFULL || (i > 0 && tag <= sp->tags[i - 1])) {
+            bad_program("tags must be ascending uint32 values");
+            goto fail;
+        }
+        sp->tags[i] = tag;
+        sp->ntags = i + 1;
+        if (compile_field(PyTuple_GET_ITEM(pair, 1), &sp->tag_fields[i], depth) < 0)
+            goto fail;
+    }
+    return sp;
+fail:
+    free_struct(sp);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ the Program type */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *source;
+    SProg *root;
+} ProgramObject;
+
+static PyTypeObject ProgramType;
+
+static PyObject *program_from_tuple(PyObject *source)
+{
+    SProg *root = compile_struct(source, 0);
+    if (root == NULL)
+        return NULL;
+    ProgramObject *self = PyObject_New(ProgramObject, &ProgramType);
+    if (self == NULL) {
+        free_struct(root);
+        return NULL;
+    }
+    Py_INCREF(source);
+    self->source = source;
+    self->root = root;
+    return (PyObject *)self;
+}
+
+static void program_dealloc(ProgramObject *self)
+{
+    free_struct(self->root);
+    Py_XDECREF(self->source);
+    PyObject_Free(self);
+}
+
+static int get_buffer(PyObject *buf, PyObject *posobj, Py_ssize_t *pos)
+{
+    if (!PyBytes_Check(buf)) {
+        PyErr_Format(PyExc_TypeError, "buf must be bytes, not %.100s", Py_TYPE(buf)->tp_name);
+        return -1;
+    }
+    if (posobj == NULL) {
+        *pos = 0;
+        return 0;
+    }
+    *pos = PyLong_AsSsize_t(posobj);
+    if (*pos == -1 && PyErr_Occurred())
+        return -1;
+    if (*pos < 0) {
+        PyErr_SetString(PyExc_ValueError, "pos must not be negative");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *run_decode(ProgramObject *prog, PyObject *buf, PyObject *posobj)
+{
+    Py_ssize_t pos;
+    if (get_buffer(buf, posobj, &pos) < 0)
+        return NULL;
+    Ctx c;
+    memset(&c, 0, sizeof c);
+    c.p = (const unsigned char *)PyBytes_AS_STRING(buf);
+    c.n = PyBytes_GET_SIZE(buf);
+    c.buf = buf;
+    /* No collection while the tree is built: it holds only new objects, none with a
+     * finalizer, and no Python code runs here (unless UUIDs need UUID.__init__), so the
+     * pause is invisible; it saves the collector from walking (and promoting) the
+     * half-built tree over and over, which costs more than the decoding itself. */
+    int gc_was_enabled = uuid_int_off >= 0 ? PyGC_Disable() : 0;
+    PyObject *d = decode_struct(&c, prog->root, &pos, c.n);
+    if (gc_was_enabled)
+        PyGC_Enable();
+    if (d == NULL)
+        return NULL;
+    PyObject *end = PyLong_FromSsize_t(pos);
+    if (end == NULL) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    PyObject *out = PyTuple_New(2);
+    if (out == NULL) {
+        Py_DECREF(d);
+        Py_DECREF(end);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(out, 0, d);
+    PyTuple_SET_ITEM(out, 1, end);
+    return out;
+}
+
+static int add_to_attr(PyObject *obj, PyObject *name, Py_ssize_t amount)
+{
+    PyObject *old = PyObject_GetAttr(obj, name);
+    if (old == NULL)
+        return -1;
+    PyObject *delta = PyLong_FromSsize_t(amount);
+    PyObject *value = delta ? PyNumber_Add(old, delta) : NULL;
+    Py_DECREF(old);
+    Py_XDECREF(delta);
+    if (value == NULL)
+        return -1;
+    int rc = PyObject_SetAttr(obj, name, value);
+    Py_DECREF(value);
+    return rc;
+}
+
+/* Fold the counters kept in C into the result (also after a failure, as Python would have). */
+static int flush_counters(Ctx *c)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    int rc = 0;
+    if (c->empty) {
+        PyObject *counter = PyObject_GetAttr(c->result, S_empty_counter);
+        PyObject *old = counter ? PySequence_GetItem(counter, 0) : NULL;
+        PyObject *delta = old ? PyLong_FromSsize_t(c->empty) : NULL;
+        PyObject *sum = delta ? PyNumber_Add(old, delta) : NULL;
+        if (sum == NULL || PySequence_SetItem(counter, 0, sum) < 0)
+            rc = -1;
+        Py_XDECREF(counter);
+        Py_XDECREF(old);
+        Py_XDECREF(delta);
+        Py_XDECREF(sum);
+    }
+    if (rc == 0 && c->sections) {
+        if (add_to_attr(c->result, S_tag_sections, c->sections) < 0
+            || add_to_attr(c->result, S_tag_section_bytes, c->section_bytes) < 0)
+            rc = -1;
+    }
+    if (type != NULL) {
+        if (rc < 0)
+            PyErr_Clear();
+        PyErr_Restore(type, value, tb);
+        return -1;
+    }
+    return rc;
+}
+
+static PyObject *run_scan(ProgramObject *prog, PyObject *buf, PyObject *posobj, PyObject *result)
+{
+    Py_ssize_t pos;
+    if (get_buffer(buf, posobj, &pos) < 0)
+        return NULL;
+    Ctx c;
+    memset(&c, 0, sizeof c);
+    c.p = (const unsigned char *)PyBytes_AS_STRING(buf);
+    c.n = PyBytes_GET_SIZE(buf);
+    c.buf = buf;
+    c.result = result;
+    PyObject *out = NULL;
+    c.errors = PyObject_GetAttr(result, S_error_codes);
+    c.topics = c.errors ? PyObject_GetAttr(result, S_topics) : NULL;
+    c.records = c.topics ? PyObject_GetAttr(result, S_records) : NULL;
+    c.tagged = c.records ? PyObject_GetAttr(result, S_tagged_fields) : NULL;
+    if (c.tagged == NULL)
+        goto done;
+    if (!PyDict_Check(c.errors) || !PyAnySet_Check(c.topics) || !PyList_Check(c.tagged)) {
+        PyErr_SetString(PyExc_TypeError, "result must have a dict error_codes, a set topics and a list tagged_fields");
+        goto done;
+    }
+    int rc = scan_struct(&c, prog->root, &pos);
+    if (flush_counters(&c) < 0 || rc < 0)
+        goto done;
+    if (pos > c.n) { /* cannot happen: every step is checked; kept as in the reference */
+        fail("the message ends %zd bytes early", pos - c.n);
+        goto done;
+    }
+    out = PyLong_FromSsize_t(pos);
+done:
+    Py_XDECREF(c.errors);
+    Py_XDECREF(c.topics);
+    Py_XDECREF(c.records);
+    Py_XDECREF(c.tagged);
+    Py_XDECREF(c.mv);
+    return out;
+}
+
+static PyObject *program_decode(ProgramObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "decode(buf, pos=0)");
+        return NULL;
+    }
+    return run_decode(self, args[0], nargs > 1 ? args[1] : NULL);
+}
+
+static PyObject *program_scan(ProgramObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "scan(buf, pos, result)");
+        return NULL;
+    }
+    return run_scan(self, args[0], args[1], args[2]);
+}
+
+static PyMethodDef program_methods[] = {
+    {"decode", (PyCFunction)(void (*)(void))program_decode, METH_FASTCALL,
+     "decode(buf, pos=0) -> (dict, new_pos): the struct at buf[pos:] (buf must be bytes)."},
+    {"scan", (PyCFunction)(void (*)(void))program_scan, METH_FASTCALL,
+     "scan(buf, pos, result) -> new_pos: walk the struct, filling a ScanResult."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef program_members[] = {
+    {"source", T_OBJECT, offsetof(ProgramObject, source), READONLY, "the program tuple this was compiled from"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject ProgramType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kinspect.protocol._wire.Program",
+    .tp_basicsize = sizeof(ProgramObject),
+    .tp_dealloc = (destructor)program_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A wire program compiled for the C decoder and scanner (see compile_program).",
+    .tp_methods = program_methods,
+    .tp_members = program_members,
+};
+
+/* ------------------------------------------------------------------ module functions */
+
+/* The Program for a Program or a program tuple (compiled once per tuple object, cached by id). */
+static ProgramObject *program_of(PyObject *program)
+{
+    if (Py_IS_TYPE(program, &ProgramType)) {
+        Py_INCREF(program);
+        return (ProgramObject *)program;
+    }
+    if (!PyTuple_Check(program)) {
+        PyErr_SetString(PyExc_TypeError, "program must be a Program or a program tuple");
+        return NULL;
+    }
+    PyObject *key = PyLong_FromVoidPtr(program);
+    if (key == NULL)
+        return NULL;
+    PyObject *cached = PyDict_GetItemWithError(ProgramCache, key);
+    if (cached != NULL && ((ProgramObject *)cached)->source == program) {
+        Py_DECREF(key);
+        Py_INCREF(cached);
+        return (ProgramObject *)cached;
+    }
+    if (PyErr_Occurred()) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    PyObject *compiled = program_from_tuple(program);
+    if (compiled == NULL) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    if (PyDict_GET_SIZE(ProgramCache) >= PROGRAM_CACHE_MAX)
+        PyDict_Clear(ProgramCache);
+    int rc = PyDict_SetItem(ProgramCache, key, compiled); /* keeps the tuple alive: its id stays unique */
+    Py_DECREF(key);
+    if (rc < 0) {
+        Py_DECREF(compiled);
+        return NULL;
+    }
+    return (ProgramObject *)compiled;
+}
+
+static PyObject *wire_compile_program(PyObject *module, PyObject *program)
+{
+    if (Py_IS_TYPE(program, &ProgramType)) {
+        Py_INCREF(program);
+        return program;
+    }
+    return program_from_tuple(program);
+}
+
+static PyObject *wire_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 2 || nargs > 3) {
+        PyErr_SetString(PyExc_TypeError, "decode(program, buf, pos=0)");
+        return NULL;
+    }
+    ProgramObject *prog = program_of(args[0]);
+    if (prog == NULL)
+        return NULL;
+    PyObject *out = run_decode(prog, args[1], nargs > 2 ? args[2] : NULL);
+    Py_DECREF(prog);
+    return out;
+}
+
+static PyObject *wire_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "scan(program, buf, pos, result)");
+        return NULL;
+    }
+    ProgramObject *prog = program_of(args[0]);
+    if (prog == NULL)
+        return NULL;
+    PyObject *out = run_scan(prog, args[1], args[2], args[3]);
+    Py_DECREF(prog);
+    return out;
+}
+
+static PyMethodDef wire_methods[] = {
+    {"compile_program", (PyCFunction)wire_compile_program, METH_O,
+     "compile_program(program) -> Program: convert a wire_program tuple once."},
+    {"decode", (PyCFunction)(void (*)(void))wire_decode, METH_FASTCALL,
+     "decode(program, buf, pos=0) -> (dict, new_pos); program is a Program or a program tuple."},
+    {"scan", (PyCFunction)(void (*)(void))wire_scan, METH_FASTCALL,
+     "scan(program, buf, pos, result) -> new_pos; program is a Program or a program tuple."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef wire_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "kinspect.protocol._wire",
+    .m_doc = "Table-driven decoder and scanner for kinspect wire programs (see wire_program.py).",
+    .m_size = -1,
+    .m_methods = wire_methods,
+};
+
+/* Find where UUID keeps `int` and `is_safe`, to build UUIDs without calling __init__. */
+static void find_uuid_slots(void)
+{
+    PyTypeObject *tp = (PyTypeObject *)UUIDType;
+    if (!PyType_Check(UUIDType) || tp->tp_alloc != PyType_GenericAlloc || tp->tp_new != PyBaseObject_Type.tp_new)
+        return;
+    const char *names[2] = {"int", "is_safe"};
+    Py_ssize_t offsets[2] = {-1, -1};
+    for (int i = 0; i < 2; i++) {
+        PyObject *descr = PyDict_GetItemString(tp->tp_dict, names[i]); /* borrowed */
+        if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type))
+            return;
+        PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
+        if (m->type != T_OBJECT_EX || (m->flags & READONLY) || m->offset <= 0
+            || m->offset + (Py_ssize_t)sizeof(PyObject *) > tp->tp_basicsize)
+            return;
+        offsets[i] = m->offset;
+    }
+    uuid_int_off = offsets[0];
+    uuid_safe_off = offsets[1];
+}
+
+PyMODINIT_FUNC PyInit__wire(void)
+{
+    if (PyType_Ready(&ProgramType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&wire_module);
+    if (m == NULL)
+        return NULL;
+    PyObject *prim = PyImport_ImportModule("kinspect.protocol.primitives");
+    if (prim == NULL)
+        goto fail;
+    Malformed = PyObject_GetAttrString(prim, "Malformed");
+    Py_DECREF(prim);
+    if (Malformed == NULL)
+        goto fail;
+    PyObject *uuid = PyImport_ImportModule("uuid");
+    if (uuid == NULL)
+        goto fail;
+    UUIDType = PyObject_GetAttrString(uuid, "UUID");
+    PyObject *safe = PyObject_GetAttrString(uuid, "SafeUUID");
+    Py_DECREF(uuid);
+    if (UUIDType == NULL || safe == NULL) {
+        Py_XDECREF(safe);
+        goto fail;
+    }
+    SafeUnknown = PyObject_GetAttrString(safe, "unknown");
+    Py_DECREF(safe);
+    if (SafeUnknown == NULL)
+        goto fail;
+    find_uuid_slots();
+#define INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) goto fail
+    INTERN(UnknownKey, "_unknown_tagged_fields");
+    INTERN(S_error_codes, "error_codes");
+    INTERN(S_topics, "topics");
+    INTERN(S_records, "records");
+    INTERN(S_tagged_fields, "tagged_fields");
+    INTERN(S_empty_counter, "empty_counter");
+    INTERN(S_tag_sections, "tag_sections");
+    INTERN(S_tag_section_bytes, "tag_section_bytes");
+    INTERN(S_int, "int");
+#undef INTERN
+    if ((ProgramCache = PyDict_New()) == NULL)
+        goto fail;
+    Py_INCREF(&ProgramType);
+    if (PyModule_AddObject(m, "Program", (PyObject *)&ProgramType) < 0) {
+        Py_DECREF(&ProgramType);
+        goto fail;
+    }
+    if (PyModule_AddIntConstant(m, "UUID_FAST_PATH", uuid_int_off >= 0) < 0)
+        goto fail;
+    return m;
+fail:
+    Py_DECREF(m);
+    return NULL;
+}

@@ -1,0 +1,394 @@
+"""The C decoder/scanner (_wire) agrees exactly with the generated pure-Python codecs, on valid and malformed bytes."""
+
+from __future__ import annotations
+
+import os
+import random
+import struct
+import tracemalloc
+import uuid
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kinspect.protocol import codegen
+from kinspect.protocol.codec import _DECODE_FAILURES, Codec, CompiledStruct, _compile
+from kinspect.protocol.primitives import Malformed
+from kinspect.protocol.scan_result import ScanResult
+from kinspect.protocol.spec_model import parse_message
+from kinspect.protocol.wire_program import PURE_PYTHON_ENV, build_program, native_available
+from tests.spec_values import struct_value
+
+if os.environ.get(PURE_PYTHON_ENV) == "1":
+    pytest.skip(f"{PURE_PYTHON_ENV}=1 forces the pure-Python codecs", allow_module_level=True)
+
+try:
+    from kinspect.protocol import _wire
+except ImportError as exc:  # the tests below fail (never skip): CI installs with a compiler
+    _wire = None
+    _MISSING = f"kinspect.protocol._wire is not built ({exc}); reinstall with a C compiler or set {PURE_PYTHON_ENV}=1"
+
+CODEC = Codec()
+CASES = [
+    (key, direction, version)
+    for key in CODEC.registry.api_keys()
+    for direction in ("request", "response")
+    for version in CODEC.registry.versions(key, direction)
+]
+HEADERS = [(name, v) for name, top in (("RequestHeader", 2), ("ResponseHeader", 1)) for v in range(top + 1)
+           if CODEC.registry.header(name, v) is not None]
+
+# Every feature of the format the real specs lack (KAFKA-9927 encodings, float64 and uuid
+# arrays, nullable structs, structs and topic names in tagged fields, field-level
+# flexibleVersions), in one message.
+_SYNTHETIC = {
+    "apiKey": 32000, "type": "response", "name": "NativeProbeResponse", "validVersions": "0-3",
+    "flexibleVersions": "2+",
+    "fields": [
+        {"name": "ErrorCode", "type": "int16", "versions": "0+"},
+        {"name": "Small", "type": "int8", "versions": "0+"},
+        {"name": "Port", "type": "uint16", "versions": "0+"},
+        {"name": "Big", "type": "uint32", "versions": "0+"},
+        {"name": "Ratio", "type": "float64", "versions": "0+"},
+        {"name": "Flag", "type": "bool", "versions": "0+"},
+        {"name": "Id", "type": "uuid", "versions": "0+"},
+        {"name": "Stamp", "type": "int64", "versions": "0+"},
+        {"name": "PackedErrorCode", "type": "int16", "versions": "0+", "encoding": "packed16"},
+        {"name": "Wide", "type": "int16", "versions": "0+", "encoding": {"0-1": "packed64", "2+": "upacked64"}},
+        {"name": "Loose", "type": "int16", "versions": "0+", "encoding": "upacked32"},
+        {"name": "Narrow", "type": "int32", "versions": "0+", "encoding": "fixed16"},
+        {"name": "Fixed64", "type": "int32", "versions": "0+", "encoding": "fixed64"},
+        {"name": "Unsigned64", "type": "int64", "versions": "0+", "encoding": "upacked64"},
+        {"name": "Packed64", "type": "int64", "versions": "0+", "encoding": "packed64"},
+        {"name": "Packed32", "type": "int32", "versions": "0+", "encoding": {"0-2": "packed32", "3+": "fixed32"}},
+        {"name": "Topic", "type": "string", "versions": "0+", "entityType": "topicName", "nullableVersions": "1+"},
+        {"name": "Topics", "type": "[]string", "versions": "0+", "entityType": "topicName"},
+        {"name": "Blobs", "type": "[]bytes", "versions": "0+", "nullableVersions": "3+"},
+        {"name": "Ids", "type": "[]uuid", "versions": "0+"},
+        {"name": "Ratios", "type": "[]float64", "versions": "0+"},
+        {"name": "Flags", "type": "[]bool", "versions": "0+"},
+        {"name": "Smalls", "type": "[]int8", "versions": "0+"},
+        {"name": "Ports", "type": "[]uint16", "versions": "0+"},
+        {"name": "Bigs", "type": "[]uint32", "versions": "0+"},
+        {"name": "Longs", "type": "[]int64", "versions": "1+"},
+        {"name": "Records", "type": "records", "versions": "0+", "nullableVersions": "0+"},
+        {"name": "Legacy", "type": "string", "versions": "0+", "flexibleVersions": "none", "nullableVersions": "0+"},
+        {"name": "LegacyBlob", "type": "bytes", "versions": "0+", "flexibleVersions": "3+"},
+        {"name": "Maybe", "type": "Inner", "versions": "0+", "nullableVersions": "1+"},
+        {"name": "Items", "type": "[]Item", "versions": "0+", "nullableVersions": "2+", "fields": [
+            {"name": "ErrorCode", "type": "int16", "versions": "0+"},
+            {"name": "Name", "type": "string", "versions": "0+", "entityType": "topicName"},
+            {"name": "Payload", "type": "bytes", "versions": "0+", "nullableVersions": "0+"},
+            {"name": "Child", "type": "Inner", "versions": "1+"},
+            {"name": "Hint", "type": "int64", "versions": "2+", "taggedVersions": "2+", "tag": 3},
+        ]},
+        {"name": "Extra", "type": "int32", "versions": "2+", "taggedVersions": "2+", "tag": 0},
+        {"name": "ExtraStruct", "type": "Tagged", "versions": "2+", "taggedVersions": "2+", "tag": 1,
+         "nullableVersions": "2+", "fields": [
+             {"name": "Inner", "type": "int32", "versions": "0+"},
+             {"name": "Deep", "type": "[]string", "versions": "0+", "entityType": "topicName"},
+             {"name": "DeepTag", "type": "uuid", "versions": "2+", "taggedVersions": "2+", "tag": 0},
+         ]},
+        {"name": "ExtraNames", "type": "[]string", "versions": "3+", "taggedVersions": "3+", "tag": 5,
+         "entityType": "topicName", "nullableVersions": "3+"},
+        {"name": "ExtraCode", "type": "int16", "versions": "3+", "taggedVersions": "3+", "tag": 7,
+         "encoding": "packed16"},
+    ],
+    "commonStructs": [
+        {"name": "Inner", "versions": "0+", "fields": [
+            {"name": "Value", "type": "int32", "versions": "0+"},
+            {"name": "Note", "type": "string", "versions": "1+", "nullableVersions": "1+"},
+        ]},
+    ],
+}
+SYNTHETIC = parse_message(_SYNTHETIC, "<native probe>")
+SYNTHETIC_CASES = list(range(4))
+
+_MISSING_SENTINEL = object()
+_harnesses: dict = {}
+
+
+def _id(case):
+    key, direction, version = case
+    return f"{CODEC.registry.api_name(key)}-{direction}-v{version}"
+
+
+def same(a, b, where: str = "$") -> None:
+    """Exact equality, types and dict key order included (floats bit for bit)."""
+    assert type(a) is type(b), f"{where}: {type(a).__name__} {a!r} != {type(b).__name__} {b!r}"
+    if isinstance(a, dict):
+        assert list(a) == list(b), f"{where}: keys {list(a)} != {list(b)}"
+        for k in a:
+            same(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), f"{where}: {len(a)} items != {len(b)}"
+        for i, (x, y) in enumerate(zip(a, b)):
+            same(x, y, f"{where}[{i}]")
+    elif isinstance(a, float):
+        assert struct.pack(">d", a) == struct.pack(">d", b), f"{where}: {a!r} != {b!r}"
+    elif isinstance(a, uuid.UUID):
+        assert (a.int, a.is_safe) == (b.int, b.is_safe), f"{where}: {a!r} != {b!r}"
+    elif isinstance(a, (set, frozenset)):
+        assert a == b, f"{where}: {a!r} != {b!r}"
+        assert sorted(map(type, a), key=str) == sorted(map(type, b), key=str)
+    else:
+        assert a == b, f"{where}: {a!r} != {b!r}"
+
+
+def scan_state(r: ScanResult) -> tuple:
+    return (r.tag_sections, r.tag_section_bytes, list(r.empty_counter), list(r.tagged_fields),
+            dict(r.error_codes), set(r.topics), [x.to_dict() if x is not None else None for x in r.records])
+
+
+class Harness:
+    """The reference decoder and scanner of one struct version next to the C program."""
+
+    def __init__(self, compiled: CompiledStruct) -> None:
+        if _wire is None:
+            pytest.fail(_MISSING)
+        self.compiled = compiled
+        spec, v, flexible = compiled.spec.struct, compiled.version, compiled.flexible
+        self.py_decode = compiled.decode_python
+        self.py_scan = _compile(codegen.generate_scanner(spec, v, flexible, compiled.label), "scan", compiled.label)
+        self.program = build_program(spec, v, flexible)
+        self.native = _wire.compile_program(self.program)
+
+    def agree(self, buf: bytes, pos: int = 0, *, valid: bool = False) -> None:
+        """Both paths succeed or both fail; on success, identical values, positions and scans."""
+        try:
+            expected = self.py_decode(buf, pos)
+        except _DECODE_FAILURES as exc:
+            assert not valid, f"the reference fails on valid bytes: {exc!r}"
+            expected = None
+        try:
+            actual = self.native.decode(buf, pos)
+        except Malformed:
+            actual = None
+        assert (expected is None) == (actual is None), (
+            f"{self.compiled.label}: reference {'fails' if expected is None else 'succeeds'}, C "
+            f"{'fails' if actual is None else 'succeeds'} on {buf.hex()} at {pos}"
+        )
+        if expected is not None:
+            same(actual, expected)
+        py_result, c_result = ScanResult(), ScanResult()
+        try:
+            py_end = self.py_scan(buf, pos, py_result)
+        except _DECODE_FAILURES as exc:
+            assert not valid, f"the reference scanner fails on valid bytes: {exc!r}"
+            py_end = None
+        try:
+            c_end = self.native.scan(buf, pos, c_result)
+        except Malformed:
+            c_end = None
+        assert (py_end is None) == (c_end is None), (
+            f"{self.compiled.label}: reference scan {'fails' if py_end is None else 'succeeds'}, C scan "
+            f"{'fails' if c_end is None else 'succeeds'} on {buf.hex()} at {pos}"
+        )
+        if py_end is not None:
+            assert c_end == py_end
+            same(scan_state(c_result), scan_state(py_result))
+            assert c_result.finish().to_dict() == py_result.finish().to_dict()
+
+    def exercise(self, data, value: dict) -> None:
+        encoded = bytes(self.compiled.encode(value))
+        self.agree(encoded, valid=True)
+        self.agree(b"\x07\x00\xff" + encoded + b"\x00\x01", 3, valid=True)  # at an offset, with trailing bytes
+        rng = random.Random(data.draw(st.integers(0, 2**32 - 1), label="seed"))
+        cuts = range(len(encoded)) if len(encoded) <= 400 else sorted(rng.sample(range(len(encoded)), 40))
+        for cut in cuts:
+            self.agree(encoded[:cut])
+        for _ in range(8 if encoded else 0):
+            mutated = bytearray(encoded)
+            for _ in range(rng.randint(1, 3)):
+                bit = rng.randrange(len(encoded) * 8)
+                mutated[bit // 8] ^= 1 << (bit % 8)
+            self.agree(bytes(mutated))
+        for _ in range(4):
+            prefix = encoded[: rng.randint(0, len(encoded))]
+            self.agree(prefix + rng.randbytes(rng.randint(0, 40)))
+        self.agree(rng.randbytes(rng.randint(0, 64)))
+
+
+def harness(key) -> Harness:
+    h = _harnesses.get(key, _MISSING_SENTINEL)
+    if h is _MISSING_SENTINEL:
+        if key[0] == "header":
+            compiled = CODEC.header(key[1], key[2])
+        elif key[0] == "synthetic":
+            v = key[1]
+            compiled = CompiledStruct(SYNTHETIC, v, v in SYNTHETIC.flexible_versions, api="NativeProbe",
+                                      api_key=32000, direction="response")
+        else:
+            compiled = CODEC.body(*key)
+        h = _harnesses[key] = Harness(compiled)
+    return h
+
+
+_SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def test_extension_is_built():
+    assert _wire is not None, _MISSING
+    assert native_available()
+
+
+@pytest.mark.parametrize("case", CASES, ids=_id)
+@settings(max_examples=4, **_SETTINGS)
+@given(data=st.data())
+def test_native_matches_reference(case, data):
+    h = harness(case)
+    h.exercise(data, data.draw(struct_value(h.compiled.spec.struct, h.compiled.version, h.compiled.flexible)))
+
+
+@pytest.mark.parametrize("case", HEADERS, ids=lambda c: f"{c[0]}-v{c[1]}")
+@settings(max_examples=20, **_SETTINGS)
+@given(data=st.data())
+def test_native_headers_match_reference(case, data):
+    h = harness(("header", *case))
+    h.exercise(data, data.draw(struct_value(h.compiled.spec.struct, h.compiled.version, h.compiled.flexible)))
+
+
+@pytest.mark.parametrize("version", SYNTHETIC_CASES)
+@settings(max_examples=150, **_SETTINGS)
+@given(data=st.data())
+def test_native_matches_reference_on_every_feature(version, data):
+    h = harness(("synthetic", version))
+    h.exercise(data, data.draw(struct_value(SYNTHETIC.struct, version, version in SYNTHETIC.flexible_versions)))
+
+
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def test_varint_limits_and_range_checks():
+    """Overlong and oversized varints, and the type range checked when an encoding is wider than its type."""
+    spec = parse_message({
+        "type": "data", "name": "Probe", "validVersions": "0", "flexibleVersions": "none",
+        "fields": [
+            {"name": "Wide", "type": "int16", "versions": "0+", "encoding": "packed64"},
+            {"name": "Loose", "type": "int16", "versions": "0+", "encoding": "upacked32"},
+            {"name": "Huge", "type": "int64", "versions": "0+", "encoding": "upacked64"},
+            {"name": "Short", "type": "int16", "versions": "0+", "encoding": "packed16"},
+        ],
+    })
+    h = Harness(CompiledStruct(spec, 0, False, api="Probe", api_key=None, direction="data"))
+    ok = _uvarint(2) + _uvarint(3) + _uvarint(2**64 - 1) + _uvarint(5)
+    h.agree(ok, valid=True)
+    assert h.native.decode(ok)[0] == {"Wide": 1, "Loose": 3, "Huge": -1, "Short": -3}
+    variants = [
+        _uvarint(2 * 40000),  # packed64 40000: outside int16, rejected
+        _uvarint(2 * 32767),
+        _uvarint(2 * 32768 - 1),  # -32768
+        _uvarint(2 * 32768 + 1),  # -32769
+    ]
+    for wide in variants:
+        h.agree(wide + ok[1:])
+    for loose in (_uvarint(40000), _uvarint(2**31), _uvarint(2**32 - 1), _uvarint(2**32), b"\x80" * 5 + b"\x00"):
+        h.agree(ok[:1] + loose + ok[2:])  # upacked32 on an int16: the int16 range is checked too
+    with pytest.raises(Malformed):
+        h.native.decode(ok[:1] + _uvarint(40000) + ok[2:])
+    assert h.native.decode(ok[:1] + _uvarint(2**32 - 1) + ok[2:])[0]["Loose"] == -1
+    for huge in (b"\xff" * 9 + b"\x01", b"\xff" * 9 + b"\x02", b"\xff" * 10 + b"\x00", b"\x80" * 9 + b"\x00"):
+        h.agree(ok[:2] + huge + ok[-1:])
+    for short in (_uvarint(0xFFFF), _uvarint(0x10000), b"\xff\xff\x03", b"\x80\x80\x80\x00"):
+        h.agree(ok[:-1] + short)
+
+
+def test_nullable_struct_markers():
+    """A marker byte of 128 or more is null; below is present (not just 0 and 1)."""
+    spec = parse_message({
+        "type": "data", "name": "Probe", "validVersions": "0", "flexibleVersions": "none",
+        "fields": [
+            {"name": "Maybe", "type": "Inner", "versions": "0+", "nullableVersions": "0+"},
+            {"name": "After", "type": "int8", "versions": "0+"},
+        ],
+        "commonStructs": [{"name": "Inner", "versions": "0+", "fields": [
+            {"name": "Value", "type": "int32", "versions": "0+"}]}],
+    })
+    h = Harness(CompiledStruct(spec, 0, False, api="Probe", api_key=None, direction="data"))
+    for marker in (0, 1, 0x7F, 0x80, 0x81, 0xFF):
+        for tail in (b"\x00\x00\x00\x05\x09", b"\x09", b""):
+            h.agree(bytes([marker]) + tail)
+    assert h.native.decode(b"\x80\x09")[0] == {"Maybe": None, "After": 9}
+    assert h.native.decode(b"\x7f\x00\x00\x00\x05\x09")[0] == {"Maybe": {"Value": 5}, "After": 9}
+
+
+def test_tagged_fields_scan_and_unknown_tags():
+    """Unknown and known tags, a zero-count section written long, and out-of-order tags."""
+    h = harness(("synthetic", 3))
+    base = bytes(h.compiled.encode({}))
+    assert base[-1] == 0
+    known = _uvarint(0) + _uvarint(4) + struct.pack(">i", 7)
+    unknown = _uvarint(9) + _uvarint(2) + b"hi"
+    for section in (
+        _uvarint(2) + known + unknown,
+        _uvarint(1) + unknown,
+        b"\x80\x00",  # a count of 0 in two bytes: not the empty fast path
+        _uvarint(2) + unknown + known,  # descending
+        _uvarint(2) + known + known,  # repeated
+        _uvarint(1) + _uvarint(0) + _uvarint(3) + b"\x00\x00\x07",  # declares 3, the value takes 4
+        _uvarint(1) + _uvarint(0) + _uvarint(5) + b"\x00\x00\x00\x07\x00",  # declares 5, the value takes 4
+        _uvarint(200) + unknown,
+    ):
+        h.agree(base[:-1] + section)
+    decoded, _ = h.native.decode(base[:-1] + _uvarint(2) + known + unknown)
+    assert list(decoded)[-2:] == ["Extra", "_unknown_tagged_fields"]
+    assert decoded["_unknown_tagged_fields"] == [(9, b"hi")]
+
+
+def test_module_functions_cache_programs_and_reject_bad_ones():
+    h = harness((3, "response", 12))
+    raw = bytes(h.compiled.encode({"Topics": [{"Name": "a", "Partitions": [{"ErrorCode": 3}]}]}))
+    program = build_program(h.compiled.spec.struct, 12, True)
+    assert _wire.decode(program, raw, 0) == h.py_decode(raw, 0)
+    assert _wire.decode(program, raw) == _wire.decode(h.native, raw, 0)
+    result = ScanResult()
+    assert _wire.scan(program, raw, 0, result) == len(raw)
+    assert result.error_codes == {3: 1} and result.topics == {"a"}
+    assert h.native.source is program or h.native.source == program
+    for bad in ((), (True, (), (), 1), (True, (("X", "nope", False, False, False, False, None),), (), "")):
+        with pytest.raises((ValueError, TypeError)):
+            _wire.compile_program(bad)
+    with pytest.raises(TypeError):
+        h.native.decode(bytearray(raw), 0)
+    with pytest.raises(ValueError):
+        h.native.decode(raw, -1)
+
+
+def test_no_reference_leaks():
+    """Decoding and scanning, valid or not, leaves no Python objects behind."""
+    h = harness((3, "response", 12))
+    body = {"Brokers": [{"NodeId": 1, "Host": "h", "Rack": None}], "Topics": [
+        {"Name": f"t{t}", "TopicId": uuid.uuid4(), "ErrorCode": t % 2,
+         "Partitions": [{"PartitionIndex": p, "ReplicaNodes": [1, 2], "IsrNodes": [1]} for p in range(3)]}
+        for t in range(4)], "_unknown_tagged_fields": [(4, b"xyz")]}
+    raw = bytes(h.compiled.encode(body))
+    bad = [raw[:n] for n in range(0, len(raw), 7)] + [raw[:-1] + b"\x01\x05\x00"]
+
+    def run(times: int) -> None:
+        for _ in range(times):
+            h.native.decode(raw, 0)
+            h.native.scan(raw, 0, ScanResult())
+            for b in bad:
+                for fn in (lambda: h.native.decode(b, 0), lambda: h.native.scan(b, 0, ScanResult())):
+                    try:
+                        fn()
+                    except Malformed:
+                        pass
+
+    run(50)
+    tracemalloc.start()
+    try:
+        run(20)
+        before = tracemalloc.get_traced_memory()[0]
+        run(300)
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 20_000, f"{grown} bytes still allocated after 300 rounds"
