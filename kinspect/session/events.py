@@ -29,6 +29,18 @@ class _Lazy:
 
     __slots__ = ()
 
+    def _once(self, slot: str, compute):
+        outcome = getattr(self, slot)
+        if outcome is None:
+            try:
+                outcome = compute(self._complete_frame())
+            except DecodeError as exc:
+                outcome = exc
+            setattr(self, slot, outcome)
+        if isinstance(outcome, DecodeError):
+            raise outcome
+        return outcome
+
     def _complete_frame(self) -> bytes:
         if not self.complete:
             raise DecodeError(
@@ -66,25 +78,10 @@ class Request(_Lazy):
 
     def decode(self):
         """The DecodedRequest (raises DecodeError, cached either way)."""
-        if self._decoded is None:
-            try:
-                self._decoded = self.codec.decode_request(self._complete_frame())
-            except DecodeError as exc:
-                self._decoded = exc
-        if isinstance(self._decoded, DecodeError):
-            raise self._decoded
-        return self._decoded
+        return self._once("_decoded", self.codec.decode_request)
 
     def scan(self) -> ScanResult:
-        if self._scanned is None:
-            try:
-                frame = self._complete_frame()
-                self._scanned = self.codec.scan_request(frame, self.header)
-            except DecodeError as exc:
-                self._scanned = exc
-        if isinstance(self._scanned, DecodeError):
-            raise self._scanned
-        return self._scanned
+        return self._once("_scanned", lambda frame: self.codec.scan_request(frame, self.header))
 
 
 @dataclass(slots=True, eq=False)
@@ -105,24 +102,11 @@ class Response(_Lazy):
     _scanned: object = field(default=None, repr=False)
 
     def decode(self):
-        if self._decoded is None:
-            try:
-                self._decoded = self.codec.decode_response(self._complete_frame(), self.api_key, self.api_version)
-            except DecodeError as exc:
-                self._decoded = exc
-        if isinstance(self._decoded, DecodeError):
-            raise self._decoded
-        return self._decoded
+        """The DecodedResponse (raises DecodeError, cached either way)."""
+        return self._once("_decoded", lambda frame: self.codec.decode_response(frame, self.api_key, self.api_version))
 
     def scan(self) -> ScanResult:
-        if self._scanned is None:
-            try:
-                self._scanned = self.codec.scan_response(self._complete_frame(), self.api_key, self.api_version)
-            except DecodeError as exc:
-                self._scanned = exc
-        if isinstance(self._scanned, DecodeError):
-            raise self._scanned
-        return self._scanned
+        return self._once("_scanned", lambda frame: self.codec.scan_response(frame, self.api_key, self.api_version))
 
 
 @dataclass(slots=True, eq=False)
