@@ -6,6 +6,7 @@ import ast
 import dataclasses
 import importlib.util
 import json
+import os
 import pathlib
 import struct
 import subprocess
@@ -510,6 +511,73 @@ def test_summaries_are_frozen_and_hashable():
     assert hash(summary) == hash(summarize_ok(mixed_record_set()))
 
 
+def test_summaries_behave_as_the_frozen_dataclasses_they_were():
+    """Tuples underneath (one allocation each), dataclass behaviour on top."""
+    import copy
+    import pickle
+
+    summary = summarize_ok(mixed_record_set() + v2_batch(GZIP)[:40])
+    batch = summary.batches[0]
+    assert type(summary) is RecordsSummary and all(type(b) is BatchSummary for b in summary.batches)
+    assert isinstance(batch, tuple) and len(batch) == 17 and len(summary) == 3
+    assert BatchSummary._fields == tuple(f.name for f in dataclasses.fields(BatchSummary))
+    assert RecordsSummary._fields == ("batches", "total_bytes", "truncated_bytes")
+    assert [getattr(batch, name) for name in BatchSummary._fields] == list(batch)
+    assert batch.size == batch.batch_length + 12
+    # immutable, also against deletion and new attributes
+    for target, name in ((batch, "magic"), (batch, "other"), (summary, "batches")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(target, name, 1)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            delattr(target, name)
+    # == only within a class, as dataclass eq; never ordered; hash of the fields
+    assert batch == BatchSummary(*batch) and not (batch != BatchSummary(*batch))
+    assert batch != tuple(batch) and tuple(batch) != batch
+    assert summary != (summary.batches, summary.total_bytes, summary.truncated_bytes)
+    for op in ("__lt__", "__le__", "__gt__", "__ge__"):
+        with pytest.raises(TypeError):
+            getattr(__import__("operator"), op.strip("_"))(batch, batch)
+    assert hash(batch) == hash(BatchSummary(*batch)) and len({batch, BatchSummary(*batch)}) == 1
+    # repr as the dataclass wrote it
+    assert repr(batch).startswith("BatchSummary(offset=0, magic=2, base_offset=0, batch_length=")
+    assert repr(summary).startswith("RecordsSummary(batches=(BatchSummary(offset=0,")
+    assert repr(batch).endswith(", wrapper=False, truncated=False)")
+    # keyword construction, copies, pickling, dataclasses helpers, namedtuple helpers
+    assert BatchSummary(**batch.to_dict()) == batch
+    assert RecordsSummary(batches=summary.batches, total_bytes=summary.total_bytes,
+                          truncated_bytes=summary.truncated_bytes) == summary
+    for clone in (copy.copy(summary), copy.deepcopy(summary), pickle.loads(pickle.dumps(summary)),
+                  pickle.loads(pickle.dumps(summary, protocol=0))):
+        assert clone == summary and type(clone) is RecordsSummary
+        assert all(type(b) is BatchSummary for b in clone.batches)
+    assert dataclasses.is_dataclass(batch) and dataclasses.is_dataclass(RecordsSummary)
+    assert dataclasses.replace(batch, truncated=True) == batch._replace(truncated=True)
+    assert dataclasses.replace(batch, truncated=True).truncated is True
+    assert dataclasses.asdict(batch) == batch.to_dict() == batch._asdict()
+    assert dataclasses.asdict(summary)["batches"] == tuple(b.to_dict() for b in summary.batches)
+    assert dataclasses.astuple(batch) == tuple(batch)
+    match batch:
+        case BatchSummary(0, 2, magic_two_offset):
+            assert magic_two_offset == batch.base_offset
+        case _:
+            pytest.fail("positional match on BatchSummary")
+    with pytest.raises(TypeError):
+        BatchSummary(*batch[:-1])  # every field is required, as in the dataclass
+
+
+def test_summarize_records_is_the_c_twin_unless_pure_python():
+    assert records_module.summarize_records_python.__module__ == records_module.__name__
+    if os.environ.get("KINSPECT_PURE_PYTHON") == "1":
+        assert summarize_records is records_module.summarize_records_python
+        return
+    try:
+        from kinspect.protocol import _wire
+    except ImportError:  # not built: tests/test_records_native.py fails for that
+        assert summarize_records is records_module.summarize_records_python
+    else:
+        assert summarize_records is _wire.summarize_records
+
+
 def test_payload_is_never_read():
     """Garbage after each header (compressed data, keys, values) changes nothing."""
     data = bytearray(mixed_record_set())
@@ -893,14 +961,28 @@ def test_module_docstring_is_one_line():
 
 
 def test_module_imports_stdlib_only():
+    """Stdlib only, besides the optional C twin (_wire), imported under `except ImportError`."""
     tree = ast.parse(RECORDS_PY.read_text())
-    imported = set()
+    guarded = set()  # imports in the body of a `try: ... except ImportError:`
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Try) and any(
+            isinstance(h.type, ast.Name) and h.type.id == "ImportError" for h in node.handlers
+        ):
+            guarded.update(id(n) for n in node.body if isinstance(n, (ast.Import, ast.ImportFrom)))
+    imported, optional = set(), set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            imported.update(alias.name.split(".")[0] for alias in node.names)
+            names = {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
-            imported.add((node.module or "").split(".")[0])
-    assert imported <= {"__future__", "struct", "zlib", "dataclasses", "crc32c"}, imported
+            names = {node.module or ""}
+        else:
+            continue
+        if id(node) in guarded:
+            optional |= names
+        else:
+            imported |= {name.split(".")[0] for name in names}
+    assert imported <= {"__future__", "struct", "zlib", "dataclasses", "operator", "os", "crc32c"}, imported
+    assert optional <= {"kinspect.protocol._wire", "crc32c"}, optional
 
 
 def test_module_alone_pulls_in_no_asyncio_or_logging():

@@ -68,7 +68,6 @@ static PyObject *UUIDType;           /* uuid.UUID */
 static PyObject *SafeUnknown;        /* uuid.SafeUUID.unknown */
 static Py_ssize_t uuid_int_off = -1; /* slot offsets of UUID.int and UUID.is_safe */
 static Py_ssize_t uuid_safe_off = -1;
-static PyObject *Summarize;          /* codec_runtime._summarize, imported on first use */
 static PyObject *UnknownKey;         /* "_unknown_tagged_fields" */
 static PyObject *S_error_codes, *S_topics, *S_records, *S_tagged_fields, *S_empty_counter,
     *S_tag_sections, *S_tag_section_bytes, *S_int;
@@ -108,7 +107,7 @@ typedef struct {
     Py_ssize_t n;               /* len(buf) */
     PyObject *buf;
     /* scan only */
-    PyObject *result, *errors, *topics, *records, *tagged, *mv;
+    PyObject *result, *errors, *topics, *records, *tagged;
     Py_ssize_t empty, sections, section_bytes;
 } Ctx;
 
@@ -583,6 +582,450 @@ fail:
     return NULL;
 }
 
+/* ------------------------------------------------------------------ record-set summaries
+ *
+ * The C twin of kinspect.protocol.records.summarize_records_python (the reference): the
+ * same walk over batch headers, the same batches and fields, the same truncated-tail
+ * rules and the same RecordsError messages and byte offsets. The results are that
+ * module's BatchSummary and RecordsSummary: tuple subclasses without instance slots,
+ * so each is one allocation filled in place (tp_alloc + items), as tuple.__new__ would.
+ * The scanner calls this directly for every records field (None where RecordsError).
+ */
+
+#define REC_OVERHEAD 12      /* offset int64 + length int32 */
+#define REC_MAGIC_POS 16
+#define REC_ANY_MIN 14       /* smallest length of any entry (a v0 message) */
+#define REC_V2_MIN 49        /* v2 header (61 bytes) minus the 12-byte prefix */
+#define REC_V2_HEADER 61
+#define REC_V2_COUNT_POS 57
+#define REC_V0_MIN 14
+#define REC_V1_MIN 22
+#define REC_LEGACY_ATTRIBUTES_END 18
+#define REC_V1_HEADER 26
+#define N_BATCH_FIELDS 17
+#define N_SUMMARY_FIELDS 3
+
+static PyObject *RecordsErrorType;   /* kinspect.protocol.records.RecordsError */
+static PyObject *BatchType;          /* ... .BatchSummary */
+static PyObject *SummaryType;        /* ... .RecordsSummary */
+static PyObject *CodecNames[8];      /* ... ._CODECS */
+static PyObject *S_unreadable;       /* ... ._UNREADABLE ("unknown") */
+static PyObject *S_ts_none, *S_ts_create, *S_ts_log_append;
+static int tuple_alloc_ok;           /* both classes can be filled in place */
+
+/* A class built as tuple.__new__ builds it: a tuple subclass adding no slots, no dict. */
+static int plain_tuple_subclass(PyObject *type, Py_ssize_t nfields)
+{
+    if (!PyType_Check(type))
+        return 0;
+    PyTypeObject *tp = (PyTypeObject *)type;
+    if (!PyType_IsSubtype(tp, &PyTuple_Type) || tp->tp_basicsize != PyTuple_Type.tp_basicsize
+        || tp->tp_itemsize != PyTuple_Type.tp_itemsize || tp->tp_dictoffset != 0
+        || tp->tp_weaklistoffset != 0 || tp->tp_alloc != PyType_GenericAlloc || tp->tp_free != PyObject_GC_Del
+        || !(tp->tp_flags & Py_TPFLAGS_HEAPTYPE))
+        return 0;
+#ifdef Py_TPFLAGS_MANAGED_DICT
+    if (tp->tp_flags & Py_TPFLAGS_MANAGED_DICT)
+        return 0;
+#endif
+#ifdef Py_TPFLAGS_MANAGED_WEAKREF
+    if (tp->tp_flags & Py_TPFLAGS_MANAGED_WEAKREF)
+        return 0;
+#endif
+    PyObject *fields = PyObject_GetAttrString(type, "_fields");
+    if (fields == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int ok = PyTuple_Check(fields) && PyTuple_GET_SIZE(fields) == nfields;
+    Py_DECREF(fields);
+    return ok;
+}
+
+/* Import the result classes from kinspect.protocol.records, once. */
+static int records_init(void)
+{
+    if (SummaryType != NULL)
+        return 0;
+    PyObject *mod = PyImport_ImportModule("kinspect.protocol.records");
+    if (mod == NULL)
+        return -1;
+    PyObject *err = PyObject_GetAttrString(mod, "RecordsError");
+    PyObject *batch = err ? PyObject_GetAttrString(mod, "BatchSummary") : NULL;
+    PyObject *summary = batch ? PyObject_GetAttrString(mod, "RecordsSummary") : NULL;
+    PyObject *codecs = summary ? PyObject_GetAttrString(mod, "_CODECS") : NULL;
+    PyObject *unreadable = codecs ? PyObject_GetAttrString(mod, "_UNREADABLE") : NULL;
+    Py_DECREF(mod);
+    if (unreadable == NULL)
+        goto fail;
+    if (!PyTuple_Check(codecs) || PyTuple_GET_SIZE(codecs) != 8 || !PyUnicode_Check(unreadable)) {
+        PyErr_SetString(PyExc_TypeError, "kinspect.protocol.records: _CODECS must be 8 names");
+        goto fail;
+    }
+    if (S_ts_none == NULL) {
+        if ((S_ts_none = PyUnicode_InternFromString("none")) == NULL
+            || (S_ts_create = PyUnicode_InternFromString("create")) == NULL
+            || (S_ts_log_append = PyUnicode_InternFromString("log_append")) == NULL)
+            goto fail;
+    }
+    for (int i = 0; i < 8; i++) {
+        CodecNames[i] = PyTuple_GET_ITEM(codecs, i);
+        Py_INCREF(CodecNames[i]);
+    }
+    Py_DECREF(codecs);
+    tuple_alloc_ok = plain_tuple_subclass(batch, N_BATCH_FIELDS) && plain_tuple_subclass(summary, N_SUMMARY_FIELDS);
+    RecordsErrorType = err;
+    BatchType = batch;
+    S_unreadable = unreadable;
+    SummaryType = summary; /* last: marks the state as ready */
+    return 0;
+fail:
+    Py_XDECREF(err);
+    Py_XDECREF(batch);
+    Py_XDECREF(summary);
+    Py_XDECREF(codecs);
+    Py_XDECREF(unreadable);
+    return -1;
+}
+
+/* An instance of `type` (BatchSummary or RecordsSummary) holding the n values, whose
+ * references it steals (all of them, also on failure); NULL if any value is NULL.
+ *
+ * Allocated as tuple_alloc does for tuples (not zeroed) and left untracked by the cycle
+ * collector: its items are ints, strs, bools and (for a RecordsSummary) an exact tuple of
+ * BatchSummary, all immutable and new, so it can be part of no reference cycle (CPython
+ * untracks such plain tuples itself). Saves the collector from walking every batch. */
+static PyObject *fields_new(PyObject *type, PyObject **values, Py_ssize_t n)
+{
+    Py_ssize_t i;
+    for (i = 0; i < n; i++)
+        if (values[i] == NULL)
+            goto fail;
+    PyObject *t;
+    if (tuple_alloc_ok) {
+        t = (PyObject *)PyObject_GC_NewVar(PyTupleObject, (PyTypeObject *)type, n); /* increfs a heap type */
+        if (t == NULL)
+            goto fail;
+#if PY_VERSION_HEX >= 0x030E0000
+        ((PyTupleObject *)t)->ob_hash = -1; /* 3.14+ caches tuple hashes */
+#endif
+        memcpy(((PyTupleObject *)t)->ob_item, values, (size_t)n * sizeof(PyObject *));
+        return t;
+    }
+    t = PyObject_Vectorcall(type, values, (size_t)n, NULL); /* the class's own __new__ */
+    for (i = 0; i < n; i++)
+        Py_DECREF(values[i]);
+    return t;
+fail:
+    for (i = 0; i < n; i++)
+        Py_XDECREF(values[i]);
+    return NULL;
+}
+
+static inline PyObject *new_ref(PyObject *o)
+{
+    Py_INCREF(o);
+    return o;
+}
+
+static inline PyObject *new_bool(int v) { return new_ref(v ? Py_True : Py_False); }
+
+/* Why bytes are not a record set: the reason and its byte offset (RecordsError's args). */
+typedef struct {
+    char reason[128];
+    Py_ssize_t offset;
+} RecErr;
+
+static int rec_error(RecErr *e, Py_ssize_t offset, const char *format, ...)
+{
+    va_list va;
+    va_start(va, format);
+    PyOS_vsnprintf(e->reason, sizeof e->reason, format, va);
+    va_end(va);
+    e->offset = offset;
+    return -2;
+}
+
+/* v2 attributes -> compression, timestamp type, transactional, control (values[5,6,10,11]). */
+static inline void v2_attributes(PyObject **v, int attributes)
+{
+    v[5] = new_ref(CodecNames[attributes & 0x07]);
+    v[6] = new_ref(attributes & 0x08 ? S_ts_log_append : S_ts_create);
+    v[10] = new_bool(attributes & 0x10);
+    v[11] = new_bool(attributes & 0x20);
+}
+
+/* One v2 batch at p (pos within the records bytes), `available` bytes from p on (>= 17);
+ * truncated when the batch runs past them. 0, -1 (Python error) or -2 (RecordsError). */
+static int v2_batch(const unsigned char *p, Py_ssize_t pos, Py_ssize_t available, int truncated_,
+                    int64_t base_offset, int32_t length, PyObject **out, RecErr *err)
+{
+    PyObject *v[N_BATCH_FIELDS];
+    int32_t count = 0;
+    if (available >= REC_V2_HEADER) {
+        count = (int32_t)be32(p + REC_V2_COUNT_POS);
+        if (count < 0)
+            return rec_error(err, pos + REC_V2_COUNT_POS, "negative record count %ld", (long)count);
+    }
+    v[0] = PyLong_FromSsize_t(pos);
+    v[1] = PyLong_FromLong(2);
+    v[2] = PyLong_FromLongLong(base_offset);
+    v[3] = PyLong_FromLong(length);
+    v[4] = PyLong_FromLong(count);
+    if (available >= 23)
+        v2_attributes(v, (int16_t)be16(p + 21));
+    else { /* cut before the attributes */
+        v[5] = new_ref(S_unreadable);
+        v[6] = new_ref(S_ts_none);
+        v[10] = new_bool(0);
+        v[11] = new_bool(0);
+    }
+    v[7] = available >= 51 ? PyLong_FromLongLong((int64_t)be64(p + 43)) : PyLong_FromLong(-1);
+    v[8] = available >= 53 ? PyLong_FromLong((int16_t)be16(p + 51)) : PyLong_FromLong(-1);
+    v[9] = available >= 57 ? PyLong_FromLong((int32_t)be32(p + 53)) : PyLong_FromLong(-1);
+    int64_t first = available >= 35 ? (int64_t)be64(p + 27) : -1;
+    int64_t max = available >= 43 ? (int64_t)be64(p + 35) : -1;
+    v[12] = PyLong_FromLongLong(first);
+    v[13] = first == max ? (v[12] ? new_ref(v[12]) : NULL) : PyLong_FromLongLong(max);
+    v[14] = PyLong_FromLong((int32_t)be32(p + 12));
+    v[15] = new_bool(0);
+    v[16] = new_bool(truncated_);
+    *out = fields_new(BatchType, v, N_BATCH_FIELDS);
+    return *out == NULL ? -1 : 0;
+}
+
+/* One v0/v1 message at p, `available` bytes from p on (>= 17). 0 or -1. */
+static int legacy_batch(const unsigned char *p, Py_ssize_t pos, Py_ssize_t available, int truncated_,
+                        int magic, int64_t base_offset, int32_t length, PyObject **out)
+{
+    PyObject *v[N_BATCH_FIELDS];
+    PyObject *compression = S_unreadable, *ts_type = S_ts_none;
+    int wrapper = 0;
+    int64_t timestamp = -1;
+    if (available >= REC_LEGACY_ATTRIBUTES_END) {
+        int attributes = (signed char)p[17];
+        int codec = attributes & 0x07;
+        compression = CodecNames[codec];
+        wrapper = codec != 0;
+        if (magic == 1) {
+            ts_type = attributes & 0x08 ? S_ts_log_append : S_ts_create;
+            if (available >= REC_V1_HEADER)
+                timestamp = (int64_t)be64(p + 18);
+        }
+    }
+    v[0] = PyLong_FromSsize_t(pos);
+    v[1] = PyLong_FromLong(magic);
+    v[2] = PyLong_FromLongLong(base_offset);
+    v[3] = PyLong_FromLong(length);
+    v[4] = PyLong_FromLong(1);
+    v[5] = new_ref(compression);
+    v[6] = new_ref(ts_type);
+    v[7] = PyLong_FromLong(-1);
+    v[8] = PyLong_FromLong(-1);
+    v[9] = PyLong_FromLong(-1);
+    v[10] = new_bool(0);
+    v[11] = new_bool(0);
+    v[12] = PyLong_FromLongLong(timestamp);
+    v[13] = v[12] ? new_ref(v[12]) : NULL;
+    v[14] = PyLong_FromLong(-1);
+    v[15] = new_bool(wrapper);
+    v[16] = new_bool(truncated_);
+    *out = fields_new(BatchType, v, N_BATCH_FIELDS);
+    return *out == NULL ? -1 : 0;
+}
+
+/* The RecordsSummary of the n bytes at p. NULL with err->offset >= 0 when they are not a
+ * record set (no exception set: the caller raises RecordsError or records None), NULL with
+ * err->offset == -1 and an exception set for a Python error (memory). records_init first. */
+static PyObject *summarize_bytes(const unsigned char *p, Py_ssize_t n, RecErr *err)
+{
+    PyObject *inline_items[16];
+    PyObject **items = inline_items;
+    Py_ssize_t count = 0, capacity = 16, pos = 0, truncated_bytes = 0;
+    PyObject *result = NULL;
+    int rc = 0;
+    err->offset = -1;
+
+    while (pos < n) {
+        Py_ssize_t remaining = n - pos;
+        const unsigned char *q = p + pos;
+        if (remaining < REC_OVERHEAD) {
+            truncated_bytes = remaining;
+            break;
+        }
+        int64_t base_offset = (int64_t)be64(q);
+        int32_t length = (int32_t)be32(q + 8);
+        if (length < REC_ANY_MIN) {
+            if (length < 0) {
+                rc = rec_error(err, pos + 8, "negative batch length %ld", (long)length);
+                break;
+            }
+            if (remaining <= REC_MAGIC_POS) {
+                rc = rec_error(err, pos + 8,
+                               "batch length %ld is smaller than any record batch or message (%d)",
+                               (long)length, REC_ANY_MIN);
+                break;
+            }
+        }
+        if (remaining <= REC_MAGIC_POS) { /* cut before the magic byte */
+            truncated_bytes = remaining;
+            break;
+        }
+        int magic = q[REC_MAGIC_POS];
+        Py_ssize_t end = pos + REC_OVERHEAD + (Py_ssize_t)length;
+        int cut = end > n;
+        if (magic == 2) {
+            if (length < REC_V2_MIN) {
+                rc = rec_error(err, pos + 8, "batch length %ld is smaller than the v2 record batch header minimum %d",
+                               (long)length, REC_V2_MIN);
+                break;
+            }
+        }
+        else if (magic == 1 || magic == 0) {
+            int minimum = magic ? REC_V1_MIN : REC_V0_MIN;
+            if (length < minimum) {
+                rc = rec_error(err, pos + 8, "message size %ld is smaller than the magic %d message minimum %d",
+                               (long)length, magic, minimum);
+                break;
+            }
+        }
+        else {
+            rc = rec_error(err, pos + REC_MAGIC_POS, "unknown magic %d", magic);
+            break;
+        }
+        if (count == capacity) {
+            Py_ssize_t grown = capacity * 2;
+            PyObject **bigger = PyMem_Malloc((size_t)grown * sizeof(PyObject *));
+            if (bigger == NULL) {
+                PyErr_NoMemory();
+                rc = -1;
+                break;
+            }
+            memcpy(bigger, items, (size_t)count * sizeof(PyObject *));
+            if (items != inline_items)
+                PyMem_Free(items);
+            items = bigger;
+            capacity = grown;
+        }
+        Py_ssize_t available = cut ? remaining : end - pos;
+        PyObject *batch = NULL;
+        if (magic == 2)
+            rc = v2_batch(q, pos, available, cut, base_offset, length, &batch, err);
+        else
+            rc = legacy_batch(q, pos, available, cut, magic, base_offset, length, &batch);
+        if (rc < 0)
+            break;
+        items[count++] = batch;
+        if (cut) {
+            truncated_bytes = remaining;
+            break;
+        }
+        pos = end;
+    }
+
+    if (rc == 0) {
+        PyObject *v[N_SUMMARY_FIELDS];
+        v[0] = PyTuple_New(count);
+        if (v[0] != NULL) {
+            for (Py_ssize_t i = 0; i < count; i++)
+                PyTuple_SET_ITEM(v[0], i, items[i]);
+            count = 0; /* now owned by the tuple */
+            if (tuple_alloc_ok && PyObject_GC_IsTracked(v[0]))
+                PyObject_GC_UnTrack(v[0]); /* its items are untracked: as fields_new */
+        }
+        v[1] = PyLong_FromSsize_t(n);
+        v[2] = PyLong_FromSsize_t(truncated_bytes);
+        result = fields_new(SummaryType, v, N_SUMMARY_FIELDS);
+    }
+    for (Py_ssize_t i = 0; i < count; i++)
+        Py_DECREF(items[i]);
+    if (items != inline_items)
+        PyMem_Free(items);
+    if (rc == -2 && PyErr_Occurred()) /* cannot happen; a Python error wins */
+        err->offset = -1;
+    return result;
+}
+
+/* Raise RecordsError(reason, offset) from err. */
+static void raise_records_error(const RecErr *err)
+{
+    PyObject *exc = PyObject_CallFunction(RecordsErrorType, "sn", err->reason, err->offset);
+    if (exc != NULL) {
+        PyErr_SetObject(RecordsErrorType, exc);
+        Py_DECREF(exc);
+    }
+}
+
+/* summarize_records(data, start=0, end=None) */
+static PyObject *wire_summarize_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 1 || nargs > 3) {
+        PyErr_SetString(PyExc_TypeError, "summarize_records(data, start=0, end=None)");
+        return NULL;
+    }
+    PyObject *data = args[0];
+    if (data == Py_None)
+        Py_RETURN_NONE;
+    if (records_init() < 0)
+        return NULL;
+    Py_buffer view;
+    view.obj = NULL;
+    PyObject *keep = NULL; /* a memoryview, or the bytes copied from a strided one */
+    const unsigned char *p;
+    Py_ssize_t n;
+    if (PyBytes_Check(data)) {
+        p = (const unsigned char *)PyBytes_AS_STRING(data);
+        n = PyBytes_GET_SIZE(data);
+    }
+    else if (PyByteArray_Check(data)) {
+        /* The export keeps the bytearray from being resized while it is read. */
+        if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
+            return NULL;
+        p = view.buf;
+        n = view.len;
+    }
+    else {
+        /* As records._flat(memoryview(data)): a C-contiguous view's bytes as they lie in
+         * memory (what cast("B") reads), any other view's bytes in logical order. */
+        keep = PyMemoryView_FromObject(data); /* TypeError for what is not a buffer */
+        if (keep == NULL)
+            return NULL;
+        Py_buffer *b = PyMemoryView_GET_BUFFER(keep);
+        if (!PyBuffer_IsContiguous(b, 'C')) {
+            PyObject *flat = PyObject_CallMethod(keep, "tobytes", NULL);
+            Py_DECREF(keep);
+            if (flat == NULL)
+                return NULL;
+            keep = flat;
+            p = (const unsigned char *)PyBytes_AS_STRING(flat);
+            n = PyBytes_GET_SIZE(flat);
+        }
+        else {
+            p = b->buf;
+            n = b->len;
+        }
+    }
+    PyObject *result = NULL;
+    Py_ssize_t start = 0, stop = n;
+    if (nargs > 1 && (start = PyLong_AsSsize_t(args[1])) == -1 && PyErr_Occurred())
+        goto done;
+    if (nargs > 2 && args[2] != Py_None && (stop = PyLong_AsSsize_t(args[2])) == -1 && PyErr_Occurred())
+        goto done;
+    if (start < 0 || stop < start || stop > n) {
+        PyErr_Format(PyExc_ValueError, "start %zd and end %zd do not fit the %zd bytes", start, stop, n);
+        goto done;
+    }
+    RecErr err;
+    result = summarize_bytes(p + start, stop - start, &err);
+    if (result == NULL && err.offset >= 0)
+        raise_records_error(&err);
+done:
+    if (view.obj != NULL)
+        PyBuffer_Release(&view);
+    Py_XDECREF(keep);
+    return result;
+}
+
 /* ------------------------------------------------------------------ scanning */
 
 static int scan_struct(Ctx *c, const SProg *sp, Py_ssize_t *ppos);
@@ -619,28 +1062,29 @@ static int add_topic(Ctx *c, Py_ssize_t pos, long long n)
     return rc;
 }
 
+/* The summary of a records field, appended to result.records (None where the bytes are
+ * not a record set), as codec_runtime._summarize does, without calling into Python. */
 static int summarize(Ctx *c, Py_ssize_t pos, long long n)
 {
-    if (Summarize == NULL) {
-        PyObject *mod = PyImport_ImportModule("kinspect.protocol.codec_runtime");
-        if (mod == NULL)
-            return -1;
-        Summarize = PyObject_GetAttrString(mod, "_summarize");
-        Py_DECREF(mod);
-        if (Summarize == NULL)
-            return -1;
+    if (records_init() < 0)
+        return -1;
+    RecErr err;
+    PyObject *s = summarize_bytes(c->p + pos, (Py_ssize_t)n, &err);
+    if (s == NULL) {
+        if (err.offset < 0)
+            return -1; /* a Python error (memory): not a RecordsError */
+        s = new_ref(Py_None);
     }
-    if (c->mv == NULL && (c->mv = PyMemoryView_FromObject(c->buf)) == NULL)
-        return -1;
-    PyObject *view = PySequence_GetSlice(c->mv, pos, pos + (Py_ssize_t)n);
-    if (view == NULL)
-        return -1;
-    PyObject *r = PyObject_CallFunctionObjArgs(Summarize, view, c->records, NULL);
-    Py_DECREF(view);
-    if (r == NULL)
-        return -1;
-    Py_DECREF(r);
-    return 0;
+    int rc;
+    if (PyList_CheckExact(c->records))
+        rc = PyList_Append(c->records, s);
+    else {
+        PyObject *r = PyObject_CallMethod(c->records, "append", "O", s);
+        rc = r == NULL ? -1 : 0;
+        Py_XDECREF(r);
+    }
+    Py_DECREF(s);
+    return rc;
 }
 
 /* A non-empty tag section (codec_runtime.scan_tags). */
@@ -1176,7 +1620,6 @@ done:
     Py_XDECREF(c.topics);
     Py_XDECREF(c.records);
     Py_XDECREF(c.tagged);
-    Py_XDECREF(c.mv);
     return out;
 }
 
@@ -1308,6 +1751,11 @@ static PyMethodDef wire_methods[] = {
      "decode(program, buf, pos=0) -> (dict, new_pos); program is a Program or a program tuple."},
     {"scan", (PyCFunction)(void (*)(void))wire_scan, METH_FASTCALL,
      "scan(program, buf, pos, result) -> new_pos; program is a Program or a program tuple."},
+    {"summarize_records", (PyCFunction)(void (*)(void))wire_summarize_records, METH_FASTCALL,
+     "summarize_records(data, start=0, end=None) -> RecordsSummary | None\n\n"
+     "The C twin of kinspect.protocol.records.summarize_records_python, on data[start:end]\n"
+     "(offsets relative to start): None for None, RecordsError for bytes that are not a\n"
+     "record set, TypeError for what is not a bytes-like object."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import struct
 import zlib
-from dataclasses import dataclass
+from dataclasses import FrozenInstanceError, make_dataclass
+from operator import itemgetter
 
 __all__ = [
     "BatchSummary",
@@ -12,6 +14,7 @@ __all__ = [
     "RecordsSummary",
     "crc32c_py",
     "summarize_records",
+    "summarize_records_python",
     "verify_crc",
 ]
 
@@ -101,16 +104,96 @@ _UNREADABLE = "unknown"  # compression of a truncated batch cut before its attri
 
 
 # --------------------------------------------------------------------------- results
+#
+# The summaries are tuples with named fields (one allocation each, so the C scanner in
+# _wire builds them cheaply) that behave as the frozen dataclasses they used to be:
+# attributes, immutability (FrozenInstanceError), == only between instances of the same
+# class, hash, repr, no ordering, pickling, and dataclasses.fields / replace / asdict.
 
 
-@dataclass(frozen=True, slots=True)
-class BatchSummary:
+_tuple_new = tuple.__new__
+
+
+class _FrozenTuple(tuple):
+    """Base of the summary classes: a tuple whose fields are read by name, never assigned."""
+
+    __slots__ = ()
+    _fields: tuple[str, ...] = ()
+
+    def __setattr__(self, name, value):
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name):
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    # As a dataclass: equal only to an instance of the same class, and not ordered. (A
+    # plain tuple compares by its items with any tuple: the answers for tuples are given
+    # here, before the reflected tuple method could be tried.)
+    def __eq__(self, other):
+        if other.__class__ is self.__class__:
+            return tuple.__eq__(self, other)
+        return False if isinstance(other, tuple) else NotImplemented
+
+    def __ne__(self, other):
+        if other.__class__ is self.__class__:
+            return tuple.__ne__(self, other)
+        return True if isinstance(other, tuple) else NotImplemented
+
+    __hash__ = tuple.__hash__
+
+    def __lt__(self, other):
+        if isinstance(other, tuple):
+            raise TypeError(f"{type(self).__name__} instances are not ordered")
+        return NotImplemented
+
+    __le__ = __gt__ = __ge__ = __lt__
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{name}={value!r}" for name, value in zip(self._fields, self))
+        return f"{type(self).__qualname__}({inner})"
+
+    def __getnewargs__(self) -> tuple:
+        return tuple(self)
+
+    def _replace(self, **changes):
+        """A copy with some fields changed (as dataclasses.replace, which works too)."""
+        return type(self)(**{**dict(zip(self._fields, self)), **changes})
+
+    def _asdict(self) -> dict:
+        return dict(zip(self._fields, self))
+
+
+def _named_fields(cls):
+    """Give a _FrozenTuple subclass its fields, from its annotations, in order.
+
+    Each field becomes a read-only attribute; `__new__` must take the same names in the
+    same order. `__dataclass_fields__` is that of a frozen dataclass with these fields,
+    so dataclasses.fields(), replace() and asdict() accept the class and its instances.
+    """
+    fields = tuple(cls.__annotations__)
+    code = cls.__new__.__code__
+    if code.co_varnames[1 : code.co_argcount] != fields:
+        raise TypeError(f"{cls.__name__}.__new__ must take the fields {fields} in order")
+    for index, name in enumerate(fields):
+        type.__setattr__(cls, name, property(itemgetter(index), doc=f"Field {index}: {name}."))
+    shadow = make_dataclass(cls.__name__, [(name, cls.__annotations__[name]) for name in fields], frozen=True)
+    type.__setattr__(cls, "_fields", fields)
+    type.__setattr__(cls, "__match_args__", fields)
+    type.__setattr__(cls, "__dataclass_fields__", shadow.__dataclass_fields__)
+    type.__setattr__(cls, "__dataclass_params__", shadow.__dataclass_params__)
+    return cls
+
+
+@_named_fields
+class BatchSummary(_FrozenTuple):
     """The header of one entry of a record set: a v2 RecordBatch or a v0/v1 message.
 
     For a truncated batch (the last one, cut short by the fetch size limit), fields
     whose bytes are missing hold their "absent" value: -1, False, compression
     "unknown", timestamp_type "none" and, for v2, record_count 0.
     """
+
+    __slots__ = ()
 
     offset: int  # byte position of the entry within the records bytes
     magic: int
@@ -130,51 +213,68 @@ class BatchSummary:
     wrapper: bool  # v0/v1 compressed wrapper message (its inner messages are not counted)
     truncated: bool
 
+    def __new__(
+        cls, offset, magic, base_offset, batch_length, record_count, compression, timestamp_type,
+        producer_id, producer_epoch, base_sequence, transactional, control, first_timestamp,
+        max_timestamp, partition_leader_epoch, wrapper, truncated,
+    ):
+        return _tuple_new(cls, (
+            offset, magic, base_offset, batch_length, record_count, compression, timestamp_type,
+            producer_id, producer_epoch, base_sequence, transactional, control, first_timestamp,
+            max_timestamp, partition_leader_epoch, wrapper, truncated,
+        ))
+
     @property
     def size(self) -> int:
         """Bytes the entry declares on the wire, prefix included."""
-        return self.batch_length + _LOG_OVERHEAD
+        return self[3] + _LOG_OVERHEAD
 
     def to_dict(self) -> dict:
         """The fields as a plain dict."""
-        return {name: getattr(self, name) for name in _BATCH_FIELDS}
+        return dict(zip(_BATCH_FIELDS, self))
 
 
-_BATCH_FIELDS = tuple(BatchSummary.__dataclass_fields__)
+_BATCH_FIELDS = BatchSummary._fields
 
 
-@dataclass(frozen=True, slots=True)
-class RecordsSummary:
+@_named_fields
+class RecordsSummary(_FrozenTuple):
     """What a `records` field holds: its batches and any incomplete tail."""
+
+    __slots__ = ()
 
     batches: tuple[BatchSummary, ...]
     total_bytes: int
     truncated_bytes: int  # length of the incomplete tail (0 if none)
 
+    def __new__(cls, batches, total_bytes, truncated_bytes):
+        return _tuple_new(cls, (batches, total_bytes, truncated_bytes))
+
     @property
     def record_count(self) -> int:
         """Sum of the batches' record counts (a truncated batch adds what its header declares)."""
-        return sum(b.record_count for b in self.batches)
+        return sum([b[4] for b in self[0]])
 
     @property
     def batch_count(self) -> int:
-        return len(self.batches)
+        return len(self[0])
 
     def to_dict(self) -> dict:
         """A JSON-friendly form: plain values, lists and dicts."""
+        batches = self[0]
         return {
-            "total_bytes": self.total_bytes,
-            "truncated_bytes": self.truncated_bytes,
-            "batch_count": len(self.batches),
-            "record_count": self.record_count,
-            "batches": [b.to_dict() for b in self.batches],
+            "total_bytes": self[1],
+            "truncated_bytes": self[2],
+            "batch_count": len(batches),
+            "record_count": sum([b[4] for b in batches]),
+            "batches": [dict(zip(_BATCH_FIELDS, b)) for b in batches],
         }
 
 
 # --------------------------------------------------------------------------- the walk
 
 
-def summarize_records(data: bytes | bytearray | memoryview | None) -> RecordsSummary | None:
+def summarize_records_python(data: bytes | bytearray | memoryview | None) -> RecordsSummary | None:
     """Summarize a record set by walking its batch headers; None for a null `records`.
 
     Never decompresses and never reads keys or values. A last entry that runs past
@@ -183,6 +283,9 @@ def summarize_records(data: bytes | bytearray | memoryview | None) -> RecordsSum
     the size limit. Raises RecordsError, and nothing else, for bytes that cannot be a
     record set: a negative or too-small length, an unknown magic, a negative count.
     (A `data` that is not a bytes-like object at all is a TypeError.)
+
+    This is the reference implementation; `summarize_records` is the C twin in _wire
+    (same results, same errors) when that is built, and this function otherwise.
     """
     if data is None:
         return None
@@ -462,3 +565,29 @@ def verify_crc(data: bytes | bytearray | memoryview, batch: BatchSummary) -> boo
         stored = _UINT32.unpack_from(view, start + _LEGACY_CRC_POS)[0]
         return zlib.crc32(view[start + _LEGACY_CRC_FROM : end]) & 0xFFFFFFFF == stored
     return False
+
+
+# --------------------------------------------------------------------------- the C twin
+
+_PURE_PYTHON_ENV = "KINSPECT_PURE_PYTHON"  # as kinspect.protocol.wire_program.PURE_PYTHON_ENV
+
+
+def _native_summarize():
+    """_wire.summarize_records, or None when it is not built or KINSPECT_PURE_PYTHON=1.
+
+    Also None when this file is loaded on its own rather than as kinspect.protocol.records:
+    the C twin builds that module's BatchSummary and RecordsSummary.
+    """
+    if __name__ != "kinspect.protocol.records" or os.environ.get(_PURE_PYTHON_ENV) == "1":
+        return None
+    try:
+        from kinspect.protocol._wire import summarize_records as native
+    except ImportError:
+        return None
+    return native
+
+
+# summarize_records(data) -> RecordsSummary | None: the C twin of summarize_records_python
+# (same results, same RecordsError and TypeError cases) when _wire is built, else the
+# reference itself. Read summarize_records_python for the semantics.
+summarize_records = _native_summarize() or summarize_records_python

@@ -141,8 +141,8 @@ class ResponseRewriter:
                     size, api_key, version = self._holding
                     if len(self._buffer) < 4 + size:
                         break
-                    with memoryview(self._buffer) as view:
-                        frame = bytes(view[4 : 4 + size])  # one copy
+                    with memoryview(self._buffer) as held:
+                        frame = bytes(held[4 : 4 + size])  # one copy
                     del self._buffer[: 4 + size]
                     self._holding = None
                     out.append(self._rewritten(frame, api_key, version))
