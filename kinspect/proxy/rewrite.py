@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from kinspect.protocol.codec import Codec
-from kinspect.protocol.errors import DecodeError, EncodeError
 
 # api key -> first version whose response can carry broker addresses
 ADDRESS_RESPONSES = {
@@ -172,8 +171,8 @@ class ResponseRewriter:
     def _rewritten(self, frame: bytes, api_key: int, version: int) -> bytes:
         try:
             new = self._rewrite(frame, api_key, version)
-        except (DecodeError, EncodeError, KeyError, OSError) as exc:
-            # A response that cannot be rewritten still reaches the client, unchanged.
-            self.errors.append(f"could not rewrite a response of api {api_key} v{version}: {exc}")
+        except Exception as exc:  # nothing may break the stream: the response goes on unchanged
+            self.errors.append(f"could not rewrite a response of api {api_key} v{version}: "
+                               f"{type(exc).__name__}: {exc}")
             new = frame
         return struct.pack(">i", len(new)) + new

@@ -58,6 +58,7 @@ class ProxyServer:
         self.inspection_failures = 0
         self._ids = itertools.count(1)
         self._sweeper: asyncio.Task | None = None
+        self._tasks: set[asyncio.Task] = set()  # connects and new node listeners, ended by shutdown
         self.nodes: NodeMap | None = None
         self._stopping = False
         proxy = config.proxy
@@ -107,11 +108,21 @@ class ProxyServer:
         sock.setblocking(False)
         return sock
 
+    def _spawn(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     async def _listen(self, listener: Listener, sock: socket.socket) -> None:
         listener.port = sock.getsockname()[1]
+        if self._stopping:
+            sock.close()
+            return
         listener.server = await asyncio.get_running_loop().create_server(
             lambda: self._accept(listener), sock=sock, ssl=self.client_ssl, start_serving=True,
         )
+        if self._stopping:  # shutdown began while the server was being made
+            listener.server.close()
         log.info("listening on %s:%d for %s", listener.host, listener.port,
                  f"node {listener.node_id}" if listener.node_id is not None else
                  ", ".join(f"{h}:{p}" for h, p in listener.upstreams))
@@ -128,13 +139,20 @@ class ProxyServer:
         if listener is not None:
             listener.upstreams = [(host, port)]
             return
-        local_port = self.nodes.port_for(node_id)
+        local_port = self.nodes.port_for(node_id)  # KeyError: no port for this node (config)
         listen_host = self.listeners[0].host
         listener = Listener(listen_host, local_port, [(host, port)], node_id)
-        sock = self._bind(listen_host, local_port)
         self.node_listeners[node_id] = listener
         self.listeners.append(listener)
-        asyncio.get_running_loop().create_task(self._listen(listener, sock))
+        try:
+            sock = self._bind(listen_host, local_port)
+        except OSError as exc:
+            # Still rewrite: clients must only ever be given kinspect's addresses. They will
+            # fail to reach this node until the port is free, which the log says loudly.
+            log.error("cannot listen on %s:%d for node %d: %s; clients told to use it will fail to connect",
+                      listen_host, local_port, node_id, exc)
+            return
+        self._spawn(self._listen(listener, sock))
 
     def _rewrite(self, frame: bytes, api_key: int, version: int) -> bytes:
         new, seen = rewrite_response(self.codec, frame, api_key, version, self.nodes)
@@ -159,13 +177,15 @@ class ProxyServer:
 
     def client_connected(self, relay: Relay) -> None:
         """Called by the relay once the client's transport is up: refuse, or reach the broker."""
-        if len(self.relays) > self.config.proxy.max_connections or self._stopping:
+        if self._stopping or len(self.relays) > self.config.proxy.max_connections:
             self.refused_connections += 1
-            log.warning("connection %d from %s refused: %d connections open (proxy.max_connections)",
-                        relay.session.connection.id, relay.session.connection.client_address, len(self.relays) - 1)
+            why = ("the proxy is stopping" if self._stopping
+                   else f"{len(self.relays) - 1} connections open (proxy.max_connections)")
+            log.warning("connection %d from %s refused: %s", relay.session.connection.id,
+                        relay.session.connection.client_address, why)
             relay.abort()
             return
-        asyncio.get_running_loop().create_task(self._connect(relay))
+        self._spawn(self._connect(relay))
 
     async def _connect(self, relay: Relay) -> None:
         loop = asyncio.get_running_loop()
@@ -183,6 +203,9 @@ class ProxyServer:
             except (OSError, asyncio.TimeoutError) as exc:
                 errors.append(f"{host}:{port}: {exc or 'timed out'}")
                 continue
+            if relay.closed.done() or self._stopping:  # the client left, or shutdown began, meanwhile
+                relay.close()
+                return
             relay.session.connection.broker = f"{host}:{port}"
             relay.connected()
             return
@@ -208,6 +231,13 @@ class ProxyServer:
         """Stop accepting, let in-flight exchanges finish up to the grace period, then close all."""
         self._stopping = True
         grace = self.config.proxy.shutdown_grace if grace is None else grace
+        for listener in self.listeners:
+            if listener.server is not None:
+                listener.server.close()
+        for task in list(self._tasks):  # pending broker connects and listeners being made
+            task.cancel()
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=2.0)
         for listener in self.listeners:
             if listener.server is not None:
                 listener.server.close()

@@ -1,0 +1,875 @@
+"""What kinspect costs a Kafka client: throughput and latency direct, through kinspect, through haproxy.
+
+    python benchmarks/bench_proxy.py [--quick] [--json PATH] [--reps N] [--records N]
+                                     [--budget S] [--paths P,..] [--profile DIR]
+
+Full run: 9 repetitions of 200k x 1 KB records (about 3 minutes on a 2-core machine;
+no repetition is started past --budget, 300 s, once 3 are done); --quick: 5 repetitions of
+100k records (under a minute, budget 75 s).
+
+Paths (each cell starts a fresh Tansu broker advertising the address its clients must use):
+  direct                Tansu alone; clients bootstrap from it
+  kinspect-passthrough  kinspect proxy --mode passthrough in front of Tansu; Tansu advertises
+                        the proxy's port so the clients' follow-up connections go through it
+  kinspect-rewrite      kinspect proxy --mode rewrite --node-port-base N; Tansu advertises
+                        itself and kinspect rewrites the addresses (node 111 -> port N+111)
+  haproxy               haproxy 2.x, mode tcp, one frontend, one backend server; Tansu
+                        advertises haproxy's port
+
+Measurements, in every cell (one path, one repetition):
+  produce   confluent-kafka Producer, --records records of --record-size bytes to a
+            1-partition topic, acks=all, linger.ms=5, batch.size=1000000, no compression;
+            timed from the first produce() to the end of flush() (connections are warmed up
+            beforehand with one record to another topic)
+  consume   confluent-kafka Consumer reading the same records from offset 0 (connections
+            warmed up on the other topic first); timed until the last record is in hand
+  ApiVersions / Metadata latency
+            a blocking raw socket (TCP_NODELAY) sends pre-encoded ApiVersions v3 (resp.
+            Metadata v12, all topics) frames one at a time, timing each round trip with
+            perf_counter_ns; p50 and p99 of each cell. Metadata is the response that
+            rewrite mode decodes, rewrites and re-encodes.
+  produce latency
+            confluent-kafka Producer, acks=1, linger.ms=0, one record in flight at a time;
+            Message.latency() of each delivery report (librdkafka's produce() -> ack time)
+
+Repetitions interleave the paths (the order rotates every repetition) so machine noise is
+spread over all of them; the table shows the median over repetitions of each value, and
+throughput as % of direct, latency as the added milliseconds against direct. The targets
+(throughput >= 95 % of direct, added p50 latency < 0.2 ms) are checked for both kinspect
+modes (haproxy is shown for reference). Proxy CPU is the proxy process's user+system CPU
+time during a phase divided by the phase's wall time (100 % = one core busy).
+
+Client, broker and proxy share the machine: on a small machine the proxy's CPU competes
+with the client's and the broker's, which is part of what this measures.
+
+--profile DIR attaches `py-spy record` to every kinspect process (raw collapsed stacks,
+one file per cell, in DIR); the sampling costs CPU, so the numbers of such a run are not
+comparable with an unprofiled run.
+
+Every process started (brokers, proxies, py-spy) is stopped on exit, on failure, on
+Ctrl-C and on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition  # noqa: E402
+from confluent_kafka import libversion as rdkafka_libversion  # noqa: E402
+from confluent_kafka import __version__ as confluent_version  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from kinspect.protocol.codec import Codec  # noqa: E402
+from tests.support.tansu import TansuBroker, free_port, tansu_version  # noqa: E402
+
+PATHS = ["direct", "kinspect-passthrough", "kinspect-rewrite", "haproxy"]
+KINSPECT_PATHS = ["kinspect-passthrough", "kinspect-rewrite"]
+TANSU_NODE_ID = 111
+HOST = "127.0.0.1"
+
+THROUGHPUT_TARGET = 0.95  # fraction of direct
+ADDED_P50_TARGET_MS = 0.2
+
+PRESETS = {
+    # records, reps, ApiVersions requests, Metadata requests, produce-latency records
+    "full": dict(records=200_000, reps=9, apiversions=3000, metadata=1500, produce_latency=1000, budget_s=300),
+    "quick": dict(records=100_000, reps=5, apiversions=1500, metadata=600, produce_latency=300, budget_s=75),
+}
+MIN_REPS = 3  # the time budget never cuts a run below this many repetitions
+RAW_WARMUP = 200
+PHASE_TIMEOUT_S = 120.0
+FETCH_WAIT_MAX_MS = 100  # consumer long-poll; only matters when no records are waiting
+
+
+class BenchError(RuntimeError):
+    pass
+
+
+# ------------------------------------------------------------------ processes
+
+
+class Processes:
+    """Every child process and broker started, so that all can be stopped whatever happens."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen] = []
+        self.brokers: list[TansuBroker] = []
+
+    def spawn(self, cmd: list[str], log_path: Path) -> subprocess.Popen:
+        log = open(log_path, "wb")
+        try:
+            # A session of its own: Ctrl-C reaches this script only, which stops it in order.
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        finally:
+            log.close()
+        self.procs.append(proc)
+        return proc
+
+    def stop(self, proc: subprocess.Popen, sig: int = signal.SIGTERM, grace: float = 10.0) -> None:
+        if proc.poll() is None:
+            try:
+                proc.send_signal(sig)
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            except ProcessLookupError:
+                pass
+        if proc in self.procs:
+            self.procs.remove(proc)
+
+    def start_broker(self, **kwargs) -> TansuBroker:
+        broker = TansuBroker(**kwargs)
+        self.brokers.append(broker)
+        return broker.start()
+
+    def stop_broker(self, broker: TansuBroker) -> None:
+        broker.stop()
+        if broker in self.brokers:
+            self.brokers.remove(broker)
+
+    def stop_all(self) -> None:
+        for proc in reversed(list(self.procs)):
+            try:
+                self.stop(proc, grace=5.0)
+            except Exception:  # keep stopping the others
+                pass
+        for broker in list(self.brokers):
+            try:
+                self.stop_broker(broker)
+            except Exception:
+                pass
+
+
+def wait_port(port: int, proc: subprocess.Popen | None, log_path: Path | None, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc is not None and proc.poll() is not None:
+            tail = log_path.read_text(errors="replace")[-3000:] if log_path else ""
+            raise BenchError(f"{proc.args[0]} exited with status {proc.returncode}:\n{tail}")
+        try:
+            with socket.create_connection((HOST, port), timeout=0.5):
+                return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise BenchError(f"nothing listens on {HOST}:{port} after {timeout:.0f} s")
+        time.sleep(0.05)
+
+
+def distinct_free_ports(count: int, taken: set[int] = frozenset()) -> list[int]:
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port(HOST)
+        if port not in ports and port not in taken and port > TANSU_NODE_ID:
+            ports.append(port)
+    return ports
+
+
+def cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU time of a process (from /proc), None if unknown."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def venv_tool(name: str) -> str | None:
+    """A console script next to this Python (the venv's bin), else on PATH."""
+    script = Path(sys.executable).parent / name
+    return str(script) if script.is_file() else shutil.which(name)
+
+
+def loadavg() -> float | None:
+    try:
+        with open("/proc/loadavg") as f:
+            return float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def kinspect_command() -> list[str]:
+    found = venv_tool("kinspect")
+    if found:
+        return [found]
+    return [sys.executable, "-c", "import sys; from kinspect.cli.main import main; sys.exit(main())"]
+
+
+HAPROXY_CONFIG = """\
+global
+    maxconn 4096
+    log stdout format raw local0 err
+
+defaults
+    mode tcp
+    timeout connect 5s
+    timeout client 1h
+    timeout server 1h
+
+frontend kafka
+    bind {host}:{port}
+    default_backend tansu
+
+backend tansu
+    server tansu {broker}
+"""
+
+
+class Stack:
+    """One path for one cell: a fresh Tansu and, unless direct, the proxy in front of it."""
+
+    def __init__(self, path: str, procs: Processes, workdir: Path, tag: str, profile_dir: Path | None) -> None:
+        self.path = path
+        self.procs = procs
+        self.workdir = workdir
+        self.tag = tag
+        self.profile_dir = profile_dir
+        self.broker: TansuBroker | None = None
+        self.proxy: subprocess.Popen | None = None
+        self.profiler: subprocess.Popen | None = None
+        self.proxy_log: Path | None = None
+        self.bootstrap = ""
+        self.event_loop: str | None = None
+
+    @property
+    def proxy_pid(self) -> int | None:
+        return self.proxy.pid if self.proxy is not None else None
+
+    def start(self) -> "Stack":
+        path = self.path
+        if path == "direct":
+            self.broker = self.procs.start_broker()
+            self.bootstrap = self.broker.bootstrap
+            return self
+        self.proxy_log = self.workdir / f"{self.tag}-{path}.log"
+        if path == "kinspect-passthrough":
+            (port,) = distinct_free_ports(1)
+            self.broker = self.procs.start_broker(advertised_port=port)
+            cmd = kinspect_command() + ["proxy", "--mode", "passthrough", "--listen", f"{HOST}:{port}",
+                                        "--upstream", self.broker.bootstrap]
+        elif path == "kinspect-rewrite":
+            self.broker = self.procs.start_broker()
+            port, node_port = distinct_free_ports(2, {self.broker.port})
+            cmd = kinspect_command() + ["proxy", "--mode", "rewrite", "--listen", f"{HOST}:{port}",
+                                        "--bootstrap-server", self.broker.bootstrap,
+                                        "--node-port-base", str(node_port - TANSU_NODE_ID)]
+        elif path == "haproxy":
+            haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
+            (port,) = distinct_free_ports(1)
+            self.broker = self.procs.start_broker(advertised_port=port)
+            config = self.workdir / f"{self.tag}-haproxy.cfg"
+            config.write_text(HAPROXY_CONFIG.format(host=HOST, port=port, broker=self.broker.bootstrap))
+            cmd = [haproxy, "-db", "-f", str(config)]
+        else:
+            raise ValueError(path)
+        self.proxy = self.procs.spawn(cmd, self.proxy_log)
+        wait_port(port, self.proxy, self.proxy_log)
+        self.bootstrap = f"{HOST}:{port}"
+        if path in KINSPECT_PATHS:
+            self.event_loop = self._event_loop()
+            if self.profile_dir is not None:
+                out = self.profile_dir / f"{self.tag}-{path}.txt"
+                self.profiler = self.procs.spawn(
+                    [venv_tool("py-spy") or "py-spy", "record", "--pid", str(self.proxy.pid), "--rate", "200",
+                     "--format", "raw", "--nonblocking", "-o", str(out)],
+                    self.workdir / f"{self.tag}-{path}-py-spy.log",
+                )
+                time.sleep(0.5)  # let it attach
+        return self
+
+    def _event_loop(self) -> str | None:
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            text = self.proxy_log.read_text(errors="replace")
+            if "event loop: " in text:
+                return text.split("event loop: ", 1)[1].split()[0]
+            time.sleep(0.05)
+        return None
+
+    def stop(self) -> None:
+        try:
+            if self.proxy is not None:
+                self.procs.stop(self.proxy, signal.SIGTERM, grace=15.0)
+            if self.profiler is not None:  # py-spy writes its file once the process is gone
+                self.procs.stop(self.profiler, signal.SIGINT, grace=20.0)
+        finally:
+            if self.broker is not None:
+                self.procs.stop_broker(self.broker)
+
+    def __enter__(self) -> "Stack":
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+# ------------------------------------------------------------------ clients
+
+CLIENT_QUIET = {"log_level": 3}  # librdkafka: errors only (no "Disconnected" notices at teardown)
+
+
+def create_topics(bootstrap: str, names: list[str]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap, **CLIENT_QUIET})
+    futures = admin.create_topics([NewTopic(name, 1, 1) for name in names], operation_timeout=30)
+    for future in futures.values():
+        future.result(timeout=30)
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile of an already sorted list."""
+    if not sorted_values:
+        return float("nan")
+    k = max(0, min(len(sorted_values) - 1, math.ceil(q / 100.0 * len(sorted_values)) - 1))
+    return sorted_values[k]
+
+
+def measure_produce(bootstrap: str, topic: str, warm_topic: str, records: int, size: int,
+                    cpu_pid: int | None) -> dict:
+    errors: list[str] = []
+
+    def on_delivery(err, msg):
+        if err is not None:
+            errors.append(str(err))
+
+    producer = Producer({
+        "bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "batch.size": 1_000_000,
+        "compression.type": "none", "queue.buffering.max.messages": 2_000_000,
+        "queue.buffering.max.kbytes": 2_097_151, "delivery.report.only.error": True, **CLIENT_QUIET,
+    })
+    try:
+        producer.produce(warm_topic, b"warm-up", on_delivery=on_delivery)
+        if producer.flush(30) != 0 or errors:
+            raise BenchError(f"produce warm-up failed: {errors or 'not delivered in 30 s'}")
+        producer.list_topics(topic, timeout=30)
+        value = os.urandom(size)
+        produce, poll = producer.produce, producer.poll
+        cpu0 = cpu_seconds(cpu_pid)
+        t0 = time.perf_counter()
+        for i in range(records):
+            while True:
+                try:
+                    produce(topic, value, on_delivery=on_delivery)
+                    break
+                except BufferError:
+                    poll(0.005)
+            if not i & 1023:
+                poll(0)
+        left = producer.flush(PHASE_TIMEOUT_S)
+        elapsed = time.perf_counter() - t0
+        cpu1 = cpu_seconds(cpu_pid)
+    finally:
+        del producer
+    if left or errors:
+        raise BenchError(f"produce: {left} records undelivered, {len(errors)} errors {errors[:3]}")
+    return {
+        "seconds": elapsed,
+        "mb_s": records * size / elapsed / 1e6,
+        "records_s": records / elapsed,
+        "proxy_cpu_pct": None if cpu0 is None or cpu1 is None else 100.0 * (cpu1 - cpu0) / elapsed,
+    }
+
+
+def measure_consume(bootstrap: str, topic: str, warm_topic: str, records: int, cpu_pid: int | None) -> dict:
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:8]}",
+        "enable.auto.commit": False, "auto.offset.reset": "earliest", "enable.partition.eof": False,
+        "fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760,
+        "queued.max.messages.kbytes": 262_144, "fetch.wait.max.ms": FETCH_WAIT_MAX_MS, **CLIENT_QUIET,
+    })
+    try:
+        # Warm up: the fetch connection to the broker is the same for both topics.
+        consumer.assign([TopicPartition(warm_topic, 0, 0)])
+        deadline = time.monotonic() + 30
+        while True:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                break
+            if time.monotonic() > deadline:
+                raise BenchError("consume warm-up: no record in 30 s")
+        # The fetch in flight for the warm-up topic long-polls (fetch.wait.max.ms) for records
+        # that never come: unassign, and let it return before timing the real topic.
+        consumer.unassign()
+        time.sleep(FETCH_WAIT_MAX_MS * 1.5 / 1000)
+        # A topic new to the consumer waits for librdkafka's 1 s metadata timer: learn it now.
+        consumer.list_topics(topic, timeout=30)
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        consume = consumer.consume
+        count = nbytes = 0
+        cpu0 = cpu_seconds(cpu_pid)
+        t0 = time.perf_counter()
+        deadline = time.monotonic() + PHASE_TIMEOUT_S
+        while count < records:
+            for msg in consume(10_000, 0.5):
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise BenchError(f"consume: {err}")
+                count += 1
+                nbytes += len(msg.value())
+            if time.monotonic() > deadline:
+                raise BenchError(f"consume: {count} of {records} records in {PHASE_TIMEOUT_S:.0f} s")
+        elapsed = time.perf_counter() - t0
+        cpu1 = cpu_seconds(cpu_pid)
+    finally:
+        consumer.close()
+    return {
+        "seconds": elapsed,
+        "mb_s": nbytes / elapsed / 1e6,
+        "records_s": count / elapsed,
+        "proxy_cpu_pct": None if cpu0 is None or cpu1 is None else 100.0 * (cpu1 - cpu0) / elapsed,
+    }
+
+
+class RawRequests:
+    """Pre-encoded request frames (4-byte size prefix included), one correlation id each."""
+
+    def __init__(self, codec: Codec, api_key: int, version: int, body: dict, count: int) -> None:
+        self.frames = []
+        for i in range(count):
+            frame = codec.encode_request(
+                {"RequestApiKey": api_key, "RequestApiVersion": version, "CorrelationId": i, "ClientId": "bench"},
+                body,
+            )
+            self.frames.append(len(frame).to_bytes(4, "big") + frame)
+
+
+def _recv_exact(sock: socket.socket, view: memoryview) -> None:
+    got = 0
+    need = len(view)
+    while got < need:
+        n = sock.recv_into(view[got:])
+        if n == 0:
+            raise BenchError("connection closed by the peer")
+        got += n
+
+
+def measure_round_trips(port: int, requests: RawRequests, warmup: int) -> dict:
+    """One request at a time on one connection; each round trip timed with perf_counter_ns."""
+    sock = socket.create_connection((HOST, port), timeout=10)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    size_buf = bytearray(4)
+    size_view = memoryview(size_buf)
+    body = bytearray(1 << 20)
+    body_view = memoryview(body)
+    clock = time.perf_counter_ns
+    samples = []
+    try:
+        for i, frame in enumerate(requests.frames):
+            t0 = clock()
+            sock.sendall(frame)
+            _recv_exact(sock, size_view)
+            size = int.from_bytes(size_buf, "big")
+            if size > len(body):
+                body = bytearray(size)
+                body_view = memoryview(body)
+            _recv_exact(sock, body_view[:size])
+            t1 = clock()
+            if int.from_bytes(body[:4], "big") != i:
+                raise BenchError(f"response correlation id {int.from_bytes(body[:4], 'big')} for request {i}")
+            if i >= warmup:
+                samples.append((t1 - t0) / 1e6)
+    finally:
+        sock.close()
+    samples.sort()
+    return {"p50_ms": percentile(samples, 50), "p99_ms": percentile(samples, 99),
+            "mean_ms": statistics.fmean(samples), "count": len(samples)}
+
+
+def measure_produce_latency(bootstrap: str, topic: str, records: int, size: int, warmup: int = 20) -> dict:
+    latencies: list[float] = []
+    errors: list[str] = []
+
+    def on_delivery(err, msg):
+        if err is not None:
+            errors.append(str(err))
+        else:
+            latencies.append(msg.latency())
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 0,
+                         "compression.type": "none", **CLIENT_QUIET})
+    try:
+        value = os.urandom(size)
+        deadline = time.monotonic() + PHASE_TIMEOUT_S
+        for _ in range(warmup + records):
+            producer.produce(topic, value, on_delivery=on_delivery)
+            if producer.flush(10) != 0:
+                raise BenchError("produce latency: a record was not delivered in 10 s")
+            if time.monotonic() > deadline:
+                raise BenchError(f"produce latency: not done in {PHASE_TIMEOUT_S:.0f} s")
+    finally:
+        del producer
+    if errors:
+        raise BenchError(f"produce latency: {len(errors)} errors {errors[:3]}")
+    samples = sorted(x * 1000.0 for x in latencies[warmup:])
+    return {"p50_ms": percentile(samples, 50), "p99_ms": percentile(samples, 99),
+            "mean_ms": statistics.fmean(samples), "count": len(samples)}
+
+
+# ------------------------------------------------------------------ one cell
+
+
+def run_cell(stack: Stack, settings: dict, api_versions: RawRequests, metadata: RawRequests) -> dict:
+    topic, warm_topic, latency_topic = "bench", "bench-warm", "bench-latency"
+    create_topics(stack.broker.bootstrap, [topic, warm_topic, latency_topic])
+    port = int(stack.bootstrap.rpartition(":")[2])
+    cpu_pid = stack.proxy_pid
+    cell = {}
+    cell["produce"] = measure_produce(stack.bootstrap, topic, warm_topic, settings["records"],
+                                      settings["record_size"], cpu_pid)
+    cell["consume"] = measure_consume(stack.bootstrap, topic, warm_topic, settings["records"], cpu_pid)
+    cell["apiversions"] = measure_round_trips(port, api_versions, RAW_WARMUP)
+    cell["metadata"] = measure_round_trips(port, metadata, RAW_WARMUP)
+    cell["produce_latency"] = measure_produce_latency(stack.bootstrap, latency_topic,
+                                                      settings["produce_latency"], settings["record_size"])
+    if stack.event_loop is not None:
+        cell["event_loop"] = stack.event_loop
+    cell["loadavg_1m"] = loadavg()
+    return cell
+
+
+# ------------------------------------------------------------------ report
+
+# (label, cell key, value key, kind): kind "tput" compares as % of direct, "lat" as added ms.
+ROWS = [
+    ("produce MB/s", "produce", "mb_s", "tput"),
+    ("produce records/s", "produce", "records_s", "tput"),
+    ("consume MB/s", "consume", "mb_s", "tput"),
+    ("consume records/s", "consume", "records_s", "tput"),
+    ("ApiVersions p50 ms", "apiversions", "p50_ms", "lat"),
+    ("ApiVersions p99 ms", "apiversions", "p99_ms", "lat"),
+    ("Metadata p50 ms", "metadata", "p50_ms", "lat"),
+    ("Metadata p99 ms", "metadata", "p99_ms", "lat"),
+    ("produce latency p50 ms", "produce_latency", "p50_ms", "lat"),
+    ("produce latency p99 ms", "produce_latency", "p99_ms", "lat"),
+    ("proxy CPU % (produce)", "produce", "proxy_cpu_pct", "cpu"),
+    ("proxy CPU % (consume)", "consume", "proxy_cpu_pct", "cpu"),
+]
+
+
+def medians(cells: list[dict]) -> dict:
+    out: dict = {}
+    for _, key, field, _ in ROWS:
+        values = [c[key][field] for c in cells if key in c and c[key].get(field) is not None]
+        out.setdefault(key, {})[field] = statistics.median(values) if values else None
+    return out
+
+
+def fmt_value(value: float | None, field: str) -> str:
+    if value is None:
+        return "n/a"
+    if field == "records_s":
+        return f"{value / 1000:.1f}k"
+    if field.endswith("_ms"):
+        return f"{value:.3f}"
+    return f"{value:.1f}"
+
+
+def compare(kind: str, value: float | None, base: float | None) -> dict | None:
+    if value is None or base is None or kind == "cpu":
+        return None
+    if kind == "tput":
+        return {"pct_of_direct": 100.0 * value / base}
+    return {"added_ms": value - base}
+
+
+def fmt_compare(cmp: dict | None) -> str:
+    if cmp is None:
+        return ""
+    if "pct_of_direct" in cmp:
+        return f" ({cmp['pct_of_direct']:.1f}%)"
+    return f" ({cmp['added_ms']:+.3f})"
+
+
+def build_report(results: dict[str, list[dict]], paths: list[str]) -> tuple[str, dict]:
+    med = {p: medians(results[p]) for p in paths}
+    base = med.get("direct")
+    summary: dict = {"medians": med, "vs_direct": {}, "targets": {}}
+    header = ["metric (median of reps)"] + paths
+    lines_data = []
+    for label, key, field, kind in ROWS:
+        row = [label]
+        for p in paths:
+            value = med[p][key][field]
+            cmp = None if p == "direct" or base is None else compare(kind, value, base[key][field])
+            if cmp is not None:
+                summary["vs_direct"].setdefault(p, {}).setdefault(key, {})[field] = cmp
+            row.append(fmt_value(value, field) + fmt_compare(cmp))
+        lines_data.append(row)
+    widths = [max(len(r[i]) for r in [header] + lines_data) for i in range(len(header))]
+    out = []
+    out.append("  ".join(h.ljust(widths[0]) if i == 0 else h.rjust(widths[i]) for i, h in enumerate(header)))
+    out.append("  ".join("-" * w for w in widths))
+    for row in lines_data:
+        out.append("  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(row)))
+    out.append("throughput: value (% of direct); latency: value (added ms vs direct); "
+               "proxy CPU: 100% = one core")
+
+    # targets
+    if base is not None:
+        out.append("")
+        out.append(f"targets: throughput >= {THROUGHPUT_TARGET * 100:.0f}% of direct, "
+                   f"added p50 latency < {ADDED_P50_TARGET_MS} ms")
+        checks = [("produce MB/s", "produce", "mb_s", "tput"), ("consume MB/s", "consume", "mb_s", "tput"),
+                  ("ApiVersions p50", "apiversions", "p50_ms", "lat"), ("Metadata p50", "metadata", "p50_ms", "lat"),
+                  ("produce latency p50", "produce_latency", "p50_ms", "lat")]
+        for p in paths:
+            if p == "direct":
+                continue
+            parts = []
+            verdicts = {}
+            for label, key, field, kind in checks:
+                cmp = summary["vs_direct"].get(p, {}).get(key, {}).get(field)
+                if cmp is None:
+                    parts.append(f"{label} n/a")
+                    verdicts[f"{key}.{field}"] = None
+                    continue
+                if kind == "tput":
+                    ok = cmp["pct_of_direct"] >= THROUGHPUT_TARGET * 100
+                    parts.append(f"{label} {cmp['pct_of_direct']:.1f}% {'MET' if ok else 'MISSED'}")
+                else:
+                    ok = cmp["added_ms"] < ADDED_P50_TARGET_MS
+                    parts.append(f"{label} {cmp['added_ms']:+.3f} ms {'MET' if ok else 'MISSED'}")
+                verdicts[f"{key}.{field}"] = ok
+            summary["targets"][p] = verdicts
+            note = "" if p in KINSPECT_PATHS else "   [reference]"
+            flat = [v for v in verdicts.values() if v is not None]
+            overall = "ALL MET" if flat and all(flat) else "NOT ALL MET"
+            out.append(f"  {p}: {overall}{note}")
+            for part in parts:
+                out.append(f"      {part}")
+            if p in KINSPECT_PATHS and "haproxy" in med:
+                # What a plain TCP hop costs on this machine, told apart from what kinspect adds to it.
+                h = med["haproxy"]
+                vs = {}
+                for label, key, field, kind in checks:
+                    value, ref = med[p][key][field], h[key][field]
+                    if value is not None and ref is not None:
+                        vs[f"{key}.{field}"] = compare(kind, value, ref)
+                summary.setdefault("vs_haproxy", {})[p] = vs
+                out.append("      vs haproxy: " + ", ".join(
+                    f"{label} {fmt_compare(vs[f'{key}.{field}']).strip(' ()')}"
+                    for label, key, field, kind in checks if f"{key}.{field}" in vs))
+
+    # spread of the direct path, to judge the noise
+    if "direct" in results and len(results["direct"]) > 1:
+        spreads = []
+        for label, key, field in [("produce MB/s", "produce", "mb_s"), ("consume MB/s", "consume", "mb_s"),
+                                  ("ApiVersions p50", "apiversions", "p50_ms")]:
+            values = [c[key][field] for c in results["direct"] if key in c]
+            if len(values) > 1 and statistics.median(values):
+                spreads.append(f"{label} {100 * (max(values) - min(values)) / statistics.median(values):.0f}%")
+        out.append("")
+        out.append("noise: direct path's (max - min) / median over reps: " + ", ".join(spreads))
+    return "\n".join(out), summary
+
+
+# ------------------------------------------------------------------ main
+
+
+def environment() -> dict:
+    env = {
+        "python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
+        "confluent_kafka": confluent_version, "librdkafka": rdkafka_libversion()[0],
+    }
+    try:
+        env["tansu"] = tansu_version()
+    except Exception as exc:
+        env["tansu"] = f"? ({exc})"
+    try:
+        out = subprocess.run([shutil.which("haproxy") or "haproxy", "-v"], capture_output=True, text=True, timeout=10)
+        env["haproxy"] = out.stdout.splitlines()[0] if out.stdout else "?"
+    except Exception as exc:
+        env["haproxy"] = f"? ({exc})"
+    try:
+        import uvloop
+        env["uvloop"] = uvloop.__version__
+    except ImportError:
+        env["uvloop"] = None
+    try:
+        with open("/proc/loadavg") as f:
+            env["loadavg_at_start"] = f.read().split()[:3]
+    except OSError:
+        pass
+    return env
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="fewer records, requests and repetitions (under a minute)")
+    p.add_argument("--json", metavar="PATH", help="write every measurement and the summary here")
+    p.add_argument("--reps", type=int, help="repetitions per path (default 9, --quick 5)")
+    p.add_argument("--records", type=int,
+                   help="records produced and consumed per cell (default 200000, --quick 100000)")
+    p.add_argument("--budget", type=float, metavar="S",
+                   help=f"start no repetition past this many seconds, once {MIN_REPS} are done "
+                        "(default 300, --quick 75)")
+    p.add_argument("--record-size", type=int, default=1024, help="bytes per record value (default 1024)")
+    p.add_argument("--paths", default=",".join(PATHS), help=f"comma-separated subset of {','.join(PATHS)}")
+    p.add_argument("--profile", metavar="DIR", help="attach py-spy record to every kinspect process; raw stacks in DIR")
+    p.add_argument("--keep-logs", action="store_true", help="keep proxy logs and configs (their directory is printed)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    settings = dict(PRESETS["quick" if args.quick else "full"])
+    if args.reps is not None:
+        settings["reps"] = args.reps
+    if args.records is not None:
+        settings["records"] = args.records
+    if args.budget is not None:
+        settings["budget_s"] = args.budget
+    settings["record_size"] = args.record_size
+    paths = [p.strip() for p in args.paths.split(",") if p.strip()]
+    unknown = [p for p in paths if p not in PATHS]
+    if unknown:
+        print(f"unknown path(s) {unknown}; choose from {PATHS}", file=sys.stderr)
+        return 2
+    if "haproxy" in paths and not (shutil.which("haproxy") or Path("/usr/sbin/haproxy").exists()):
+        print("haproxy is not installed (apt-get install haproxy); its path is left out", file=sys.stderr)
+        paths.remove("haproxy")
+    profile_dir = Path(args.profile).resolve() if args.profile else None
+    if profile_dir is not None:
+        if not venv_tool("py-spy"):
+            print("--profile needs py-spy on PATH (pip install py-spy)", file=sys.stderr)
+            return 2
+        profile_dir.mkdir(parents=True, exist_ok=True)
+
+    # SIGTERM unwinds like Ctrl-C, so that the finally below stops everything.
+    def on_sigterm(signum, frame):
+        raise KeyboardInterrupt("SIGTERM")
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+
+    codec = Codec()
+    raw_total = {"apiversions": settings["apiversions"] + RAW_WARMUP, "metadata": settings["metadata"] + RAW_WARMUP}
+    api_versions = RawRequests(codec, 18, 3, {"ClientSoftwareName": "bench", "ClientSoftwareVersion": "1"},
+                               raw_total["apiversions"])
+    metadata = RawRequests(codec, 3, 12, {"Topics": None, "AllowAutoTopicCreation": False,
+                                          "IncludeTopicAuthorizedOperations": False}, raw_total["metadata"])
+
+    env = environment()
+    print(f"kinspect proxy benchmark: {settings['reps']} reps x {len(paths)} paths; per cell "
+          f"{settings['records']} x {settings['record_size']} B produced and consumed, "
+          f"{settings['apiversions']} ApiVersions + {settings['metadata']} Metadata round trips, "
+          f"{settings['produce_latency']} acks=1 records", flush=True)
+    print(f"  {env['tansu']}, {env['haproxy']}, confluent-kafka {env['confluent_kafka']} "
+          f"(librdkafka {env['librdkafka']}), uvloop {env['uvloop']}, {env['cpus']} cpus, "
+          f"load {' '.join(env.get('loadavg_at_start', []))}", flush=True)
+
+    procs = Processes()
+    workdir = Path(tempfile.mkdtemp(prefix="kinspect-bench-"))
+    results: dict[str, list[dict]] = {p: [] for p in paths}
+    failures: list[dict] = []
+    started = time.monotonic()
+    interrupted = False
+    try:
+        for rep in range(settings["reps"]):
+            spent = time.monotonic() - started
+            if rep >= MIN_REPS and spent + spent / rep > settings["budget_s"]:
+                print(f"  time budget: {spent:.0f} s spent, another repetition would exceed "
+                      f"{settings['budget_s']:.0f} s; stopping after {rep} repetitions", flush=True)
+                settings["reps_done"] = rep
+                break
+            order = paths[rep % len(paths):] + paths[: rep % len(paths)]
+            for path in order:
+                t0 = time.monotonic()
+                try:
+                    with Stack(path, procs, workdir, f"rep{rep}", profile_dir) as stack:
+                        cell = run_cell(stack, settings, api_versions, metadata)
+                except (BenchError, OSError, RuntimeError, subprocess.SubprocessError) as exc:
+                    # KafkaException is an Exception too; anything a cell raises is reported and the run goes on
+                    failures.append({"rep": rep, "path": path, "error": f"{type(exc).__name__}: {exc}"})
+                    print(f"  rep {rep + 1} {path}: FAILED: {type(exc).__name__}: {exc}", flush=True)
+                    continue
+                except KeyboardInterrupt:
+                    raise
+                except Exception as exc:
+                    failures.append({"rep": rep, "path": path, "error": f"{type(exc).__name__}: {exc}"})
+                    print(f"  rep {rep + 1} {path}: FAILED: {type(exc).__name__}: {exc}", flush=True)
+                    continue
+                results[path].append(cell)
+                loop_note = f", loop {cell['event_loop']}" if "event_loop" in cell else ""
+                print(f"  rep {rep + 1}/{settings['reps']} {path:<21} "
+                      f"produce {cell['produce']['mb_s']:6.1f} MB/s  consume {cell['consume']['mb_s']:6.1f} MB/s  "
+                      f"ApiVersions p50 {cell['apiversions']['p50_ms']:.3f} ms  "
+                      f"Metadata p50 {cell['metadata']['p50_ms']:.3f} ms  "
+                      f"produce-lat p50 {cell['produce_latency']['p50_ms']:.3f} ms  "
+                      f"[{time.monotonic() - t0:.1f} s, load {cell['loadavg_1m']}{loop_note}]", flush=True)
+    except KeyboardInterrupt:
+        interrupted = True
+        print("\ninterrupted: stopping every process started", file=sys.stderr, flush=True)
+    finally:
+        # A second Ctrl-C (or a SIGTERM) must not cut the clean-up short.
+        previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            procs.stop_all()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        if args.keep_logs:
+            print(f"logs and configs kept in {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    elapsed = time.monotonic() - started
+    loops = sorted({c.get("event_loop") for p in KINSPECT_PATHS if p in results for c in results[p]} - {None})
+    report_paths = [p for p in paths if results[p]]
+    print()
+    if report_paths:
+        table, summary = build_report(results, report_paths)
+        print(table)
+    else:
+        summary = {}
+        print("no results")
+    print()
+    env["loadavg_at_end"] = loadavg()
+    print(f"kinspect event loop: {', '.join(loops) or 'unknown'}; run took {elapsed:.0f} s; "
+          f"1-min load average {' '.join(env.get('loadavg_at_start', ['?'])[:1])} at start, "
+          f"{env['loadavg_at_end']} at end (the benchmark itself keeps ~1-2 cores busy)"
+          + ("; PROFILED with py-spy: numbers not comparable" if profile_dir else ""))
+    if failures:
+        print(f"{len(failures)} cell(s) failed:")
+        for f in failures:
+            print(f"  rep {f['rep'] + 1} {f['path']}: {f['error']}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "environment": env, "settings": settings, "paths": paths, "profiled": bool(profile_dir),
+            "interrupted": interrupted, "seconds": elapsed, "cells": results, "failures": failures,
+            "summary": summary, "event_loops": loops,
+        }, indent=2))
+        print(f"wrote {args.json}")
+    if interrupted:
+        return 130
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
