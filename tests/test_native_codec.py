@@ -137,8 +137,10 @@ def same(a, b, where: str = "$") -> None:
 
 
 def scan_state(r: ScanResult) -> tuple:
+    """Everything a scan leaves: the records spans, and the summaries ScanResult.records makes of them."""
     return (r.tag_sections, r.tag_section_bytes, list(r.empty_counter), list(r.tagged_fields),
-            dict(r.error_codes), set(r.topics), [x.to_dict() if x is not None else None for x in r.records])
+            dict(r.error_codes), set(r.topics), list(r.record_spans),
+            [x.to_dict() if x is not None else None for x in r.records])
 
 
 class Harness:
@@ -172,6 +174,7 @@ class Harness:
         if expected is not None:
             same(actual, expected)
         py_result, c_result = ScanResult(), ScanResult()
+        py_result.source = c_result.source = buf  # what CompiledStruct.scan sets: records are read lazily
         try:
             py_end = self.py_scan(buf, pos, py_result)
         except _DECODE_FAILURES as exc:

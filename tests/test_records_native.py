@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from kinspect.protocol import codegen
 from kinspect.protocol import records as records_module
 from kinspect.protocol.codec import Codec, _compile
+from kinspect.protocol.codec_runtime import summarize_spans_python
 from kinspect.protocol.records import BatchSummary, RecordsError, RecordsSummary, summarize_records_python
 from kinspect.protocol.scan_result import ScanResult
 from kinspect.protocol.wire_program import PURE_PYTHON_ENV
@@ -401,8 +402,15 @@ def _scanners(codec: Codec, key: int, direction: str, version: int):
 
 
 def _scan_records_agree(compiled, reference, frame: bytes, fields: list) -> None:
-    """C scan: records are the reference summaries of each field, None where RecordsError."""
+    """C scan: records are the reference summaries of each field, None where RecordsError.
+
+    Both scanners note the same spans, each the bytes of one non-null records field, and
+    ScanResult.records summarizes them only when read.
+    """
     result = compiled.scan(frame)
+    assert result.source is frame
+    assert [frame[start:start + n] for start, n in result.spans] == [bytes(d) for d in fields]
+    assert result._summaries == []  # nothing summarized before records is read
     expected = []
     for data in fields:
         try:
@@ -415,8 +423,11 @@ def _scan_records_agree(compiled, reference, frame: bytes, fields: list) -> None
             assert ours is None
         else:
             assert_same_summary(ours, ref)
+    assert result.records is result.records  # summarized once, then kept
     py_result = ScanResult()
     assert reference(frame, 0, py_result) == len(frame)
+    assert py_result.record_spans == result.record_spans
+    py_result.source = frame
     assert result.finish().to_dict() == py_result.finish().to_dict()
 
 
@@ -466,6 +477,92 @@ def test_scanner_random_records_fields(fields):
     _scan_records_agree(compiled, reference, bytes(compiled.encode(value)), fields)
 
 
+def _reference_summaries(fields: list) -> list:
+    out = []
+    for data in fields:
+        if data is None:
+            continue  # a null records field: no span, no entry
+        try:
+            out.append(summarize_records_python(data))
+        except RecordsError:
+            out.append(None)
+    return out
+
+
+def _same_summaries(ours: list, ref: list) -> None:
+    assert len(ours) == len(ref)
+    for a, b in zip(ours, ref):
+        if b is None:
+            assert a is None
+        else:
+            assert_same_summary(a, b)
+
+
+def test_scan_result_records_are_lazy_and_follow_their_buffer():
+    """Spans are summarized from the buffer they were found in, however scans and reads interleave."""
+    compiled = _CODEC.body(0, "request", 9)
+
+    def frame(fields):
+        return bytes(compiled.encode({"TransactionalId": None, "Acks": 1, "TimeoutMs": 5, "TopicData": [
+            {"Name": "x", "PartitionData": [{"Index": i, "Records": d} for i, d in enumerate(fields)]}]}))
+
+    first = [mixed_record_set(), struct.pack(">qi", 0, -1) + bytes(20)]
+    second = [bytes(v2_batch()), None, mixed_record_set()[:-30]]
+    a, b = frame(first), frame(second)
+    expected = _reference_summaries(first + second)
+
+    # Two buffers scanned into one result before records is read.
+    result = ScanResult()
+    compiled.scan(a, 0, result)
+    compiled.scan(b, 0, result)
+    assert result.source is b and len(result.record_spans) == 4
+    _same_summaries(result.records, expected)
+
+    # Read between the scans: the list grows with the spans of the later scan.
+    result = ScanResult()
+    compiled.scan(a, 0, result)
+    early = result.records
+    _same_summaries(early, expected[:2])
+    compiled.scan(b, 0, result)
+    assert result.records is early
+    _same_summaries(early, expected)
+
+    # The reference (what KINSPECT_PURE_PYTHON=1 uses) summarizes the same spans alike.
+    result = compiled.scan(b)
+    for fn in (_wire.summarize_spans, summarize_spans_python):
+        into = ["kept"]
+        fn(b, result.record_spans, into)
+        _same_summaries(into[1:], expected[2:])
+        into = []
+        fn(b, result.record_spans, into, 1)
+        _same_summaries(into, expected[3:])
+
+    # Spans without a buffer to read them from (a scanner called directly) say so.
+    result = ScanResult()
+    compiled._scan(a, 0, result)
+    with pytest.raises(ValueError, match="source"):
+        result.records
+    result.source = a
+    _same_summaries(result.records, expected[:2])
+
+
+def test_summarize_spans_rejects_what_the_reference_rejects():
+    data = mixed_record_set()
+    source = b"ab" + data
+    good = 2 << 32 | len(data)
+    native()  # fails the test when the extension is missing
+    for fn in (_wire.summarize_spans, summarize_spans_python):
+        into: list = []
+        fn(source, [good, 2 << 32, 0], into)  # the whole set, an empty one at 2, none at 0
+        assert into[0] == summarize_records_python(data) and len(into) == 3
+        for bad in ([3 << 32 | len(data)], [(len(source) + 1) << 32], [-1], [1 << 72 | 5], [-(1 << 72)]):
+            with pytest.raises(ValueError):
+                fn(source, bad, [])
+    for bad in ((source, ["x"], []), (bytearray(source), [good], []), (source, (good,), []), (source, [good])):
+        with pytest.raises(TypeError):
+            _wire.summarize_spans(*bad)
+
+
 # --------------------------------------------------------------------------- memory
 
 
@@ -490,7 +587,11 @@ def test_no_leaks():
                     fn(data)
                 except (RecordsError, TypeError):
                     pass
-            compiled.scan(frame)
+            compiled.scan(frame).records
+            try:
+                _wire.summarize_spans(frame, [len(frame) << 32], [])
+            except ValueError:
+                pass
 
     run(50)
     gc.collect()

@@ -69,7 +69,7 @@ static PyObject *SafeUnknown;        /* uuid.SafeUUID.unknown */
 static Py_ssize_t uuid_int_off = -1; /* slot offsets of UUID.int and UUID.is_safe */
 static Py_ssize_t uuid_safe_off = -1;
 static PyObject *UnknownKey;         /* "_unknown_tagged_fields" */
-static PyObject *S_error_codes, *S_topics, *S_records, *S_tagged_fields, *S_empty_counter,
+static PyObject *S_error_codes, *S_topics, *S_record_spans, *S_tagged_fields, *S_empty_counter,
     *S_tag_sections, *S_tag_section_bytes, *S_int;
 static PyObject *ProgramCache;       /* id(program tuple) -> Program */
 #define PROGRAM_CACHE_MAX 4096
@@ -107,7 +107,7 @@ typedef struct {
     Py_ssize_t n;               /* len(buf) */
     PyObject *buf;
     /* scan only */
-    PyObject *result, *errors, *topics, *records, *tagged;
+    PyObject *result, *errors, *topics, *spans, *tagged;
     Py_ssize_t empty, sections, section_bytes;
 } Ctx;
 
@@ -589,7 +589,8 @@ fail:
  * rules and the same RecordsError messages and byte offsets. The results are that
  * module's BatchSummary and RecordsSummary: tuple subclasses without instance slots,
  * so each is one allocation filled in place (tp_alloc + items), as tuple.__new__ would.
- * The scanner calls this directly for every records field (None where RecordsError).
+ * The scanner only notes where each records field lies (ScanResult.record_spans);
+ * ScanResult.records calls summarize_spans on them when first read.
  */
 
 #define REC_OVERHEAD 12      /* offset int64 + length int32 */
@@ -1026,6 +1027,93 @@ done:
     return result;
 }
 
+/* The start and length of a records span, start << 32 | length (ScanResult.record_spans). */
+static int span_parts(PyObject *span, Py_ssize_t *start, Py_ssize_t *n)
+{
+    if (!PyLong_Check(span)) {
+        PyErr_Format(PyExc_TypeError, "a records span must be an int, not %.100s", Py_TYPE(span)->tp_name);
+        return -1;
+    }
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(span, &overflow);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow == 0 && v >= 0) {
+        *start = (Py_ssize_t)(v >> 32);
+        *n = (Py_ssize_t)(v & 0xFFFFFFFF);
+        return 0;
+    }
+    if (overflow < 0 || v < 0) {
+        PyErr_SetString(PyExc_ValueError, "a records span cannot be negative");
+        return -1;
+    }
+    /* start >= 2**31: a buffer of 2 GiB or more */
+    PyObject *shift = PyLong_FromLong(32);
+    PyObject *high = shift ? PyNumber_Rshift(span, shift) : NULL;
+    PyObject *mask = high ? PyLong_FromUnsignedLong(0xFFFFFFFFul) : NULL;
+    PyObject *low = mask ? PyNumber_And(span, mask) : NULL;
+    int rc = -1;
+    if (low != NULL && (*start = PyLong_AsSsize_t(high)) != -1 && (*n = PyLong_AsSsize_t(low)) != -1)
+        rc = 0;
+    Py_XDECREF(shift);
+    Py_XDECREF(high);
+    Py_XDECREF(mask);
+    Py_XDECREF(low);
+    return rc;
+}
+
+/* summarize_spans(source, spans, into, first=0): for each span of spans[first:] (ScanResult.
+ * record_spans), append to into the summary of those bytes of source, None where they are not
+ * a record set. What ScanResult.records calls, as the scanner used to for every field. */
+static PyObject *wire_summarize_spans(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 3 || nargs > 4) {
+        PyErr_SetString(PyExc_TypeError, "summarize_spans(source, spans, into, first=0)");
+        return NULL;
+    }
+    PyObject *source = args[0], *spans = args[1], *into = args[2];
+    if (!PyBytes_Check(source) || !PyList_Check(spans) || !PyList_Check(into)) {
+        PyErr_SetString(PyExc_TypeError, "summarize_spans(source, spans, into): bytes, list, list");
+        return NULL;
+    }
+    Py_ssize_t first = 0;
+    if (nargs > 3 && (first = PyLong_AsSsize_t(args[3])) == -1 && PyErr_Occurred())
+        return NULL;
+    if (first < 0) {
+        PyErr_SetString(PyExc_ValueError, "first cannot be negative");
+        return NULL;
+    }
+    if (records_init() < 0)
+        return NULL;
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(source);
+    Py_ssize_t size = PyBytes_GET_SIZE(source);
+    for (Py_ssize_t i = first; i < PyList_GET_SIZE(spans); i++) {
+        PyObject *span = new_ref(PyList_GET_ITEM(spans, i));
+        Py_ssize_t start, n;
+        int rc = span_parts(span, &start, &n);
+        Py_DECREF(span);
+        if (rc < 0)
+            return NULL;
+        if (start > size || n > size - start) {
+            PyErr_Format(PyExc_ValueError, "records span of %zd bytes at %zd does not fit the %zd bytes", n, start,
+                         size);
+            return NULL;
+        }
+        RecErr err;
+        PyObject *s = summarize_bytes(p + start, n, &err);
+        if (s == NULL) {
+            if (err.offset < 0)
+                return NULL; /* a Python error (memory): not a RecordsError */
+            s = new_ref(Py_None);
+        }
+        rc = PyList_Append(into, s);
+        Py_DECREF(s);
+        if (rc < 0)
+            return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 /* ------------------------------------------------------------------ scanning */
 
 static int scan_struct(Ctx *c, const SProg *sp, Py_ssize_t *ppos);
@@ -1062,24 +1150,32 @@ static int add_topic(Ctx *c, Py_ssize_t pos, long long n)
     return rc;
 }
 
-/* The summary of a records field, appended to result.records (None where the bytes are
- * not a record set), as codec_runtime._summarize does, without calling into Python. */
-static int summarize(Ctx *c, Py_ssize_t pos, long long n)
+/* Where a records field lies: start << 32 | length appended to result.record_spans, as the
+ * reference scanner does (ScanResult.records summarizes them when first read). n < 2**32
+ * always (an int32 or a 32-bit varint); start too unless the buffer holds 4 GiB or more. */
+static int record_span(Ctx *c, Py_ssize_t pos, long long n)
 {
-    if (records_init() < 0)
-        return -1;
-    RecErr err;
-    PyObject *s = summarize_bytes(c->p + pos, (Py_ssize_t)n, &err);
-    if (s == NULL) {
-        if (err.offset < 0)
-            return -1; /* a Python error (memory): not a RecordsError */
-        s = new_ref(Py_None);
-    }
-    int rc;
-    if (PyList_CheckExact(c->records))
-        rc = PyList_Append(c->records, s);
+    PyObject *s;
+    if ((unsigned long long)pos <= 0xFFFFFFFFull)
+        s = PyLong_FromUnsignedLongLong(((unsigned long long)pos << 32) | (unsigned long long)n);
     else {
-        PyObject *r = PyObject_CallMethod(c->records, "append", "O", s);
+        PyObject *start = PyLong_FromSsize_t(pos);
+        PyObject *shift = start ? PyLong_FromLong(32) : NULL;
+        PyObject *high = shift ? PyNumber_Lshift(start, shift) : NULL;
+        PyObject *low = high ? PyLong_FromLongLong(n) : NULL;
+        s = low ? PyNumber_Or(high, low) : NULL;
+        Py_XDECREF(start);
+        Py_XDECREF(shift);
+        Py_XDECREF(high);
+        Py_XDECREF(low);
+    }
+    if (s == NULL)
+        return -1;
+    int rc;
+    if (PyList_CheckExact(c->spans))
+        rc = PyList_Append(c->spans, s);
+    else {
+        PyObject *r = PyObject_CallMethod(c->spans, "append", "O", s);
         rc = r == NULL ? -1 : 0;
         Py_XDECREF(r);
     }
@@ -1159,7 +1255,7 @@ static int scan_value(Ctx *c, const Field *f, Py_ssize_t *ppos)
                 return -1;
         }
         else if (kind == K_RECORDS) {
-            if (summarize(c, pos, n) < 0)
+            if (record_span(c, pos, n) < 0)
                 return -1;
         }
         *ppos = pos + (Py_ssize_t)n;
@@ -1599,8 +1695,8 @@ static PyObject *run_scan(ProgramObject *prog, PyObject *buf, PyObject *posobj, 
     PyObject *out = NULL;
     c.errors = PyObject_GetAttr(result, S_error_codes);
     c.topics = c.errors ? PyObject_GetAttr(result, S_topics) : NULL;
-    c.records = c.topics ? PyObject_GetAttr(result, S_records) : NULL;
-    c.tagged = c.records ? PyObject_GetAttr(result, S_tagged_fields) : NULL;
+    c.spans = c.topics ? PyObject_GetAttr(result, S_record_spans) : NULL;
+    c.tagged = c.spans ? PyObject_GetAttr(result, S_tagged_fields) : NULL;
     if (c.tagged == NULL)
         goto done;
     if (!PyDict_Check(c.errors) || !PyAnySet_Check(c.topics) || !PyList_Check(c.tagged)) {
@@ -1618,7 +1714,7 @@ static PyObject *run_scan(ProgramObject *prog, PyObject *buf, PyObject *posobj, 
 done:
     Py_XDECREF(c.errors);
     Py_XDECREF(c.topics);
-    Py_XDECREF(c.records);
+    Py_XDECREF(c.spans);
     Py_XDECREF(c.tagged);
     return out;
 }
@@ -1756,6 +1852,10 @@ static PyMethodDef wire_methods[] = {
      "The C twin of kinspect.protocol.records.summarize_records_python, on data[start:end]\n"
      "(offsets relative to start): None for None, RecordsError for bytes that are not a\n"
      "record set, TypeError for what is not a bytes-like object."},
+    {"summarize_spans", (PyCFunction)(void (*)(void))wire_summarize_spans, METH_FASTCALL,
+     "summarize_spans(source, spans, into, first=0) -> None\n\n"
+     "For each `start << 32 | length` of spans[first:] (ScanResult.record_spans), append to the\n"
+     "list into summarize_records(source, start, start + length), or None where RecordsError."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1822,7 +1922,7 @@ PyMODINIT_FUNC PyInit__wire(void)
     INTERN(UnknownKey, "_unknown_tagged_fields");
     INTERN(S_error_codes, "error_codes");
     INTERN(S_topics, "topics");
-    INTERN(S_records, "records");
+    INTERN(S_record_spans, "record_spans");
     INTERN(S_tagged_fields, "tagged_fields");
     INTERN(S_empty_counter, "empty_counter");
     INTERN(S_tag_sections, "tag_sections");

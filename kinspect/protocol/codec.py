@@ -154,6 +154,9 @@ class CompiledStruct:
                 codegen.generate_scanner(self.spec.struct, self.version, self.flexible, self.label), "scan", self.label
             )
         result = ScanResult() if result is None else result
+        if result.source is not buf and result.record_spans:
+            result.settle()  # spans into an earlier buffer: summarize them from it first
+        result.source = buf  # the records spans point into buf; result.records reads them lazily
         try:
             end = self._scan(buf, pos, result)
         except _DECODE_FAILURES as exc:

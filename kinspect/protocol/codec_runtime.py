@@ -105,14 +105,38 @@ def uuid_bytes(value) -> bytes:
     raise EncodeError(f"{value!r} is not a uuid")
 
 
-def _summarize(view, into: list) -> None:
-    # Imported here: records.py is optional for decoding but needed to scan.
-    from kinspect.protocol.records import RecordsError, summarize_records
+def summarize_spans_python(source: bytes, spans: list, into: list, first: int = 0) -> None:
+    """For each `start << 32 | length` of spans[first:] (ScanResult.record_spans), append to
+    into the summary of source[start:start + length], None where RecordsError.
 
-    try:
-        into.append(summarize_records(view))
-    except RecordsError:
-        into.append(None)
+    The reference; _wire.summarize_spans is its C twin (see spans_summarizer).
+    """
+    # Imported here: records.py is optional for decoding but needed for summaries.
+    from kinspect.protocol.records import RecordsError, summarize_records_python
+
+    view = memoryview(source)
+    size = len(view)
+    append = into.append
+    for s in spans[first:]:
+        start, n = s >> 32, s & 0xFFFFFFFF
+        if s < 0 or start + n > size:
+            raise ValueError(f"records span of {n} bytes at {start} does not fit the {size} bytes")
+        try:
+            append(summarize_records_python(view[start:start + n]))
+        except RecordsError:
+            append(None)
+
+
+def spans_summarizer():
+    """summarize_spans(source, spans, into, first=0): the C twin when records.summarize_records
+    is (the extension is built and KINSPECT_PURE_PYTHON is not 1), else the reference."""
+    from kinspect.protocol import records
+
+    if records.summarize_records is records.summarize_records_python:
+        return summarize_spans_python
+    from kinspect.protocol._wire import summarize_spans
+
+    return summarize_spans
 
 
 def namespace() -> dict:
@@ -133,6 +157,5 @@ def namespace() -> dict:
         "_scan_tags": scan_tags,
         "_write_tags": write_tags,
         "_uuid_bytes": uuid_bytes,
-        "_records": _summarize,
         "_EncodeError": EncodeError,
     }

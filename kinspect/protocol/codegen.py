@@ -313,7 +313,7 @@ class _DecoderWriter:
             if kind == "string" and _uses_topic_name(f):
                 b(f"_T.add(str(buf[pos:{e}], 'utf-8'))")
             elif kind == "records":
-                b(f"_records(_mv[pos:{e}], _R)")
+                b(f"_R.append(pos << 32 | {n})")  # where it is; ScanResult.records summarizes
         elif kind == "string":
             b(f"{var} = str(buf[pos:{e}], 'utf-8')")
         else:
@@ -442,8 +442,7 @@ def generate_scanner(spec: StructSpec, version: int, flexible: bool, label: str)
     w = _DecoderWriter(m, version, flexible, trace=False, scan=True)
     b = _Body()
     b("L = len(buf)")
-    b("_mv = memoryview(buf)")
-    b("_E = _S.error_codes; _T = _S.topics; _R = _S.records; _Z = _S.empty_counter")
+    b("_E = _S.error_codes; _T = _S.topics; _R = _S.record_spans; _Z = _S.empty_counter")
     w.struct(b, spec, "")
     b("if pos > L: raise _Bad('the message ends ' + str(pos - L) + ' bytes early')")
     b("return pos")

@@ -2,6 +2,16 @@
 
 from __future__ import annotations
 
+_summarize_spans = None  # codec_runtime.spans_summarizer(), on first use
+
+
+def _summarizer():
+    global _summarize_spans
+    from kinspect.protocol.codec_runtime import spans_summarizer
+
+    _summarize_spans = spans_summarizer()
+    return _summarize_spans
+
 
 class ScanResult:
     """Tag sections, tagged fields, error codes, topic names and record-batch summaries.
@@ -9,10 +19,16 @@ class ScanResult:
     `tagged_fields` holds one (struct path, tag, field name or None, data bytes) per
     non-empty tagged field seen; `error_codes` counts the non-zero codes of every
     *ErrorCode field, nested ones included; `records` holds one RecordsSummary per
-    records field (None where the records bytes were not a record set).
+    non-null records field (None where the records bytes were not a record set).
+
+    The scanners only note where each non-null records field lies: `record_spans` holds
+    one `start << 32 | length` per field (see `spans`), offsets into `source`, the
+    scanned buffer (CompiledStruct.scan sets it). `records` summarizes them on first
+    access and keeps the list; spans a later scan adds are summarized on the next access.
     """
 
-    __slots__ = ("trailing_bytes", "tag_sections", "tag_section_bytes", "empty_counter", "tagged_fields", "error_codes", "topics", "records")
+    __slots__ = ("trailing_bytes", "tag_sections", "tag_section_bytes", "empty_counter", "tagged_fields",
+                 "error_codes", "topics", "record_spans", "source", "_summaries")
 
     def __init__(self) -> None:
         self.tag_sections = 0
@@ -22,7 +38,33 @@ class ScanResult:
         self.tagged_fields: list[tuple[str, int, str | None, int]] = []
         self.error_codes: dict[int, int] = {}
         self.topics: set[str] = set()
-        self.records: list = []
+        self.record_spans: list[int] = []  # start << 32 | length, one per non-null records field
+        self.source: bytes | None = None  # the buffer the spans point into
+        self._summaries: list = []  # the summaries of record_spans[:len(_summaries)]
+
+    @property
+    def spans(self) -> list[tuple[int, int]]:
+        """(start, length) in `source` of each non-null records field, in wire order."""
+        return [(s >> 32, s & 0xFFFFFFFF) for s in self.record_spans]
+
+    @property
+    def records(self) -> list:
+        """One RecordsSummary per non-null records field, None where RecordsError."""
+        if len(self._summaries) < len(self.record_spans):
+            self.settle()
+        return self._summaries
+
+    def settle(self) -> None:
+        """Summarize the spans not yet summarized, from `source`.
+
+        CompiledStruct.scan calls this before scanning another buffer into the same result.
+        """
+        done = len(self._summaries)
+        if done >= len(self.record_spans):
+            return
+        if self.source is None:
+            raise ValueError("ScanResult.source is not set: the records spans point into no buffer")
+        (_summarize_spans or _summarizer())(self.source, self.record_spans, self._summaries, done)
 
     def finish(self) -> "ScanResult":
         """Fold the empty tag sections (one byte each) into the totals."""
