@@ -9,6 +9,10 @@ log = logging.getLogger("kinspect.proxy")
 
 
 class Observer(Protocol):
+    # Whether the observer decodes or scans bodies (events then keep whole frames up to
+    # inspect.inspect_max_bytes). An observer without the attribute is assumed to.
+    needs_bodies: bool
+
     def on_event(self, event) -> None: ...
 
 
@@ -21,6 +25,10 @@ class Dispatcher:
 
     def __bool__(self) -> bool:
         return bool(self.observers)
+
+    @property
+    def needs_bodies(self) -> bool:
+        return any(getattr(o, "needs_bodies", True) for o in self.observers)
 
     def dispatch(self, events: list) -> None:
         for event in events:
@@ -35,6 +43,8 @@ class Dispatcher:
 
 class EventLog:
     """Keeps every event (for tests and the offline tools); bounded by max_events."""
+
+    needs_bodies = True
 
     def __init__(self, max_events: int = 1_000_000) -> None:
         self.events: list = []

@@ -13,6 +13,8 @@ _WARN = {"frame_too_large", "tls_on_plaintext", "decode_error", "unknown_api", "
 
 
 class ProblemLog:
+    needs_bodies = False  # problems carry their own detail
+
     def __init__(self) -> None:
         self.counts: dict[str, int] = {}
 

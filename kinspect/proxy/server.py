@@ -19,6 +19,8 @@ from kinspect.session import ConnectionInfo, Session, SessionConfig
 
 log = logging.getLogger("kinspect.proxy")
 
+HEAD_BYTES = 512  # what is kept of a frame whose body no observer reads
+
 
 def parse_address(text: str, what: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
@@ -44,8 +46,11 @@ class ProxyServer:
         self.codec = codec
         self.dispatcher = dispatcher or Dispatcher()
         self.rewrite = config.proxy.mode == "rewrite"
+        # Whole frames are copied for inspection only when an observer decodes bodies;
+        # otherwise small frames (SASL handshakes, acks peeks) and the heads of the rest.
+        keep = config.inspect.inspect_max_bytes if self.dispatcher.needs_bodies else HEAD_BYTES
         self.session_config = SessionConfig(
-            max_frame_bytes=config.inspect.max_frame_bytes, inspect_max_bytes=config.inspect.inspect_max_bytes,
+            max_frame_bytes=config.inspect.max_frame_bytes, inspect_max_bytes=keep,
             max_inflight=config.inspect.max_inflight, request_timeout=config.inspect.request_timeout,
         )
         self.client_ssl = client_side_context(config.tls.client)
