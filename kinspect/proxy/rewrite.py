@@ -32,6 +32,7 @@ _PREFIX = struct.Struct(">ii")
 # the very end of the frame: holding them (a whole Fetch response) costs streaming, so
 # proxy.rewrite_node_endpoints can turn it off.
 NODE_ENDPOINT_APIS = frozenset({0, 1, 78, 79})
+TAGGED_NODE_ENDPOINT_APIS = frozenset({0, 1})
 
 
 def carries_addresses(api_key: int, version: int, node_endpoints: bool = True) -> bool:
@@ -86,8 +87,9 @@ def _rewrite_structs(value, nodes: NodeMap, seen: list) -> bool:
 
 def rewrite_response(codec: Codec, frame: bytes, api_key: int, version: int, nodes: NodeMap):
     """Return (frame to send, [(node id, real host, real port)]); the frame unchanged if nothing moved."""
-    if api_key in NODE_ENDPOINT_APIS:
-        # Most Produce/Fetch responses carry no NodeEndpoints: a scan says so without decoding.
+    if api_key in TAGGED_NODE_ENDPOINT_APIS:
+        # Most Produce/Fetch responses carry no NodeEndpoints (a tagged field there): a scan
+        # says so without decoding. In the share-group responses it is a plain field.
         facts = codec.scan_response(frame, api_key, version)
         if not any(name == "NodeEndpoints" for _, _, name, _ in facts.tagged_fields):
             return frame, []

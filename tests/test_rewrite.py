@@ -1,0 +1,118 @@
+"""Address rewriting: every response kind that names brokers, and the held-frame stream."""
+
+from __future__ import annotations
+
+import random
+import struct
+
+import pytest
+
+from kinspect.protocol.codec import Codec
+from kinspect.protocol.codegen import UNKNOWN_TAGS
+from kinspect.proxy.rewrite import NodeMap, ResponseRewriter, carries_addresses, rewrite_response
+
+NODES = NodeMap("kinspect.local", port_base=20000, ports={7: 29999})
+ENDPOINTS = [{"NodeId": 1, "Host": "broker-1.internal", "Port": 9092, "Rack": None},
+             {"NodeId": 7, "Host": "broker-7.internal", "Port": 9093, "Rack": "r7"}]
+
+
+def _roundtrip(codec: Codec, api_key: int, version: int, body: dict):
+    frame = codec.encode_response(api_key, version, {"CorrelationId": 5}, body)
+    new, seen = rewrite_response(codec, frame, api_key, version, NODES)
+    return codec.decode_response(new, api_key, version).body, seen
+
+
+def test_metadata_brokers(codec):
+    body = {"ThrottleTimeMs": 0, "Brokers": ENDPOINTS, "ClusterId": "c", "ControllerId": 1, "Topics": []}
+    out, seen = _roundtrip(codec, 3, 12, body)
+    assert [(b["NodeId"], b["Host"], b["Port"]) for b in out["Brokers"]] == [(1, "kinspect.local", 20001),
+                                                                          (7, "kinspect.local", 29999)]
+    assert seen == [(1, "broker-1.internal", 9092), (7, "broker-7.internal", 9093)]
+    assert out["Brokers"][1]["Rack"] == "r7" and out["ClusterId"] == "c"
+
+
+def test_find_coordinator_single_and_array(codec):
+    single = {"ThrottleTimeMs": 0, "ErrorCode": 0, "ErrorMessage": None, "NodeId": 7, "Host": "b7", "Port": 1}
+    out, _ = _roundtrip(codec, 10, 3, single)
+    assert (out["Host"], out["Port"]) == ("kinspect.local", 29999)
+    array = {"ThrottleTimeMs": 0, "Coordinators": [
+        {"Key": "g1", "NodeId": 1, "Host": "b1", "Port": 1, "ErrorCode": 0, "ErrorMessage": None},
+        {"Key": "g2", "NodeId": -1, "Host": "", "Port": -1, "ErrorCode": 15, "ErrorMessage": "not available"}]}
+    out, _ = _roundtrip(codec, 10, 6, array)
+    assert [(c["Host"], c["Port"]) for c in out["Coordinators"]] == [("kinspect.local", 20001), ("", -1)]
+
+
+def test_describe_cluster(codec):
+    body = {"ThrottleTimeMs": 0, "ErrorCode": 0, "ErrorMessage": None, "EndpointType": 1, "ClusterId": "c",
+            "ControllerId": 1, "Brokers": [{"BrokerId": 1, "Host": "b1", "Port": 9092, "Rack": None,
+                                             "IsFenced": False}], "ClusterAuthorizedOperations": 0}
+    out, _ = _roundtrip(codec, 60, 2, body)
+    assert (out["Brokers"][0]["Host"], out["Brokers"][0]["Port"]) == ("kinspect.local", 20001)
+
+
+def test_kip951_node_endpoints_in_produce_and_fetch(codec):
+    produce = {"Responses": [], "ThrottleTimeMs": 0, "NodeEndpoints": ENDPOINTS}
+    out, _ = _roundtrip(codec, 0, 10, produce)
+    assert [(e["Host"], e["Port"]) for e in out["NodeEndpoints"]] == [("kinspect.local", 20001), ("kinspect.local", 29999)]
+    fetch = {"ThrottleTimeMs": 0, "ErrorCode": 0, "SessionId": 0, "Responses": [], "NodeEndpoints": ENDPOINTS,
+             UNKNOWN_TAGS: [(9, b"keep")]}
+    out, _ = _roundtrip(codec, 1, 16, fetch)
+    assert out["NodeEndpoints"][0]["Port"] == 20001 and out[UNKNOWN_TAGS] == [(9, b"keep")]
+
+
+def test_responses_without_addresses_are_left_byte_for_byte(codec):
+    produce = {"Responses": [], "ThrottleTimeMs": 0}
+    frame = codec.encode_response(0, 10, {"CorrelationId": 5}, produce)
+    assert rewrite_response(codec, frame, 0, 10, NODES) == (frame, [])
+    already = {"ThrottleTimeMs": 0, "Brokers": [{"NodeId": 1, "Host": "kinspect.local", "Port": 20001, "Rack": None}],
+               "ClusterId": None, "ControllerId": 1, "Topics": []}
+    frame = codec.encode_response(3, 12, {"CorrelationId": 5}, already)
+    assert rewrite_response(codec, frame, 3, 12, NODES)[0] is frame
+
+
+def test_which_responses_are_held():
+    assert carries_addresses(3, 0) and carries_addresses(10, 0) and carries_addresses(60, 0)
+    assert carries_addresses(0, 10) and not carries_addresses(0, 9)
+    assert carries_addresses(1, 16) and not carries_addresses(1, 15)
+    assert carries_addresses(78, 0) and carries_addresses(79, 0)
+    assert not carries_addresses(1, 16, node_endpoints=False) and carries_addresses(3, 12, node_endpoints=False)
+    assert not carries_addresses(18, 3)
+
+
+def test_stream_holds_only_expected_frames_in_any_chunking(codec):
+    metadata = codec.encode_response(3, 12, {"CorrelationId": 2}, {
+        "ThrottleTimeMs": 0, "Brokers": ENDPOINTS, "ClusterId": "c", "ControllerId": 1, "Topics": []})
+    other = codec.encode_response(18, 3, {"CorrelationId": 1}, {"ErrorCode": 0, "ApiKeys": [], "ThrottleTimeMs": 0})
+    stream = b"".join(struct.pack(">i", len(f)) + f for f in (other, metadata, other))
+    expected_metadata, _ = rewrite_response(codec, metadata, 3, 12, NODES)
+    expected = b"".join(struct.pack(">i", len(f)) + f for f in (other, expected_metadata, other))
+    rng = random.Random(3)
+    for _ in range(50):
+        rw = ResponseRewriter(lambda f, k, v: rewrite_response(codec, f, k, v, NODES)[0], 1 << 20)
+        rw.expect(2, 3, 12)
+        out, pos = [], 0
+        while pos < len(stream):
+            step = rng.randint(1, 40)
+            out += rw.feed(stream[pos : pos + step])
+            pos += step
+        assert b"".join(out) == expected and not rw.errors
+
+
+def test_a_response_that_cannot_be_rewritten_goes_on_unchanged(codec):
+    rw = ResponseRewriter(lambda f, k, v: rewrite_response(codec, f, k, v, NODES)[0], 1 << 20)
+    rw.expect(2, 3, 12)
+    garbage = struct.pack(">i", 2) + b"\xff\xff\xff"
+    out = b"".join(rw.feed(struct.pack(">i", len(garbage)) + garbage))
+    assert out == struct.pack(">i", len(garbage)) + garbage
+    assert rw.errors and "could not rewrite" in rw.errors[0]
+
+
+def test_share_group_responses(codec):
+    share_fetch = {"ThrottleTimeMs": 0, "ErrorCode": 0, "ErrorMessage": None, "AcquisitionLockTimeoutMs": 1000,
+                   "Responses": [], "NodeEndpoints": ENDPOINTS}
+    out, _ = _roundtrip(codec, 78, 2, share_fetch)
+    assert [e["Port"] for e in out["NodeEndpoints"]] == [20001, 29999]
+    share_ack = {"ThrottleTimeMs": 0, "ErrorCode": 0, "ErrorMessage": None, "Responses": [], "NodeEndpoints": ENDPOINTS}
+    version = codec.registry.versions(79, "response")[-1]
+    out, _ = _roundtrip(codec, 79, version, share_ack)
+    assert [e["Host"] for e in out["NodeEndpoints"]] == ["kinspect.local"] * 2
