@@ -58,7 +58,6 @@ def decode_conversation(
 ) -> Iterator[dict]:
     """Yield one record per frame: each request, then its response when there is one."""
     stats = stats if stats is not None else DecodeStats()
-    pending: dict[int, tuple[int, int]] = {}
     response_frames = _frames(responses, "response", stats) if responses else []
     by_correlation: dict[int, list[tuple[int, bytes]]] = {}
     for offset, frame in response_frames:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from kinspect.protocol.primitives import FIXED_FORMATS, VARINT_MAX_BYTES
+from kinspect.protocol.primitives import FIXED_FORMATS
 from kinspect.protocol.spec_model import FieldSpec, StructSpec
 
 # The dict key that carries tagged fields no spec names, as a list of (tag, bytes).
@@ -629,5 +629,4 @@ __all__ = [
     "generate_encoder",
     "generate_scanner",
     "min_size",
-    "VARINT_MAX_BYTES",
 ]
