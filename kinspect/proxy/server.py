@@ -61,6 +61,7 @@ class ProxyServer:
         self.connections_total = 0
         self.refused_connections = 0
         self.inspection_failures = 0
+        self.closed_bytes = {"client": 0, "broker": 0}  # bytes received from each side, closed connections
         self._ids = itertools.count(1)
         self._sweeper: asyncio.Task | None = None
         self._tasks: set[asyncio.Task] = set()  # connects and new node listeners, ended by shutdown
@@ -177,8 +178,13 @@ class ProxyServer:
         relay = Relay(self, session, self.dispatcher, rewriter, upstreams)
         self.connections_total += 1
         self.relays.add(relay)
-        relay.closed.add_done_callback(lambda _: self.relays.discard(relay))
+        relay.closed.add_done_callback(lambda _: self._closed(relay))
         return relay.client
+
+    def _closed(self, relay: Relay) -> None:
+        self.relays.discard(relay)
+        for side, count in relay.bytes_in.items():
+            self.closed_bytes[side] += count
 
     def client_connected(self, relay: Relay) -> None:
         """Called by the relay once the client's transport is up: refuse, or reach the broker."""

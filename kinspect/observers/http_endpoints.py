@@ -1,0 +1,118 @@
+"""/metrics, /healthz and /readyz over a minimal HTTP/1.1 server on the proxy's asyncio loop.
+
+One request per connection (the response says Connection: close); GET and HEAD only.
+/metrics renders the registry in the Prometheus text format, /healthz answers 200 while
+the process runs, /readyz answers 200 when `ready()` is true (the proxy's listeners are
+serving) and 503 otherwise; any other path is a 404.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+log = logging.getLogger("kinspect.metrics")
+
+MAX_HEAD_BYTES = 16 * 1024  # request line and headers
+READ_TIMEOUT = 10.0  # seconds a client has to send its request head
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+            500: "Internal Server Error", 503: "Service Unavailable"}
+_TEXT = "text/plain; charset=utf-8"
+
+
+def listeners_serving(server) -> Callable[[], bool]:
+    """A ready() for a ProxyServer: every listener it has made is serving, and it is not stopping."""
+
+    def ready() -> bool:
+        if getattr(server, "_stopping", False) or not server.listeners:
+            return False
+        made = [listener.server for listener in server.listeners if listener.server is not None]
+        return bool(made) and server.listeners[0].server is not None and all(s.is_serving() for s in made)
+
+    return ready
+
+
+class HttpEndpoints:
+    """The HTTP server; `start(host, port)` binds (port 0 picks a free one, see `.port`), `close()` stops."""
+
+    def __init__(self, registry: CollectorRegistry, ready: Callable[[], bool] | None = None) -> None:
+        self.registry = registry
+        self.ready = ready or (lambda: True)
+        self.port: int | None = None
+        self.host: str | None = None
+        self._server: asyncio.AbstractServer | None = None
+        self._clients: set[asyncio.Task] = set()
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> HttpEndpoints:
+        self._server = await asyncio.start_server(self._handle, host, port, limit=MAX_HEAD_BYTES)
+        sockname = self._server.sockets[0].getsockname()
+        self.host, self.port = sockname[0], sockname[1]
+        log.info("serving /metrics, /healthz and /readyz on %s:%d", self.host, self.port)
+        return self
+
+    async def close(self) -> None:
+        if self._server is None:
+            return
+        self._server.close()
+        for task in list(self._clients):
+            task.cancel()
+        if self._clients:
+            await asyncio.wait(list(self._clients), timeout=2.0)
+        await self._server.wait_closed()
+        self._server = None
+
+    # ------------------------------------------------------------------ requests
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        self._clients.add(task)
+        try:
+            try:
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT)
+            except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+                return
+            status, content_type, body, method = self._respond(head)
+            headers = (f"HTTP/1.1 {status} {_REASONS.get(status, 'Unknown')}\r\n"
+                       f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+                       f"Connection: close\r\n\r\n").encode("latin-1")
+            writer.write(headers if method == "HEAD" else headers + body)
+            await writer.drain()
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            self._clients.discard(task)
+            writer.close()
+
+    def _respond(self, head: bytes) -> tuple[int, str, bytes, str]:
+        try:
+            line = head.split(b"\r\n", 1)[0].decode("latin-1")
+            method, target, version = line.split(" ")
+            if not version.startswith("HTTP/"):
+                raise ValueError(version)
+        except ValueError:
+            return 400, _TEXT, b"bad request\n", "GET"
+        path = target.split("?", 1)[0]
+        if method not in ("GET", "HEAD"):
+            return 405, _TEXT, b"method not allowed\n", method
+        if path == "/metrics":
+            try:
+                return 200, CONTENT_TYPE_LATEST, generate_latest(self.registry), method
+            except Exception:
+                log.exception("rendering /metrics failed")
+                return 500, _TEXT, b"metrics failed\n", method
+        if path == "/healthz":
+            return 200, _TEXT, b"ok", method
+        if path == "/readyz":
+            try:
+                ready = bool(self.ready())
+            except Exception:
+                log.exception("readiness check failed")
+                ready = False
+            return (200, _TEXT, b"ready\n", method) if ready else (503, _TEXT, b"not ready\n", method)
+        return 404, _TEXT, b"not found\n", method
+
+
+__all__ = ["HttpEndpoints", "listeners_serving"]
