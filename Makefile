@@ -12,8 +12,17 @@ $(STAMP): pyproject.toml $(wildcard setup.py)
 	$(PY) -m pip install --quiet -e '.[test,proxy]'
 	touch $(STAMP)
 
+# Debian's prometheus package gives the tests promtool and a real Prometheus (installed when root).
+SYSDEPS := $(VENV)/.sysdeps
+$(SYSDEPS):
+	@if ! command -v promtool >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; \
+	  else echo "promtool is missing: install Debian's prometheus package (as root: apt-get install prometheus)" >&2; exit 1; fi; \
+	fi
+	mkdir -p $(VENV) && touch $(SYSDEPS)
+
 # Installs what the tests need, then runs them all. pytest's "no tests ran" (exit 5) fails.
-test: $(STAMP)
+test: $(STAMP) $(SYSDEPS)
 	$(PY) -m pytest -q -p no:cacheprovider; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "no tests ran" >&2; exit 1; fi; exit $$rc
 

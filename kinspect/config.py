@@ -50,6 +50,26 @@ class InspectConfig:
 
 
 @dataclass
+class MetricsConfig:
+    enabled: bool = True  # serve Prometheus metrics, /healthz and /readyz
+    listen: str = "127.0.0.1:9464"  # where /metrics, /healthz and /readyz are served
+    topic_bytes: bool = False  # bytes by topic (opt-in: topic names are not a bounded set)
+    max_topics: int = 100  # distinct topics with their own series; the rest count under "other"
+
+
+@dataclass
+class LogConfig:
+    format: str = "json"  # json (one JSON object a line) | console (readable)
+    level: str = "INFO"  # DEBUG | INFO | WARNING | ERROR
+    debug_requests: bool = False  # log every decoded request (credentials and record data withheld)
+    debug_responses: bool = False  # log decoded responses too
+    include_apis: list[str] = field(default_factory=list)  # only these apis (empty: all)
+    exclude_apis: list[str] = field(default_factory=list)  # never these apis
+    sample_rate: float = 1.0  # fraction of requests logged (0.0-1.0)
+    max_body_chars: int = 4096  # longer rendered bodies are truncated
+
+
+@dataclass
 class TlsSection:
     client: TlsConfig = field(default_factory=TlsConfig)  # [tls.client]: TLS from clients to kinspect
     broker: TlsConfig = field(default_factory=TlsConfig)  # [tls.broker]: TLS from kinspect to brokers
@@ -61,9 +81,15 @@ class Config:
     proxy: ProxyConfig = field(default_factory=ProxyConfig)
     inspect: InspectConfig = field(default_factory=InspectConfig)
     tls: TlsSection = field(default_factory=TlsSection)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    log: LogConfig = field(default_factory=LogConfig)
 
 
-_CHOICES = {("proxy", "mode"): ("passthrough", "rewrite")}
+_CHOICES = {
+    ("proxy", "mode"): ("passthrough", "rewrite"),
+    ("log", "format"): ("json", "console"),
+    ("log", "level"): ("DEBUG", "INFO", "WARNING", "ERROR"),
+}
 
 
 def _check(where: str, value, kind: str):

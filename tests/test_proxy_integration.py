@@ -19,6 +19,7 @@ import asyncio
 import collections
 import gc
 import signal
+import json
 import socket
 import subprocess
 import sys
@@ -509,7 +510,7 @@ def test_kinspect_proxy_command_rewrite_mode_and_sigterm(tmp_path: Path, codec: 
     from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
     from kafka.admin import NewTopic
 
-    node_port = free_port()
+    node_port, metrics_port = free_port(), free_port()
     with TansuBroker(advertised_host=UNUSABLE_HOST) as tansu:
         config = tmp_path / "kinspect.toml"
         config.write_text(
@@ -520,6 +521,11 @@ def test_kinspect_proxy_command_rewrite_mode_and_sigterm(tmp_path: Path, codec: 
             f'node_ports = {{ "{TANSU_NODE_ID}" = {node_port} }}\n'
             f'upstream_map = {{ "{UNUSABLE_HOST}:{tansu.port}" = "{tansu.bootstrap}" }}\n'
             "shutdown_grace = 8.0\n"
+            "[metrics]\n"
+            f'listen = "127.0.0.1:{metrics_port}"\n'
+            "[log]\n"
+            "debug_requests = true\n"
+            'include_apis = ["CreateTopics"]\n'
         )
         log_path = tmp_path / "kinspect.log"
         with open(log_path, "wb") as log:
@@ -559,6 +565,23 @@ def test_kinspect_proxy_command_rewrite_mode_and_sigterm(tmp_path: Path, codec: 
             finally:
                 consumer.close()
 
+            # The metrics endpoint of the running command reflects what the clients did.
+            import urllib.request
+
+            from prometheus_client.parser import text_string_to_metric_families
+
+            base_url = f"http://127.0.0.1:{metrics_port}"
+            assert urllib.request.urlopen(f"{base_url}/healthz", timeout=5).status == 200
+            assert urllib.request.urlopen(f"{base_url}/readyz", timeout=5).status == 200
+            text = urllib.request.urlopen(f"{base_url}/metrics", timeout=5).read().decode()
+            samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                       for family in text_string_to_metric_families(text) for s in family.samples}
+            produced = sum(v for (name, labels), v in samples.items()
+                           if name == "kinspect_produced_records_total" and dict(labels)["compression"] == "zstd")
+            assert produced == len(sent)
+            assert any(name == "kinspect_requests_total" and dict(labels)["api"] == "CreateTopics"
+                       for name, labels in samples)
+
             # A long-poll Fetch in flight (Tansu holds it for MaxWaitMs) when SIGTERM arrives.
             with socket.create_connection(("127.0.0.1", node_port), timeout=10) as sock:
                 sock.sendall(api_versions(codec, 1))
@@ -582,3 +605,8 @@ def test_kinspect_proxy_command_rewrite_mode_and_sigterm(tmp_path: Path, codec: 
             proc.stdout.close()
         text = log_path.read_text()
         assert "stopping: " in text and "Traceback" not in text, text
+        # Logs are JSON lines; the debug log shows decoded CreateTopics requests and no other api.
+        lines = [json.loads(line) for line in text.splitlines() if line.strip()]
+        debug = [line for line in lines if line.get("event") == "kafka.request"]
+        assert debug and {line["api"] for line in debug} == {"CreateTopics"}
+        assert "cli.topic" in debug[0]["body"]

@@ -13,7 +13,11 @@ from kinspect.protocol.codec import Codec
 from kinspect.protocol.spec_registry import SpecRegistry
 from kinspect.proxy.observers import Dispatcher
 from kinspect.proxy.problem_log import ProblemLog
-from kinspect.proxy.server import ProxyServer
+from kinspect.proxy.server import ProxyServer, parse_address
+from kinspect.logs import configure_logging
+from kinspect.observers.debug_log import DebugLog
+from kinspect.observers.http_endpoints import HttpEndpoints, listeners_serving
+from kinspect.observers.metrics import MetricsObserver
 
 log = logging.getLogger("kinspect.proxy")
 
@@ -25,6 +29,10 @@ FLAG_KEYS = {
     "bootstrap_server": "proxy.bootstrap_servers",
     "advertised_host": "proxy.advertised_host",
     "node_port_base": "proxy.node_port_base",
+    "metrics_listen": "metrics.listen",
+    "log_format": "log.format",
+    "log_level": "log.level",
+    "debug_requests": "log.debug_requests",
 }
 
 
@@ -39,7 +47,11 @@ def add_parser(commands) -> None:
     p.add_argument("--node-port-base", type=int, metavar="PORT", help="rewrite: broker node N listens at PORT+N")
     p.add_argument("--upstream-map", action="append", metavar="ADVERTISED=ACTUAL",
                    help="rewrite: connect to ACTUAL host:port for a broker advertised as ADVERTISED (repeatable)")
-    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument("--metrics-listen", metavar="HOST:PORT", help="where /metrics, /healthz and /readyz are served")
+    p.add_argument("--log-format", choices=["json", "console"])
+    p.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument("--debug-requests", action="store_true", default=None,
+                   help="log every decoded request (credentials and record data withheld)")
     p.set_defaults(run=run)
 
 
@@ -64,34 +76,60 @@ def install_event_loop() -> str:
     return "uvloop"
 
 
-async def serve(server: ProxyServer) -> None:
+def build_observers(config) -> tuple[list, MetricsObserver | None]:
+    """The observers the config asks for: problems always, metrics and the debug log when enabled."""
+    observers: list = [ProblemLog()]
+    metrics = None
+    if config.metrics.enabled:
+        metrics = MetricsObserver(topic_bytes=config.metrics.topic_bytes, max_topics=config.metrics.max_topics)
+        observers.append(metrics)
+    if config.log.debug_requests or config.log.debug_responses:
+        observers.append(DebugLog(
+            include=config.log.include_apis or None, exclude=config.log.exclude_apis,
+            sample_rate=config.log.sample_rate, responses=config.log.debug_responses,
+            max_body_chars=config.log.max_body_chars,
+        ))
+    return observers, metrics
+
+
+async def serve(server: ProxyServer, metrics: MetricsObserver | None) -> None:
     await server.start()
+    endpoints = None
+    if metrics is not None:
+        host, port = parse_address(server.config.metrics.listen, "metrics.listen")
+        endpoints = await HttpEndpoints(metrics.registry, listeners_serving(server)).start(host, port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    where = f"; metrics on http://{server.config.metrics.listen.rsplit(':', 1)[0]}:{endpoints.port}/metrics" if endpoints else ""
     print(f"kinspect: proxy listening on {server.listeners[0].host}:{server.bootstrap_port} "
-          f"({server.config.proxy.mode} mode)", flush=True)
+          f"({server.config.proxy.mode} mode){where}", flush=True)
     await stop.wait()
     log.info("stopping: %d connections, %d requests in flight", len(server.relays), server.inflight())
     await server.shutdown()
+    if endpoints is not None:
+        await endpoints.close()
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     config = load_config(args.config, overrides_from(args))
     config.specs.directories += args.spec_dir
+    configure_logging(config.log.format, config.log.level)
     codec = Codec(SpecRegistry.default(config.specs.directories))
+    observers, metrics = build_observers(config)
     try:
-        server = ProxyServer(config, codec, Dispatcher([ProblemLog()]))
+        server = ProxyServer(config, codec, Dispatcher(observers))
     except ValueError as exc:
         print(f"kinspect: {exc}")
         return 2
+    if metrics is not None:
+        metrics.server = server
     loop_name = install_event_loop()
     log.info("event loop: %s", loop_name)
     try:
-        asyncio.run(serve(server))
-    except OSError as exc:
-        print(f"kinspect: cannot listen: {exc}")
+        asyncio.run(serve(server, metrics))
+    except (OSError, ValueError) as exc:
+        print(f"kinspect: cannot start: {exc}")
         return 2
     return 0
