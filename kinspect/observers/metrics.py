@@ -79,6 +79,33 @@ def _tag_section(buf: bytes, pos: int) -> tuple[list[tuple[int, int]], int]:
     return fields, pos
 
 
+# Every metric kinspect exports, with its type: the deploy/ dashboard and alert rules are
+# checked against this (tests/test_deploy.py).
+METRIC_NAMES = {
+    "kinspect_requests_total": "counter",
+    "kinspect_responses_total": "counter",
+    "kinspect_request_size_bytes": "histogram",
+    "kinspect_response_size_bytes": "histogram",
+    "kinspect_header_size_bytes": "histogram",
+    "kinspect_tag_section_bytes_total": "counter",
+    "kinspect_tagged_fields_total": "counter",
+    "kinspect_tagged_field_bytes_total": "counter",
+    "kinspect_request_latency_seconds": "histogram",
+    "kinspect_response_errors_total": "counter",
+    "kinspect_produced_records_total": "counter",
+    "kinspect_produced_batches_total": "counter",
+    "kinspect_topic_bytes_total": "counter",
+    "kinspect_decode_failures_total": "counter",
+    "kinspect_unknown_api_requests_total": "counter",
+    "kinspect_problems_total": "counter",
+    "kinspect_connections_open": "gauge",
+    "kinspect_connections_total": "counter",
+    "kinspect_bytes_total": "counter",
+    "kinspect_inflight_requests": "gauge",
+    "kinspect_inflight_limit": "gauge",
+    "kinspect_build_info": "gauge",
+}
+
 class _Children:
     """The label children of one (api key, version, direction)."""
 
