@@ -11,6 +11,7 @@ Paths (each cell starts a fresh Tansu broker advertising the address its clients
   direct                Tansu alone; clients bootstrap from it
   kinspect-passthrough  kinspect proxy --mode passthrough in front of Tansu; Tansu advertises
                         the proxy's port so the clients' follow-up connections go through it
+  kinspect-nometrics    the same with --no-metrics (metrics on vs off: what metrics cost)
   kinspect-rewrite      kinspect proxy --mode rewrite --node-port-base N; Tansu advertises
                         itself and kinspect rewrites the addresses (node 111 -> port N+111)
   haproxy               haproxy 2.x, mode tcp, one frontend, one backend server; Tansu
@@ -79,8 +80,8 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from kinspect.protocol.codec import Codec  # noqa: E402
 from tests.support.tansu import TansuBroker, free_port, tansu_version  # noqa: E402
 
-PATHS = ["direct", "kinspect-passthrough", "kinspect-rewrite", "haproxy"]
-KINSPECT_PATHS = ["kinspect-passthrough", "kinspect-rewrite"]
+PATHS = ["direct", "kinspect-passthrough", "kinspect-nometrics", "kinspect-rewrite", "haproxy"]
+KINSPECT_PATHS = ["kinspect-passthrough", "kinspect-nometrics", "kinspect-rewrite"]
 TANSU_NODE_ID = 111
 HOST = "127.0.0.1"
 
@@ -264,17 +265,19 @@ class Stack:
             self.bootstrap = self.broker.bootstrap
             return self
         self.proxy_log = self.workdir / f"{self.tag}-{path}.log"
-        if path == "kinspect-passthrough":
-            (port,) = distinct_free_ports(1)
+        if path in ("kinspect-passthrough", "kinspect-nometrics"):
+            port, metrics_port = distinct_free_ports(2)
             self.broker = self.procs.start_broker(advertised_port=port)
             cmd = kinspect_command() + ["proxy", "--mode", "passthrough", "--listen", f"{HOST}:{port}",
                                         "--upstream", self.broker.bootstrap]
+            cmd += ["--no-metrics"] if path == "kinspect-nometrics" else ["--metrics-listen", f"{HOST}:{metrics_port}"]
         elif path == "kinspect-rewrite":
             self.broker = self.procs.start_broker()
-            port, node_port = distinct_free_ports(2, {self.broker.port})
+            port, node_port, metrics_port = distinct_free_ports(3, {self.broker.port})
             cmd = kinspect_command() + ["proxy", "--mode", "rewrite", "--listen", f"{HOST}:{port}",
                                         "--bootstrap-server", self.broker.bootstrap,
-                                        "--node-port-base", str(node_port - TANSU_NODE_ID)]
+                                        "--node-port-base", str(node_port - TANSU_NODE_ID),
+                                        "--metrics-listen", f"{HOST}:{metrics_port}"]
         elif path == "haproxy":
             haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
             (port,) = distinct_free_ports(1)
@@ -304,7 +307,7 @@ class Stack:
         while time.monotonic() < deadline:
             text = self.proxy_log.read_text(errors="replace")
             if "event loop: " in text:
-                return text.split("event loop: ", 1)[1].split()[0]
+                return text.split("event loop: ", 1)[1].split()[0].strip('",')
             time.sleep(0.05)
         return None
 

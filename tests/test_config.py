@@ -65,3 +65,9 @@ def test_overrides_win_over_the_file(tmp_path):
     assert config.proxy.bootstrap_servers == ["a:1"]
     with pytest.raises(ConfigError, match="proxy.connect_timeout must be float"):
         load_config(None, {"proxy.connect_timeout": "soon"})
+
+
+def test_the_sidecar_config_loads():
+    sidecar = Path(__file__).resolve().parents[1] / "deploy" / "config" / "kinspect-sidecar.toml"
+    config = load_config(sidecar)
+    assert config.proxy.mode == "rewrite" and config.metrics.listen == "0.0.0.0:9464"

@@ -29,6 +29,7 @@ FLAG_KEYS = {
     "bootstrap_server": "proxy.bootstrap_servers",
     "advertised_host": "proxy.advertised_host",
     "node_port_base": "proxy.node_port_base",
+    "metrics_enabled": "metrics.enabled",
     "metrics_listen": "metrics.listen",
     "log_format": "log.format",
     "log_level": "log.level",
@@ -47,6 +48,8 @@ def add_parser(commands) -> None:
     p.add_argument("--node-port-base", type=int, metavar="PORT", help="rewrite: broker node N listens at PORT+N")
     p.add_argument("--upstream-map", action="append", metavar="ADVERTISED=ACTUAL",
                    help="rewrite: connect to ACTUAL host:port for a broker advertised as ADVERTISED (repeatable)")
+    p.add_argument("--no-metrics", dest="metrics_enabled", action="store_false", default=None,
+                   help="do not collect or serve metrics")
     p.add_argument("--metrics-listen", metavar="HOST:PORT", help="where /metrics, /healthz and /readyz are served")
     p.add_argument("--log-format", choices=["json", "console"])
     p.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
