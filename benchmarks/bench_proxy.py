@@ -58,6 +58,7 @@ import json
 import math
 import os
 import platform
+import re
 import shutil
 import signal
 import socket
@@ -306,8 +307,9 @@ class Stack:
         deadline = time.monotonic() + 5.0
         while time.monotonic() < deadline:
             text = self.proxy_log.read_text(errors="replace")
-            if "event loop: " in text:
-                return text.split("event loop: ", 1)[1].split()[0].strip('",')
+            found = re.search(r"event loop: (\w+)", text)
+            if found:
+                return found.group(1)
             time.sleep(0.05)
         return None
 
