@@ -236,26 +236,29 @@ class MetricsObserver:
             if unknown:
                 for tag, data in unknown:
                     self._tagged_field(c.api, "request", "header", "", tag, None, len(data))
-        if not e.complete:
-            if tag_bytes:
-                c.tag_bytes.inc(tag_bytes)
+        scan = self._scan(e, c, "request", tag_bytes, e.complete)
+        if scan is None:
             return
-        try:
-            scan = e.scan()
-        except DecodeError:
-            if tag_bytes:
-                c.tag_bytes.inc(tag_bytes)
-            self._decode_failure(c.api, "request", "decode_error")
-            return
-        tag_bytes += scan.tag_section_bytes
-        if tag_bytes:
-            c.tag_bytes.inc(tag_bytes)
-        for path, tag, name, size in scan.tagged_fields:
-            self._tagged_field(c.api, "request", "body", path, tag, name, size)
         if key[0] == PRODUCE and scan.record_spans:
             self._produced_records(scan.records)
         if self.topic_bytes and scan.topics:
             self._topic_bytes(scan.topics, e.size, "request")
+
+    def _scan(self, e, c, direction: str, tag_bytes: int, scannable: bool):
+        """Scan a body (None if it cannot be); count tag-section bytes, header's included, and tagged fields."""
+        scan = None
+        if scannable:
+            try:
+                scan = e.scan()
+            except DecodeError:
+                self._decode_failure(c.api, direction, "decode_error")
+        if scan is not None:
+            tag_bytes += scan.tag_section_bytes
+            for path, tag, name, size in scan.tagged_fields:
+                self._tagged_field(c.api, direction, "body", path, tag, name, size)
+        if tag_bytes:
+            c.tag_bytes.inc(tag_bytes)
+        return scan
 
     def _response(self, e: Response) -> None:
         key = (e.api_key, e.api_version)
@@ -277,22 +280,9 @@ class MetricsObserver:
                 self._tagged_field(c.api, "response", "header", "", tag, None, size)
         else:
             c.header.observe(4)
-        if not (e.complete and c.known):
-            if tag_bytes:
-                c.tag_bytes.inc(tag_bytes)
+        scan = self._scan(e, c, "response", tag_bytes, e.complete and c.known)
+        if scan is None:
             return
-        try:
-            scan = e.scan()
-        except DecodeError:
-            if tag_bytes:
-                c.tag_bytes.inc(tag_bytes)
-            self._decode_failure(c.api, "response", "decode_error")
-            return
-        tag_bytes += scan.tag_section_bytes
-        if tag_bytes:
-            c.tag_bytes.inc(tag_bytes)
-        for path, tag, name, size in scan.tagged_fields:
-            self._tagged_field(c.api, "response", "body", path, tag, name, size)
         if scan.error_codes:
             errors = self._errors
             for code, count in scan.error_codes.items():

@@ -49,7 +49,7 @@ from collections.abc import Iterable
 from uuid import UUID
 
 from kinspect.protocol.codegen import UNKNOWN_TAGS
-from kinspect.protocol.records import RecordsError, summarize_records
+from kinspect.protocol.rendering import render_records
 from kinspect.protocol.spec_model import StructSpec
 
 # (api name, direction) -> field paths (struct field names joined by ".", array indices left out).
@@ -114,15 +114,6 @@ def _scalar(value, field_type: str, secret: bool, allowed: bool):
     return value
 
 
-def _records(value):
-    if value is None:
-        return None
-    try:
-        return summarize_records(value).to_dict()
-    except RecordsError as exc:
-        return {"error": str(exc), "total_bytes": len(value)}
-
-
 def _struct(value: dict, spec: StructSpec, secrets, allowed, unknown: list, path: str, where: str) -> dict:
     out = {}
     fields = {f.name: f for f in spec.fields}
@@ -141,7 +132,7 @@ def _struct(value: dict, spec: StructSpec, secrets, allowed, unknown: list, path
         if item is None:
             out[name] = None
         elif f.type == "records":
-            out[name] = _records(item)
+            out[name] = render_records(item)
         elif f.struct is not None and f.is_array:
             out[name] = [
                 _struct(x, f.struct, secrets, allowed, unknown, field_path, f"{field_where}[{i}]")

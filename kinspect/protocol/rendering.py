@@ -25,7 +25,8 @@ def _scalar(value):
     return value
 
 
-def _records(value):
+def render_records(value):
+    """A records field as its batch summary (keys and values are never read)."""
     if value is None:
         return None
     try:
@@ -49,7 +50,7 @@ def render_struct(value: dict, spec: StructSpec, unknown: list, path: str = "") 
         elif item is None:
             out[name] = None
         elif f.type == "records":
-            out[name] = _records(item)
+            out[name] = render_records(item)
         elif f.struct is not None and f.is_array:
             out[name] = [render_struct(x, f.struct, unknown, f"{where}[{i}]") for i, x in enumerate(item)]
         elif f.struct is not None:
