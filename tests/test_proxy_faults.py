@@ -24,6 +24,7 @@ from kinspect.protocol.codec import Codec
 from kinspect.proxy.relay import WRITE_BUFFER_HIGH
 from kinspect.session import Exchange, Problem
 from tests.support.proxy_harness import (
+    poll_until,
     CLIENT_HOST, TANSU_NODE_ID, ProxyHarness, RewriteRig, api_versions, correlation_id, create_topic, fetch,
     kinspect_sockets, metadata, open_fds, produce, record_batch, recv_frame, request_frame, rss_bytes, wait_closed,
 )
@@ -78,17 +79,6 @@ def kinspect_conns(rig: RewriteRig) -> list:
     return kinspect_sockets(listen, {("127.0.0.1", rig.tansu.port)})
 
 
-def wait_for(predicate, timeout: float = 5.0, interval: float = 0.02):
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s")
-        time.sleep(interval)
-
-
 def read_until_closed(sock: socket.socket, timeout: float) -> bytes:
     """Everything the peer sends until it closes the connection (a reset counts as a close)."""
     sock.settimeout(timeout)
@@ -108,8 +98,8 @@ def assert_no_leaks(rig: RewriteRig, fds: int) -> None:
     """
     rig.proxy.wait_idle(5)
     assert rig.proxy.kinspect_tasks() == []
-    wait_for(lambda: not kinspect_conns(rig), 5)
-    wait_for(lambda: open_fds() <= fds, 5)
+    poll_until(lambda: not kinspect_conns(rig), 5)
+    poll_until(lambda: open_fds() <= fds, 5)
 
 
 # ----------------------------------------------------------------------------- broker killed
@@ -147,7 +137,7 @@ def test_broker_killed_mid_stream(rig: RewriteRig, codec: Codec):
 
     streamer = threading.Thread(target=stream, name="raw-producer", daemon=True)
     streamer.start()
-    wait_for(lambda: produced["ok"] >= 20)
+    poll_until(lambda: produced["ok"] >= 20)
     rig.proxy.wait_until(lambda: rig.proxy.server.inflight() >= 5)
     assert len(kinspect_conns(rig)) == 2 * 6  # six client connections, each with its broker connection
 
@@ -184,7 +174,7 @@ def test_broker_killed_under_a_real_consumer(rig: RewriteRig, codec: Codec):
     try:
         consumer.assign([TopicPartition("kill.real", 0)])
         got = []
-        wait_for(lambda: got.extend(r.value for rs in consumer.poll(timeout_ms=200).values() for r in rs)
+        poll_until(lambda: got.extend(r.value for rs in consumer.poll(timeout_ms=200).values() for r in rs)
                  or len(got) >= 30, 20)
         assert got == [b"r%d" % i for i in range(30)]
         consumer.poll(timeout_ms=300)  # a long-poll Fetch is now waiting in the broker
@@ -193,7 +183,7 @@ def test_broker_killed_under_a_real_consumer(rig: RewriteRig, codec: Codec):
         rig.tansu._proc.kill()
         killed = time.monotonic()
         # kinspect closes the client's connection to its node listener at once.
-        wait_for(lambda: not [s for s in kinspect_conns(rig) if s[0] == (CLIENT_HOST, rig.node_port)
+        poll_until(lambda: not [s for s in kinspect_conns(rig) if s[0] == (CLIENT_HOST, rig.node_port)
                               and s[2] == 1], 1.0, 0.01)  # 1: TCP_ESTABLISHED
         assert time.monotonic() - killed < 1.0
         for _ in range(5):  # the client retries; each attempt is closed by kinspect (no broker)
@@ -220,13 +210,13 @@ def test_client_gone_mid_frame(rig: RewriteRig, codec: Codec, how: str):
         call(sock, codec, api_versions(codec, 1), 18, 3)
         frame = produce(codec, 2, "half.topic", [b"y" * 1000] * 100)
         sock.sendall(frame[: len(frame) // 2])
-        wait_for(lambda: len(kinspect_conns(rig)) == 4)
+        poll_until(lambda: len(kinspect_conns(rig)) == 4)
         if how == "rst":
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         sock.close()
         gone = time.monotonic()
         rig.proxy.wait_until(lambda: len(rig.proxy.server.relays) == 1, 1.0, 0.01)
-        wait_for(lambda: len(kinspect_conns(rig)) == 2, 1.0, 0.01)  # only `other` and its broker connection
+        poll_until(lambda: len(kinspect_conns(rig)) == 2, 1.0, 0.01)  # only `other` and its broker connection
         assert time.monotonic() - gone < 1.0
 
     # The other client was not disturbed, and new ones are served.
@@ -286,7 +276,7 @@ def test_slow_reader_keeps_memory_bounded(rig: RewriteRig, codec: Codec, version
             sock.sendall(fetch(codec, 100 + i, "slow.topic", offset=0, max_bytes=8 << 20, version=version,
                                topic_id=topic_id))
         # Not reading: the kernel buffers fill, then kinspect's write buffer, then kinspect pauses the broker.
-        wait_for(lambda: samples["broker_paused"] > 0, 10)
+        poll_until(lambda: samples["broker_paused"] > 0, 10)
         time.sleep(1.5)
         paused_rss = rss_bytes()
         assert samples["client_buffer"] <= limit, samples
@@ -395,7 +385,7 @@ def test_broker_unreachable_closes_client_promptly(codec: Codec):
             live.close()
             proxy.wait_idle()
             assert proxy.kinspect_tasks() == []
-            wait_for(lambda: open_fds() <= fds)
+            poll_until(lambda: open_fds() <= fds)
         finally:
             proxy.stop()
         assert proxy.leftover_tasks == []
@@ -453,7 +443,7 @@ def test_graceful_shutdown_lets_inflight_requests_finish(rig: RewriteRig, codec:
     rig.proxy.wait_until(lambda: rig.proxy.server.inflight() == 1)
     started = time.monotonic()
     shutdown = asyncio.run_coroutine_threadsafe(rig.proxy.server.shutdown(10.0), rig.proxy.loop)
-    wait_for(lambda: _refused(rig.proxy.server.bootstrap_port), 1.0)  # no new clients
+    poll_until(lambda: _refused(rig.proxy.server.bootstrap_port), 1.0)  # no new clients
     busy.settimeout(5)
     frame = recv_frame(busy)  # the in-flight Fetch is answered ...
     answered = time.monotonic() - started
@@ -528,7 +518,7 @@ def test_acks0_producer_in_rewrite_mode_leaves_nothing_behind(codec: Codec):
             for i in range(n))
         with connect(proxy.server.bootstrap_port) as sock:
             sock.sendall(frames)
-            wait_for(lambda: received["bytes"] == len(frames), 10)
+            poll_until(lambda: received["bytes"] == len(frames), 10)
             relays = proxy.run(lambda: [(r.session.inflight, len(r.rewriter._expected)) for r in proxy.server.relays])
             assert relays == [(0, 0)]
         acks0 = [x for x in proxy.events_of(Exchange) if x.request.api_key == 0]

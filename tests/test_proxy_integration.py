@@ -32,7 +32,7 @@ from kinspect.protocol.codec import Codec
 from kinspect.session import Exchange, Problem, Request
 from tests.support.proxy_harness import (
     CLIENT_HOST, TANSU_NODE_ID, UNUSABLE_HOST, ProxyHarness, RewriteRig, api_versions, check_byte_exact,
-    check_event_log, fetch, recv_frame, refuses, wait_closed,
+    check_event_log, fetch, poll_until, recv_frame, refuses, wait_closed,
 )
 from tests.support.tansu import TansuBroker, free_port
 
@@ -113,17 +113,6 @@ def cleanup():
             pass
 
 
-def poll_until(predicate, timeout: float = TIMEOUT, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s")
-        time.sleep(interval)
-
-
 # ----------------------------------------------------------------------------- confluent-kafka
 
 
@@ -146,7 +135,7 @@ def test_confluent_kafka_through_kinspect(rig: RewriteRig, codec: Codec, cleanup
     assert {b.id: (b.host, b.port) for b in md.brokers.values()} == {TANSU_NODE_ID: (CLIENT_HOST, rig.node_port)}
     for f in admin.delete_topics([T_DOOMED], operation_timeout=TIMEOUT).values():
         f.result(timeout=TIMEOUT)
-    poll_until(lambda: T_DOOMED not in admin.list_topics(timeout=TIMEOUT).topics)
+    poll_until(lambda: T_DOOMED not in admin.list_topics(timeout=TIMEOUT).topics, timeout=TIMEOUT, interval=0.1)
     del admin
 
     def produce(conf: dict, topic: str, tag: str, n: int) -> None:
@@ -260,7 +249,7 @@ def test_kafka_python_through_kinspect(rig: RewriteRig, codec: Codec, cleanup):
     assert [(b["broker_id"], b["host"], b["port"]) for b in cluster["brokers"]] == [
         (TANSU_NODE_ID, CLIENT_HOST, rig.node_port)]
     admin.delete_topics([T_DOOMED], timeout_ms=int(TIMEOUT * 1000))
-    poll_until(lambda: T_DOOMED not in admin.list_topics())
+    poll_until(lambda: T_DOOMED not in admin.list_topics(), timeout=TIMEOUT, interval=0.1)
     admin.close()
 
     def produce(conf: dict, topic: str, tag: str, n: int) -> None:

@@ -32,6 +32,8 @@ from prometheus_client.registry import Collector
 import kinspect
 from kinspect.protocol.error_codes import error_name
 from kinspect.protocol.errors import DecodeError
+from kinspect.protocol.peek import tag_section_fields
+from kinspect.protocol.primitives import Malformed
 from kinspect.session.events import Exchange, Problem, Request, Response
 
 PRODUCE = 0
@@ -50,33 +52,6 @@ HEADER_BUCKETS = _exponential(8, 2, 4096)  # 8 .. 4096 B, x2
 LATENCY_BUCKETS = _exponential(50e-6, 2, 60.0)  # 50 us .. ~52 s, x2
 COMPRESSIONS = frozenset(("none", "gzip", "snappy", "lz4", "zstd"))
 DECODE_PROBLEMS = frozenset(("decode_error", "frame_too_large"))
-
-
-def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-        if shift > 35:
-            raise ValueError("uvarint too long")
-
-
-def _tag_section(buf: bytes, pos: int) -> tuple[list[tuple[int, int]], int]:
-    """The (tag, size) of each field of the tag section at pos, and the section's end."""
-    count, pos = _uvarint(buf, pos)
-    fields = []
-    for _ in range(count):
-        tag, pos = _uvarint(buf, pos)
-        size, pos = _uvarint(buf, pos)
-        pos += size
-        fields.append((tag, size))
-    if pos > len(buf):
-        raise IndexError("tag section runs past the frame")
-    return fields, pos
 
 
 # Every metric kinspect exports, with its type: the deploy/ dashboard and alert rules are
@@ -271,8 +246,8 @@ class MetricsObserver:
         tag_bytes = 0
         if e.header_version >= 1:
             try:
-                fields, end = _tag_section(frame, 4)
-            except (IndexError, ValueError):
+                fields, end = tag_section_fields(frame, 4)
+            except (IndexError, Malformed):
                 fields, end = (), min(len(frame), 5)
             c.header.observe(end)
             tag_bytes = end - 4

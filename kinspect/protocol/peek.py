@@ -37,3 +37,20 @@ def leading_error_code(frame: bytes, body_offset: int) -> int | None:
         return _INT16.unpack_from(frame, body_offset)[0]
     except struct.error:
         return None
+
+
+def tag_section_fields(frame: bytes, pos: int) -> tuple[list[tuple[int, int]], int]:
+    """The (tag, size) of each field of the tag section at pos, and where the section ends.
+
+    Raises Malformed (or IndexError) when the section is not whole within the frame.
+    """
+    count, pos = read_uvarint(frame, pos)
+    fields = []
+    for _ in range(count):  # each field takes at least 2 bytes: a hostile count ends at the frame's end
+        tag, pos = read_uvarint(frame, pos)
+        size, pos = read_uvarint(frame, pos)
+        pos += size
+        fields.append((tag, size))
+    if pos > len(frame):
+        raise Malformed("tag section runs past the frame")
+    return fields, pos

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from kinspect.protocol.codec import Codec, RequestHeader
 from kinspect.protocol.errors import DecodeError
 from kinspect.protocol.framer import DEFAULT_MAX_FRAME_BYTES, FrameError, FrameSplitter, FrameTooLarge
-from kinspect.protocol.peek import leading_error_code, produce_acks
-from kinspect.protocol.primitives import Malformed, read_uvarint
+from kinspect.protocol.peek import leading_error_code, produce_acks, tag_section_fields
+from kinspect.protocol.primitives import Malformed
 from kinspect.session.events import ConnectionInfo, Exchange, Problem, Request, Response
 
 PRODUCE, SASL_HANDSHAKE, API_VERSIONS = 0, 17, 18
@@ -193,12 +193,7 @@ class Session:
         if header_version == 0:
             return 4
         try:
-            count, pos = read_uvarint(frame, 4)
-            for _ in range(count):
-                _, pos = read_uvarint(frame, pos)
-                size, pos = read_uvarint(frame, pos)
-                pos += size
-            return pos
+            return tag_section_fields(frame, 4)[1]
         except (IndexError, Malformed):
             return len(frame)
 

@@ -184,6 +184,18 @@ class ProxyHarness:
 # ----------------------------------------------------------------------------- the rewrite rig
 
 
+
+def poll_until(predicate: Callable, timeout: float = 5.0, interval: float = 0.02):
+    """Call predicate until it returns something true (returned), or fail after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s")
+        time.sleep(interval)
+
 def refuses(host: str, port: int) -> bool:
     """True if nothing accepts TCP connections at host:port."""
     try:
