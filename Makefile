@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml $(wildcard setup.py)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,proxy]'
+	$(PY) -m pip install --quiet -e '.[test,proxy,pipeline]'
 	touch $(STAMP)
 
 # Debian's prometheus package gives the tests promtool and a real Prometheus (installed when root).
@@ -28,7 +28,7 @@ test: $(STAMP) $(SYSDEPS)
 
 # Every benchmark, printing ratios against the peers measured in the same run.
 bench: $(STAMP)
-	$(PY) benchmarks/bench_codec.py
+	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 # Rebuild specs/ from the Apache Kafka message definitions beside the checkout.
 specs: $(STAMP)
