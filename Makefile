@@ -27,7 +27,11 @@ test: $(STAMP) $(SYSDEPS)
 	if [ $$rc -eq 5 ]; then echo "no tests ran" >&2; exit 1; fi; exit $$rc
 
 # Every benchmark, printing ratios against the peers measured in the same run.
+# bench_proxy.py measures haproxy beside kinspect: Debian's haproxy package (installed when root).
 bench: $(STAMP)
+	@command -v haproxy >/dev/null 2>&1 || test -x /usr/sbin/haproxy || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null; \
+	  else echo "haproxy is missing: install Debian's haproxy package (as root: apt-get install haproxy)" >&2; exit 1; fi; }
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 # Rebuild specs/ from the Apache Kafka message definitions beside the checkout.
