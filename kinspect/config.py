@@ -55,6 +55,7 @@ class MetricsConfig:
     listen: str = "127.0.0.1:9464"  # where /metrics, /healthz and /readyz are served
     topic_bytes: bool = False  # bytes by topic (opt-in: topic names are not a bounded set)
     max_topics: int = 100  # distinct topics with their own series; the rest count under "other"
+    max_unknown_series: int = 200  # series for label values not in the specs (unknown versions, tags, errors); the rest: "other"
 
 
 @dataclass
@@ -67,6 +68,17 @@ class LogConfig:
     exclude_apis: list[str] = field(default_factory=list)  # never these apis
     sample_rate: float = 1.0  # fraction of requests logged (0.0-1.0)
     max_body_chars: int = 4096  # longer rendered bodies are truncated
+
+
+@dataclass
+class CaptureConfig:
+    enabled: bool = False  # write every exchange as a row of Parquet (schema: kinspect/capture/schema.py)
+    directory: str = "captures"  # where capture files go (relative to the config file)
+    max_file_bytes: int = 64 * 1024 * 1024  # a file is finished once it reaches this size
+    max_file_seconds: float = 300.0  # ... or once its first row is this old
+    queue_rows: int = 100000  # exchanges waiting for the writer thread; more are dropped and counted
+    row_group_rows: int = 10000  # rows per Parquet row group (written when full, or when the file ends)
+    queue_bytes: int = 256 * 1024 * 1024  # bytes of frames the queue may hold; more are dropped and counted
 
 
 @dataclass
@@ -83,6 +95,7 @@ class Config:
     tls: TlsSection = field(default_factory=TlsSection)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    capture: CaptureConfig = field(default_factory=CaptureConfig)
 
 
 _CHOICES = {
@@ -154,6 +167,8 @@ def load_config(path: str | Path | None, overrides: dict | None = None) -> Confi
             raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: {exc}") from None
+        except RecursionError:  # tomllib recurses once per nesting level
+            raise ConfigError(f"{path}: values nested too deeply") from None
         try:
             _apply(config, data, "")
         except ConfigError as exc:
@@ -161,6 +176,8 @@ def load_config(path: str | Path | None, overrides: dict | None = None) -> Confi
         # Relative paths in the file are relative to the file.
         base = path.parent
         config.specs.directories = [str(base / d) if not Path(d).is_absolute() else d for d in config.specs.directories]
+        if "directory" in data.get("capture", {}) and not Path(config.capture.directory).is_absolute():
+            config.capture.directory = str(base / config.capture.directory)
         for tls in (config.tls.client, config.tls.broker):
             for attr in ("ca_file", "cert_file", "key_file", "server_hostname"):
                 value = getattr(tls, attr)

@@ -41,7 +41,7 @@ INTEGER_FIELD = (
     ("path", "string", "dotted field path, e.g. Topics.Partitions.PartitionIndex"),
     ("type", "string", "int16, int32 or int64"),
     ("count", "int32", "values of this field in the message"),
-    ("fixed_bytes", "int64", "bytes the values take today (2, 4 or 8 each)"),
+    ("fixed_bytes", "int64", "bytes the values take today (2, 4 or 8 each, or their KAFKA-9927 encoding's)"),
     ("uvarint_bytes", "int64", "bytes as unsigned varints (negatives as the type's two's complement)"),
     ("zigzag_bytes", "int64", "bytes as zig-zag signed varints"),
     ("uvarint_hist", "list<int32>", "10 counts: values whose unsigned varint takes 1..10 bytes"),

@@ -7,6 +7,8 @@ import asyncio
 import logging
 import signal
 
+from kinspect.capture.metrics import CaptureCollector
+from kinspect.capture.observer import CaptureObserver
 from kinspect.cli.common import add_spec_options
 from kinspect.config import ConfigError, load_config
 from kinspect.protocol.codec import Codec
@@ -55,6 +57,8 @@ def add_parser(commands) -> None:
     p.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.add_argument("--debug-requests", action="store_true", default=None,
                    help="log every decoded request (credentials and record data withheld)")
+    p.add_argument("--capture-dir", metavar="DIR",
+                   help="capture every exchange as Parquet rows into DIR (sets capture.enabled)")
     p.set_defaults(run=run)
 
 
@@ -66,6 +70,9 @@ def overrides_from(args: argparse.Namespace) -> dict:
         if bad:
             raise ConfigError(f"--upstream-map {bad[0]!r} is not ADVERTISED=ACTUAL")
         overrides["proxy.upstream_map"] = {a: b for a, _, b in pairs}
+    if args.capture_dir is not None:
+        overrides["capture.enabled"] = True
+        overrides["capture.directory"] = args.capture_dir
     return overrides
 
 
@@ -79,12 +86,16 @@ def install_event_loop() -> str:
     return "uvloop"
 
 
-def build_observers(config) -> tuple[list, MetricsObserver | None]:
-    """The observers the config asks for: problems always, metrics and the debug log when enabled."""
+def build_observers(config, codec: Codec | None = None) -> tuple[list, MetricsObserver | None]:
+    """The observers the config asks for: problems always; metrics, the debug log and the capture when enabled.
+
+    The capture observer (when enabled) is in the list; its writer thread starts in serve().
+    """
     observers: list = [ProblemLog()]
     metrics = None
     if config.metrics.enabled:
-        metrics = MetricsObserver(topic_bytes=config.metrics.topic_bytes, max_topics=config.metrics.max_topics)
+        metrics = MetricsObserver(topic_bytes=config.metrics.topic_bytes, max_topics=config.metrics.max_topics,
+                                   max_unknown_series=config.metrics.max_unknown_series)
         observers.append(metrics)
     if config.log.debug_requests or config.log.debug_responses:
         observers.append(DebugLog(
@@ -92,10 +103,21 @@ def build_observers(config) -> tuple[list, MetricsObserver | None]:
             sample_rate=config.log.sample_rate, responses=config.log.debug_responses,
             max_body_chars=config.log.max_body_chars,
         ))
+    if config.capture.enabled:
+        capture = CaptureObserver.from_config(config.capture, codec)
+        observers.append(capture)
+        if metrics is not None:
+            metrics.registry.register(CaptureCollector(capture.writer))
     return observers, metrics
 
 
-async def serve(server: ProxyServer, metrics: MetricsObserver | None) -> None:
+def capture_of(observers: list) -> CaptureObserver | None:
+    return next((o for o in observers if isinstance(o, CaptureObserver)), None)
+
+
+async def serve(server: ProxyServer, metrics: MetricsObserver | None, capture: CaptureObserver | None = None) -> None:
+    if capture is not None:
+        capture.start()
     await server.start()
     endpoints = None
     if metrics is not None:
@@ -111,6 +133,9 @@ async def serve(server: ProxyServer, metrics: MetricsObserver | None) -> None:
     await stop.wait()
     log.info("stopping: %d connections, %d requests in flight", len(server.relays), server.inflight())
     await server.shutdown()
+    if capture is not None:
+        # Every exchange is in the queue now: write them all and finish the open file.
+        await asyncio.to_thread(capture.close)
     if endpoints is not None:
         await endpoints.close()
 
@@ -120,8 +145,8 @@ def run(args: argparse.Namespace) -> int:
     config.specs.directories += args.spec_dir
     configure_logging(config.log.format, config.log.level)
     codec = Codec(SpecRegistry.default(config.specs.directories))
-    observers, metrics = build_observers(config)
     try:
+        observers, metrics = build_observers(config, codec)
         server = ProxyServer(config, codec, Dispatcher(observers))
     except ValueError as exc:
         print(f"kinspect: {exc}")
@@ -130,9 +155,13 @@ def run(args: argparse.Namespace) -> int:
         metrics.server = server
     loop_name = install_event_loop()
     log.info("event loop: %s", loop_name)
+    capture = capture_of(observers)
     try:
-        asyncio.run(serve(server, metrics))
+        asyncio.run(serve(server, metrics, capture))
     except (OSError, ValueError) as exc:
         print(f"kinspect: cannot start: {exc}")
         return 2
+    finally:
+        if capture is not None:
+            capture.close()  # a no-op after serve() closed it; otherwise writes what was queued
     return 0

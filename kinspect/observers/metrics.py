@@ -17,6 +17,10 @@ Choices the contract leaves open:
 - topic_bytes_total (opt-in) splits a frame's size evenly among the topics it names.
 - A frame larger than the inspection limit (kept by its header only) is counted and
   measured but not scanned.
+- Label values that come from the wire rather than the specs (versions of unknown apis or
+  versions, tags of unknown tagged fields, unknown error codes) are capped together at
+  max_unknown_series distinct series; past it they count under "other", as topics do past
+  max_topics, and each event so counted increments label_overflow_total{metric}.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 import kinspect
-from kinspect.protocol.error_codes import error_name
+from kinspect.protocol.error_codes import ERROR_NAMES, error_name
 from kinspect.protocol.errors import DecodeError
 from kinspect.protocol.peek import tag_section_fields
 from kinspect.protocol.primitives import Malformed
@@ -79,7 +83,15 @@ METRIC_NAMES = {
     "kinspect_inflight_requests": "gauge",
     "kinspect_inflight_limit": "gauge",
     "kinspect_build_info": "gauge",
+    "kinspect_label_overflow_total": "counter",
+    "kinspect_connections_limit": "gauge",
+    "kinspect_connections_refused_total": "counter",
+    "kinspect_upstream_connect_failures_total": "counter",
+    "kinspect_inspection_failures_total": "counter",
+    "kinspect_tasks": "gauge",
 }
+
+DEFAULT_MAX_UNKNOWN_SERIES = 200
 
 class _Children:
     """The label children of one (api key, version, direction)."""
@@ -101,11 +113,15 @@ class MetricsObserver:
     needs_bodies = True
 
     def __init__(self, registry: CollectorRegistry | None = None, topic_bytes: bool = False, max_topics: int = 100,
-                 server=None) -> None:
+                 server=None, max_unknown_series: int | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.topic_bytes = topic_bytes
         self.max_topics = max_topics
         self.server = server
+        # None: the server's metrics.max_unknown_series, read when first needed (the CLI sets
+        # `server` after building the observer).
+        self._max_unknown_series = max_unknown_series
+        self._unknown_series = 0  # series made so far for label values not in the specs
         r = self.registry
         self.requests = Counter("kinspect_requests_total", "Requests seen, by api and version",
                                 ("api", "version"), registry=r)
@@ -143,12 +159,18 @@ class MetricsObserver:
                                    "Requests whose api key or version no loaded spec defines", registry=r)
         self.problems = Counter("kinspect_problems_total", "Problems the sessions reported",
                                 ("kind", "direction"), registry=r)
+        self.label_overflow = Counter("kinspect_label_overflow_total",
+                                      "Events counted under an \"other\" label: the label's distinct values reached "
+                                      "their cap (metrics.max_topics, metrics.max_unknown_series)",
+                                      ("metric",), registry=r)
         self.unknown_api_child = self.unknown_api  # no labels: the metric is its own child
         self._collector = ServerCollector(self)
         r.register(self._collector)
         # label-children caches
         self._req: dict[tuple[int, int], _Children] = {}
         self._resp: dict[tuple[int, int], _Children] = {}
+        self._req_overflow: dict[str, _Children] = {}  # api name -> children of version "other"
+        self._resp_overflow: dict[str, _Children] = {}
         self._tagged: dict[tuple, tuple] = {}
         self._errors: dict[tuple[str, int], object] = {}
         self._latency: dict[str, object] = {}
@@ -157,6 +179,7 @@ class MetricsObserver:
         self._problems: dict[tuple[str, str], object] = {}
         self._topics: dict[tuple[str, str], object] = {}
         self._topic_names: set[str] = set()
+        self._overflow: dict[str, object] = {}  # metric -> its label_overflow child
         self._codec = None  # the sessions' codec, once an event brought it (names the api of a Problem)
 
     # ------------------------------------------------------------------ events
@@ -185,11 +208,45 @@ class MetricsObserver:
             count, size = self.responses, self.response_size
         self._codec = codec
         known = codec.registry.message(key[0], direction, key[1]) is not None
-        children = _Children(api, count.labels(api, str(key[1])), size.labels(api),
+        version = str(key[1])
+        if not known and not self._new_unknown_series():
+            # Past the cap: one shared "other" version per api name, not cached by (key, version),
+            # so neither the registry nor this cache grows with what a client invents.
+            overflow = self._req_overflow if direction == "request" else self._resp_overflow
+            children = overflow.get(api)
+            if children is None:
+                children = overflow[api] = _Children(
+                    api, count.labels(api, "other"), size.labels(api), self.header_size.labels(api, direction),
+                    self.tag_section_bytes.labels(api, direction), False)
+            self._overflowed("kinspect_requests_total" if direction == "request" else "kinspect_responses_total")
+            return children
+        children = _Children(api, count.labels(api, version), size.labels(api),
                              self.header_size.labels(api, direction), self.tag_section_bytes.labels(api, direction),
                              known)
         cache[key] = children
         return children
+
+    @property
+    def max_unknown_series(self) -> int:
+        if self._max_unknown_series is None:
+            config = getattr(self.server, "config", None)
+            if config is None:
+                return DEFAULT_MAX_UNKNOWN_SERIES
+            self._max_unknown_series = config.metrics.max_unknown_series
+        return self._max_unknown_series
+
+    def _new_unknown_series(self) -> bool:
+        """Whether one more series for a label value not in the specs fits under the cap (taken if so)."""
+        if self._unknown_series >= self.max_unknown_series:
+            return False
+        self._unknown_series += 1
+        return True
+
+    def _overflowed(self, metric: str) -> None:
+        child = self._overflow.get(metric)
+        if child is None:
+            child = self._overflow[metric] = self.label_overflow.labels(metric)
+        child.inc()
 
     def _request(self, e: Request) -> None:
         header = e.header
@@ -263,7 +320,15 @@ class MetricsObserver:
             for code, count in scan.error_codes.items():
                 child = errors.get((c.api, code))
                 if child is None:
-                    child = errors[(c.api, code)] = self.response_errors.labels(c.api, error_name(code))
+                    name = error_name(code)
+                    if code not in ERROR_NAMES and not self._new_unknown_series():
+                        child = errors.get((c.api, "other"))
+                        if child is None:
+                            child = errors[(c.api, "other")] = self.response_errors.labels(c.api, "other")
+                        self._overflowed("kinspect_response_errors_total")
+                        child.inc(count)
+                        continue
+                    child = errors[(c.api, code)] = self.response_errors.labels(c.api, name)
                 child.inc(count)
         if self.topic_bytes and scan.topics:
             self._topic_bytes(scan.topics, e.size, "response")
@@ -273,9 +338,15 @@ class MetricsObserver:
         key = (api, direction, location, path, tag, name)
         children = self._tagged.get(key)
         if children is None:
-            labels = (api, direction, location, path or "root", str(tag), name or "unknown")
-            children = self._tagged[key] = (self.tagged_fields.labels(*labels),
-                                            self.tagged_field_bytes.labels(*labels))
+            if name is None and not self._new_unknown_series():
+                # An unknown tag is any number a client chose: past the cap it counts as tag "other".
+                key = (api, direction, location, path, "other", None)
+                children = self._tagged.get(key)
+                self._overflowed("kinspect_tagged_fields_total")
+            if children is None:
+                labels = (api, direction, location, path or "root", str(key[4]), name or "unknown")
+                children = self._tagged[key] = (self.tagged_fields.labels(*labels),
+                                                self.tagged_field_bytes.labels(*labels))
         children[0].inc()
         if size:
             children[1].inc(size)
@@ -300,18 +371,20 @@ class MetricsObserver:
         share = size / len(topics)
         cache = self._topics
         for topic in topics:
-            child = cache.get((topic, direction))
-            if child is None:
+            entry = cache.get((topic, direction))
+            if entry is None:
                 names = self._topic_names
                 if topic not in names and len(names) >= self.max_topics:
                     label = "other"
                 else:
                     names.add(topic)
                     label = topic
-                child = self.topic_bytes_total.labels(label, direction)
+                entry = (self.topic_bytes_total.labels(label, direction), label == "other")
                 if label != "other" or len(cache) < 4 * self.max_topics + 1024:
-                    cache[(topic, direction)] = child
-            child.inc(share)
+                    cache[(topic, direction)] = entry
+            entry[0].inc(share)
+            if entry[1]:
+                self._overflowed("kinspect_topic_bytes_total")
 
     def _decode_failure(self, api: str, direction: str, reason: str) -> None:
         key = (api, direction, reason)
@@ -416,6 +489,7 @@ class ServerCollector(Collector):
         yield GaugeMetricFamily("kinspect_inflight_requests", "Requests awaiting a response", value=inflight)
         yield GaugeMetricFamily("kinspect_inflight_limit", "Requests tracked per connection at most (inspect.max_inflight)",
                                 value=limit)
+        yield from self._limits_and_failures(server)
         if self._loop_name is None:
             try:
                 asyncio.get_running_loop()
@@ -429,6 +503,36 @@ class ServerCollector(Collector):
                                  labels=("version", "python", "event_loop", "native"))
         info.add_metric((kinspect.__version__, "{}.{}.{}".format(*sys.version_info[:3]), name, self._native), 1)
         yield info
+
+    @staticmethod
+    def _limits_and_failures(server):
+        """The connection limit and its refusals, failed broker connects, inspection failures, loop tasks."""
+        config = getattr(server, "config", None)
+        yield GaugeMetricFamily("kinspect_connections_limit", "Client connections allowed at once (proxy.max_connections)",
+                                value=config.proxy.max_connections if config is not None else 0)
+        yield CounterMetricFamily("kinspect_connections_refused_total",
+                                  "Client connections refused and closed: proxy.max_connections reached, or stopping",
+                                  value=getattr(server, "refused_connections", 0))
+        failures = CounterMetricFamily("kinspect_upstream_connect_failures_total",
+                                       "Failed attempts to connect to a broker, by reason (timeout: proxy.connect_timeout)",
+                                       labels=("reason",))
+        for reason, count in (getattr(server, "connect_failures", None) or
+                              {"timeout": 0, "refused": 0, "error": 0}).items():
+            failures.add_metric((reason,), count)
+        yield failures
+        yield CounterMetricFamily("kinspect_inspection_failures_total",
+                                  "Directions of connections no longer inspected after an inspector bug (bytes still flow)",
+                                  value=getattr(server, "inspection_failures", 0))
+        tasks = 0
+        loop = getattr(server, "loop", None)
+        if loop is not None and not loop.is_closed():
+            for _ in range(5):
+                try:
+                    tasks = len(asyncio.all_tasks(loop))  # done tasks are not counted
+                    break
+                except RuntimeError:  # the task set changed while read from another thread
+                    continue
+        yield GaugeMetricFamily("kinspect_tasks", "asyncio tasks alive on the proxy's event loop", value=tasks)
 
 
 __all__ = ["MetricsObserver", "ServerCollector", "event_loop_name"]

@@ -61,6 +61,9 @@ class ProxyServer:
         self.connections_total = 0
         self.refused_connections = 0
         self.inspection_failures = 0
+        # Failed attempts to reach a broker, by why: timeout (proxy.connect_timeout), refused, error.
+        self.connect_failures = {"timeout": 0, "refused": 0, "error": 0}
+        self.loop: asyncio.AbstractEventLoop | None = None  # set by start(); metrics count its tasks
         self.closed_bytes = {"client": 0, "broker": 0}  # bytes received from each side, closed connections
         self._ids = itertools.count(1)
         self._sweeper: asyncio.Task | None = None
@@ -96,6 +99,7 @@ class ProxyServer:
     # ------------------------------------------------------------------ listening
 
     async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
         for listener in self.listeners:
             await self._listen(listener, self._bind(listener.host, listener.port))
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
@@ -212,7 +216,14 @@ class ProxyServer:
                     self.config.proxy.connect_timeout,
                 )
             except (OSError, asyncio.TimeoutError) as exc:
-                errors.append(f"{host}:{port}: {exc or 'timed out'}")
+                if isinstance(exc, asyncio.TimeoutError):
+                    why = "timeout"
+                    errors.append(f"{host}:{port}: no answer within {self.config.proxy.connect_timeout:g} s "
+                                  "(proxy.connect_timeout)")
+                else:
+                    why = "refused" if isinstance(exc, ConnectionRefusedError) else "error"
+                    errors.append(f"{host}:{port}: {exc}")
+                self.connect_failures[why] += 1
                 continue
             if relay.closed.done() or self._stopping:  # the client left, or shutdown began, meanwhile
                 relay.close()

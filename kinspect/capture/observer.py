@@ -1,0 +1,57 @@
+"""The capture observer: hands each Exchange to the capture writer's queue, and does nothing else on the event loop."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from kinspect.capture.rows import RowBuilder
+from kinspect.capture.writer import CaptureWriter
+from kinspect.protocol.codec import Codec
+from kinspect.session.events import Exchange
+
+
+class CaptureObserver:
+    """Queues Exchange events for the writer thread (rows are built there, never here).
+
+    The writer thread decodes with its own Codec over the same spec registry: a codec's
+    error diagnosis swaps state in its compiled decoders, so one codec is not shared
+    between the event loop and the thread.
+    """
+
+    needs_bodies = True  # rows are built from whole frames
+
+    def __init__(self, directory: str | Path, codec: Codec | None = None, *, max_file_bytes: int = 64 * 1024 * 1024,
+                 max_file_seconds: float = 300.0, queue_rows: int = 100_000, row_group_rows: int = 10_000,
+                 queue_bytes: int = 256 * 1024 * 1024) -> None:
+        registry = codec.registry if codec is not None else None
+        # Event times are time.monotonic(); one offset, taken now, maps them to UTC wall-clock time.
+        self.wall_offset = time.time() - time.monotonic()
+        self.writer = CaptureWriter(directory, RowBuilder(Codec(registry), self.wall_offset),
+                                    max_file_bytes=max_file_bytes, max_file_seconds=max_file_seconds,
+                                    queue_rows=queue_rows, row_group_rows=row_group_rows,
+                                    queue_bytes=queue_bytes)
+        self._offer = self.writer.offer
+
+    @classmethod
+    def from_config(cls, capture, codec: Codec | None = None) -> CaptureObserver:
+        """From a config's [capture] section (CaptureConfig)."""
+        return cls(capture.directory, codec, max_file_bytes=capture.max_file_bytes,
+                   max_file_seconds=capture.max_file_seconds, queue_rows=capture.queue_rows,
+                   row_group_rows=capture.row_group_rows, queue_bytes=capture.queue_bytes)
+
+    def on_event(self, event) -> None:
+        if type(event) is Exchange:
+            # The queue holds the frames until the thread is done with them: bound their bytes.
+            response = event.response
+            self._offer(event, len(event.request.frame) + (len(response.frame) if response is not None else 0))
+
+    def start(self) -> CaptureObserver:
+        if self.writer._thread is None:  # the clock offset is taken again as the capture starts
+            self.wall_offset = self.writer.builder.wall_offset = time.time() - time.monotonic()
+        self.writer.start()
+        return self
+
+    def close(self, timeout: float | None = 60.0) -> None:
+        """Write everything queued and close the open file (blocks until done)."""
+        self.writer.close(timeout)

@@ -1,0 +1,240 @@
+"""The capture writer: a bounded queue of exchanges, a thread that builds rows and writes rotated Parquet files.
+
+The event loop only appends to the queue (`offer`); when the queue holds `queue_rows`
+exchanges, or `queue_bytes` bytes of frames, the new one is dropped and counted. The thread turns exchanges into rows,
+writes a row group every `row_group_rows` rows, and rotates files by size and age. A
+file is written as `capture-<start-utc>-<seq>.parquet.tmp` and renamed to its final
+name only once closed, so a reader listing `*.parquet` never sees half a file.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from kinspect.capture.rows import RowBuilder
+from kinspect.capture.schema import arrow_schema
+
+log = logging.getLogger("kinspect.capture")
+
+_IDLE_WAIT = 0.05  # seconds the thread sleeps when the queue is empty (the loop never signals it)
+
+
+class CaptureWriter:
+    """Bounded queue + writer thread + pyarrow ParquetWriter, with counters for metrics.
+
+    Counters: rows_written, rows_dropped (queue full), row_errors (an exchange whose row
+    could not be built), write_errors (rows lost because a file could not be written),
+    files_written; `queue_depth` is the queue's length now.
+    """
+
+    def __init__(self, directory: str | Path, builder: RowBuilder, *, max_file_bytes: int = 64 * 1024 * 1024,
+                 max_file_seconds: float = 300.0, queue_rows: int = 100_000, row_group_rows: int = 10_000,
+                 queue_bytes: int = 256 * 1024 * 1024, compression: str | None = "zstd") -> None:
+        for name, value in (("max_file_bytes", max_file_bytes), ("max_file_seconds", max_file_seconds),
+                            ("queue_rows", queue_rows), ("row_group_rows", row_group_rows),
+                            ("queue_bytes", queue_bytes)):
+            if value <= 0:
+                raise ValueError(f"capture.{name} must be positive, not {value!r}")
+        self.directory = Path(directory)
+        self.builder = builder
+        self.max_file_bytes = max_file_bytes
+        self.max_file_seconds = max_file_seconds
+        self.queue_rows = queue_rows
+        self.queue_bytes = queue_bytes
+        self.row_group_rows = row_group_rows
+        self.compression = compression  # Parquet column compression (None: plain, e.g. to search a file's bytes)
+        # A deque appended by the event loop and popped by the thread: both are atomic in
+        # CPython, and an append takes no lock (queue.Queue would take one and notify).
+        self._queue: collections.deque = collections.deque()  # (exchange, bytes of its frames)
+        # Bytes held by the queue = offered - taken; each counter has one writer (the loop,
+        # the thread), so neither update can be lost to the other.
+        self._offered_bytes = 0
+        self._taken_bytes = 0
+        self.rows_written = 0
+        self.rows_dropped = 0
+        self.row_errors = 0
+        self.write_errors = 0
+        self.files_written = 0
+        self.files: list[Path] = []  # every file written, in order
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._seq = 0
+        self._writer = None  # the open pyarrow ParquetWriter
+        self._tmp: Path | None = None
+        self._final_stem = ""
+        self._file_started = 0.0  # monotonic time of the open file's first row
+        self._pending: list[dict] = []
+        self._write_failed = False  # logged once; later failures are only counted
+        self._file_rows = 0  # rows in the open file (lost with it if it cannot be finished)
+
+    # ------------------------------------------------------------------ event-loop side
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self._queue)
+
+    @property
+    def queued_bytes(self) -> int:
+        return self._offered_bytes - self._taken_bytes
+
+    def offer(self, item, nbytes: int = 0) -> bool:
+        """Queue an exchange (holding nbytes of frames) without ever blocking.
+
+        False, and counted, when the queue is full by rows or by bytes, or closed.
+        """
+        queue = self._queue
+        if len(queue) >= self.queue_rows or self._closed or \
+                self._offered_bytes - self._taken_bytes + nbytes > self.queue_bytes:
+            self.rows_dropped += 1
+            return False
+        self._offered_bytes += nbytes
+        queue.append((item, nbytes))
+        return True
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> CaptureWriter:
+        if self._thread is None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._thread = threading.Thread(target=self._run, name="kinspect-capture", daemon=True)
+            self._thread.start()
+        return self
+
+    def close(self, timeout: float | None = 60.0) -> None:
+        """Stop taking exchanges, write every queued one, close the file (renamed to its final name)."""
+        self._closed = True
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                log.error("capture writer did not finish within %s s; %d exchanges still queued",
+                          timeout, len(self._queue))
+                return
+            self._thread = None
+        else:
+            self._drain()  # never started: whatever was queued is still written
+            self._finish_file()
+
+    # ------------------------------------------------------------------ writer thread
+
+    def _run(self) -> None:
+        while True:
+            stopping = self._stop.is_set()
+            worked = self._drain(limit=self.row_group_rows)
+            if (self._writer is not None or self._pending) and \
+                    time.monotonic() - self._file_started >= self.max_file_seconds:
+                self._finish_file()
+            if stopping and not self._queue:
+                self._finish_file()
+                return
+            if not worked:
+                self._stop.wait(_IDLE_WAIT)
+
+    def _drain(self, limit: int | None = None) -> int:
+        """Build rows from queued exchanges (at most limit); write a row group when one is full."""
+        queue, done = self._queue, 0
+        while queue and (limit is None or done < limit):
+            item, nbytes = queue.popleft()
+            self._taken_bytes += nbytes
+            done += 1
+            try:
+                row = self.builder.build(item)
+            except Exception:  # one bad exchange must not stop the capture
+                self.row_errors += 1
+                if self.row_errors == 1:
+                    log.exception("capture: cannot build a row (further failures are only counted)")
+                continue
+            if not self._pending and self._writer is None:
+                self._file_started = time.monotonic()
+            self._pending.append(row)
+            if len(self._pending) >= self.row_group_rows:
+                self._write_pending()
+        return done
+
+    def _write_pending(self) -> None:
+        rows, self._pending = self._pending, []
+        if not rows:
+            return
+        try:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            if self._writer is None:
+                self._open(pq)
+            self._writer.write_table(pa.Table.from_pylist(rows, schema=self._schema), row_group_size=len(rows))
+            self.rows_written += len(rows)
+            self._file_rows += len(rows)
+        except Exception:  # a full disk, a bad directory: count the rows, keep going with a new file
+            self.write_errors += len(rows)
+            if not self._write_failed:
+                self._write_failed = True
+                log.exception("capture: cannot write %d rows to %s (further failures are only counted)",
+                              len(rows), self._tmp or self.directory)
+            self._abandon_file()
+            return
+        if self._tmp.stat().st_size >= self.max_file_bytes:
+            self._finish_file()
+
+    def _open(self, pq) -> None:
+        self._schema = arrow_schema()
+        started = datetime.now(UTC) - timedelta(seconds=max(0.0, time.monotonic() - self._file_started))
+        self._seq += 1
+        self._final_stem = f"capture-{started:%Y%m%dT%H%M%S}Z"
+        self._tmp = self.directory / f"{self._final_stem}-{self._seq:06d}.parquet.tmp"
+        self._writer = pq.ParquetWriter(str(self._tmp), self._schema, compression=self.compression or "none")
+
+    def _finish_file(self) -> None:
+        """Write the pending rows, close the file and give it its final name."""
+        self._write_pending()
+        if self._writer is None:
+            return
+        writer, tmp = self._writer, self._tmp
+        self._writer = self._tmp = None
+        try:
+            writer.close()
+            final = self._final_name()
+            # link + unlink: never replaces a file of the same name (another writer's), unlike rename.
+            while True:
+                try:
+                    os.link(tmp, final)
+                    break
+                except FileExistsError:
+                    self._seq += 1
+                    final = self._final_name()
+            tmp.unlink()
+        except Exception:
+            self._lose_file_rows()
+            log.exception("capture: cannot finish %s", tmp)
+            if tmp is not None:
+                tmp.unlink(missing_ok=True)
+            return
+        self._file_rows = 0
+        self.files_written += 1
+        self.files.append(final)
+
+    def _final_name(self) -> Path:
+        return self.directory / f"{self._final_stem}-{self._seq:06d}.parquet"
+
+    def _lose_file_rows(self) -> None:
+        self.rows_written -= self._file_rows
+        self.write_errors += self._file_rows
+        self._file_rows = 0
+
+    def _abandon_file(self) -> None:
+        self._lose_file_rows()
+        writer, tmp = self._writer, self._tmp
+        self._writer = self._tmp = None
+        try:
+            if writer is not None:
+                writer.close()
+        except Exception:
+            log.debug("capture: closing an abandoned file failed", exc_info=True)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)

@@ -1,0 +1,416 @@
+"""The capture: Parquet files from real traffic through kinspect, rotation, drops, flushing, metrics and the docs.
+
+The writer is fed real exchanges: recorded conversations replayed through a Session, and
+confluent-kafka producing (with known secret keys, values and headers), consuming and
+administering a Tansu broker through the proxy.
+"""
+
+from __future__ import annotations
+
+import base64
+import collections
+import gc
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from prometheus_client import CollectorRegistry
+
+from kinspect.capture.metrics import METRIC_NAMES, CaptureCollector
+from kinspect.capture.observer import CaptureObserver
+from kinspect.capture.rows import RowBuilder
+from kinspect.capture.schema import (
+    COLUMNS,
+    METADATA_VERSION_KEY,
+    SCHEMA_VERSION,
+    STRUCTS,
+    arrow_schema,
+)
+from kinspect.capture.writer import CaptureWriter
+from kinspect.cli import proxy_command
+from kinspect.cli.main import build_parser
+from kinspect.config import load_config
+from kinspect.protocol.codec import Codec
+from kinspect.session import ConnectionInfo, Exchange, Problem, Session
+from tests.support.proxy_harness import (
+    ProxyHarness,
+    api_versions,
+    poll_until,
+    recv_frame,
+    request_frame,
+)
+from tests.support.tansu import TansuBroker, free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAFFIC = ROOT / "tests" / "data" / "traffic"
+TIMEOUT = 20.0
+FILE_NAME = re.compile(r"^capture-\d{8}T\d{6}Z-\d{6}\.parquet$")
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def recorded_exchanges(codec: Codec, limit: int | None = None) -> list[Exchange]:
+    """Exchanges of the recorded real conversations, replayed through fresh sessions."""
+    out = []
+    for n, requests in enumerate(sorted(TRAFFIC.glob("*/*.requests.bin"))):
+        responses = requests.with_name(requests.name.replace("requests", "responses"))
+        session = Session(codec, ConnectionInfo(n, "127.0.0.1:4000", "127.0.0.1:9092"))
+        events = session.client_data(requests.read_bytes(), 10.0) + session.broker_data(responses.read_bytes(), 10.5)
+        out += [e for e in events if type(e) is Exchange]
+    return out[:limit]
+
+
+def read_rows(paths) -> pa.Table:
+    tables = [pq.read_table(p) for p in paths]
+    for t in tables:
+        assert t.schema.equals(arrow_schema(), check_metadata=False)
+        assert t.schema.metadata[METADATA_VERSION_KEY] == str(SCHEMA_VERSION).encode()
+    return pa.concat_tables(tables) if tables else arrow_schema().empty_table()
+
+
+def writer(codec: Codec, directory: Path, **kw) -> CaptureWriter:
+    return CaptureWriter(directory, RowBuilder(Codec(codec.registry), 0.0), **kw)
+
+
+def more_files_than(w: CaptureWriter, n: int):
+    return lambda: len(w.files) > n
+
+
+class Gate:
+    """A row builder that waits at a gate before building: a writer thread slowed at will."""
+
+    def __init__(self, inner: RowBuilder) -> None:
+        self.inner = inner
+        self.open = threading.Event()
+        self.waiting = threading.Event()
+
+    def build(self, exchange):
+        self.waiting.set()
+        assert self.open.wait(30)
+        return self.inner.build(exchange)
+
+
+# ----------------------------------------------------------------------------- the docs
+
+
+def _readme_schema_table() -> str:
+    text = (ROOT / "README.md").read_text()
+    start = text.index("### Capture schema")
+    end = text.find("\n## ", start)
+    return text[start:end if end != -1 else len(text)]
+
+
+def test_the_readme_schema_table_lists_every_column_and_struct_member():
+    table = _readme_schema_table()
+    rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| `([a-z_.]+)` \| `([^`]+)` \|", table, re.MULTILINE)}
+    for name, kind, _ in COLUMNS:
+        assert rows.get(name) == kind, name
+    for struct, members in STRUCTS.items():
+        for name, kind, _ in members:
+            assert rows.get(f"{struct}.{name}") == kind, f"{struct}.{name}"
+    assert len(rows) == len(COLUMNS) + sum(len(m) for m in STRUCTS.values())
+    assert f"version {SCHEMA_VERSION}" in table
+
+
+# ----------------------------------------------------------------------------- the writer
+
+
+def test_close_flushes_every_row_into_one_file(codec: Codec, tmp_path: Path):
+    exchanges = recorded_exchanges(codec)
+    w = writer(codec, tmp_path).start()
+    assert all(w.offer(x) for x in exchanges)
+    poll_until(lambda: w.queue_depth == 0)
+    assert list(tmp_path.glob("*.parquet")) == []  # the rows wait for their row group or the file's end
+    w.close()
+    files = sorted(tmp_path.iterdir())
+    assert [f.name for f in files] == [w.files[0].name] and FILE_NAME.match(files[0].name)
+    table = read_rows(files)
+    assert table.num_rows == len(exchanges) == w.rows_written and w.files_written == 1
+    assert table.column("correlation_id").to_pylist() == [x.request.correlation_id for x in exchanges]
+    assert w.rows_dropped == w.row_errors == w.write_errors == 0
+
+
+def test_files_rotate_by_size_and_every_file_is_whole(codec: Codec, tmp_path: Path):
+    exchanges = recorded_exchanges(codec)
+    w = writer(codec, tmp_path, row_group_rows=25, max_file_bytes=20_000).start()
+    for x in exchanges:
+        w.offer(x)
+    w.close()
+    files = sorted(tmp_path.iterdir())
+    assert len(files) >= 3 and all(FILE_NAME.match(f.name) for f in files), [f.name for f in files]
+    assert files == sorted(w.files) and w.files_written == len(files)
+    table = read_rows(files)
+    assert table.num_rows == len(exchanges) == w.rows_written
+    assert sorted(table.column("correlation_id").to_pylist()) == sorted(x.request.correlation_id for x in exchanges)
+    # every finished file but the last reached the size limit
+    assert all(f.stat().st_size >= 20_000 for f in files[:-1])
+
+
+def test_files_rotate_by_age_and_only_finished_files_have_the_final_name(codec: Codec, tmp_path: Path):
+    exchanges = recorded_exchanges(codec, 60)
+    w = writer(codec, tmp_path, max_file_seconds=0.3).start()
+    for part in (exchanges[:20], exchanges[20:40], exchanges[40:]):
+        for x in part:
+            w.offer(x)
+        poll_until(lambda: w.queue_depth == 0)
+        # while rows wait for their file to end, only a .tmp (or nothing) is there
+        assert not [p for p in tmp_path.glob("*.parquet") if p not in w.files]
+        poll_until(more_files_than(w, len(w.files)), timeout=10)
+    w.close()
+    assert w.files_written >= 3 and not list(tmp_path.glob("*.tmp"))
+    assert read_rows(w.files).num_rows == 60
+
+
+def test_a_full_queue_drops_and_counts_and_never_blocks(codec: Codec, tmp_path: Path):
+    exchanges = recorded_exchanges(codec, 50)
+    gate = Gate(RowBuilder(Codec(codec.registry), 0.0))
+    w = CaptureWriter(tmp_path, gate, queue_rows=5).start()
+    w.offer(exchanges[0])
+    assert gate.waiting.wait(10)  # the thread holds one exchange, blocked
+    accepted = [w.offer(x) for x in exchanges[1:]]  # would hang here if offer could block
+    assert accepted == [True] * 5 + [False] * 44
+    assert w.rows_dropped == 44 and w.queue_depth == 5
+    registry = CollectorRegistry()
+    registry.register(CaptureCollector(w))
+    assert registry.get_sample_value("kinspect_capture_dropped_rows_total", {"reason": "queue_full"}) == 44
+    assert registry.get_sample_value("kinspect_capture_queue_rows") == 5
+    gate.open.set()
+    w.close()
+    assert w.rows_written + w.rows_dropped == len(exchanges)
+    assert read_rows(w.files).num_rows == w.rows_written == 6
+    assert registry.get_sample_value("kinspect_capture_rows_total") == 6
+    assert registry.get_sample_value("kinspect_capture_files_total") == 1
+    assert {m.name for m in registry.collect()} == {n.removesuffix("_total") for n in METRIC_NAMES}
+
+
+def test_the_queue_is_bounded_by_the_bytes_of_the_frames_it_holds(codec: Codec, tmp_path: Path):
+    exchanges = recorded_exchanges(codec, 50)
+    observer = CaptureObserver(tmp_path, codec, queue_rows=1000, queue_bytes=4096)
+    gate = Gate(observer.writer.builder)
+    observer.writer.builder = gate
+    observer.start()
+    observer.on_event(exchanges[0])
+    assert gate.waiting.wait(10)  # the thread holds one exchange, blocked
+    sizes = [len(x.request.frame) + (len(x.response.frame) if x.response else 0) for x in exchanges[1:]]
+    for x in exchanges[1:]:
+        observer.on_event(x)
+    w = observer.writer
+    # Accepted in order until the next one would pass 4096 bytes, then only ones that fit.
+    held, expected = 0, 0
+    for size in sizes:
+        if held + size <= 4096:
+            held += size
+            expected += 1
+    assert w.queue_depth == expected and w.queued_bytes == held <= 4096
+    assert w.rows_dropped == len(sizes) - expected > 0
+    registry = CollectorRegistry()
+    registry.register(CaptureCollector(w))
+    assert registry.get_sample_value("kinspect_capture_queue_bytes") == held
+    gate.open.set()
+    observer.close()
+    assert w.queued_bytes == 0 and w.rows_written == expected + 1
+
+
+def test_a_row_that_cannot_be_built_is_counted_and_the_thread_goes_on(codec: Codec, tmp_path: Path, caplog):
+    exchanges = recorded_exchanges(codec, 10)
+    inner = RowBuilder(Codec(codec.registry), 0.0)
+
+    class Flaky:
+        def build(self, exchange):
+            if exchange is exchanges[3] or exchange is exchanges[7]:
+                raise RuntimeError("a bug in row building")
+            return inner.build(exchange)
+
+    w = CaptureWriter(tmp_path, Flaky()).start()
+    for x in exchanges:
+        w.offer(x)
+    w.close()
+    assert (w.rows_written, w.row_errors) == (8, 2)
+    assert sum("cannot build a row" in r.message for r in caplog.records) == 1  # logged once
+    assert read_rows(w.files).num_rows == 8
+
+
+def test_bad_limits_are_named(codec: Codec, tmp_path: Path):
+    with pytest.raises(ValueError, match="capture.queue_rows must be positive"):
+        writer(codec, tmp_path, queue_rows=0)
+
+
+# ----------------------------------------------------------------------------- configuration and the command
+
+
+def test_config_and_flags_enable_the_capture(tmp_path: Path, codec: Codec):
+    path = tmp_path / "k.toml"
+    path.write_text('[capture]\nenabled = true\ndirectory = "caps"\nqueue_rows = 7\nmax_file_seconds = 2\n')
+    config = load_config(path)
+    assert config.capture.directory == str(tmp_path / "caps") and config.capture.queue_rows == 7
+    assert config.capture.max_file_seconds == 2.0
+
+    args = build_parser().parse_args(["proxy", "--capture-dir", str(tmp_path / "flag")])
+    config = load_config(None, proxy_command.overrides_from(args))
+    assert config.capture.enabled and config.capture.directory == str(tmp_path / "flag")
+    observers, metrics = proxy_command.build_observers(config, codec)
+    capture = proxy_command.capture_of(observers)
+    assert capture is not None and capture.writer.directory == tmp_path / "flag"
+    assert metrics.registry.get_sample_value("kinspect_capture_rows_total") == 0
+    assert proxy_command.capture_of(proxy_command.build_observers(load_config(None), codec)[0]) is None
+
+
+# ----------------------------------------------------------------------------- real traffic through the proxy
+
+
+SECRETS = [b"k3y-Zq81-secret", b"v4lue-Wm27-secret", b"h34der-Xp55-secret", b"s4sl-Pw93-secret"]
+
+
+def _secret_forms(secret: bytes) -> list[bytes]:
+    return [secret, secret.hex().encode(), secret.hex().upper().encode(), base64.b64encode(secret),
+            base64.b64encode(secret).rstrip(b"=")[:-2]]
+
+
+def _string_values(table: pa.Table) -> list[str]:
+    """Every string in the table, nested struct members included."""
+    out = []
+
+    def walk(value):
+        if isinstance(value, str):
+            out.append(value)
+        elif isinstance(value, dict):
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v)
+
+    for row in table.to_pylist():
+        walk(row)
+    return out
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_real_client_traffic_is_captured_without_secrets(codec: Codec, tmp_path: Path):
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic, records = "capture.topic", 30
+    listen_port = free_port()
+    capture = CaptureObserver(tmp_path, codec, row_group_rows=40)
+    capture.writer.compression = None  # plain pages, so that a secret would show in the file's bytes
+    with TansuBroker(advertised_port=listen_port) as tansu:
+        proxy = ProxyHarness({"proxy.mode": "passthrough", "proxy.listen": f"127.0.0.1:{listen_port}",
+                              "proxy.upstream": tansu.bootstrap}, codec=codec, observers=(capture,))
+        capture.start()
+        proxy.start()
+        try:
+            base = {"bootstrap.servers": f"127.0.0.1:{listen_port}", "client.id": "capture-test"}
+            admin = AdminClient(dict(base))
+            admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(TIMEOUT)
+            producer = Producer({**base, "compression.type": "none", "linger.ms": 5, "acks": "all"})
+            delivered = []
+            for i in range(records):
+                producer.produce(topic, key=SECRETS[0] + b"%d" % i, value=SECRETS[1] + b"%d" % i,
+                                 headers=[("h", SECRETS[2])], on_delivery=lambda err, msg: delivered.append(err))
+            assert producer.flush(TIMEOUT) == 0 and delivered == [None] * records
+            consumer = Consumer({**base, "group.id": "capture.group", "enable.auto.commit": False,
+                                 "session.timeout.ms": 6000})
+            try:
+                consumer.assign([TopicPartition(topic, 0, 0)])
+                got = []
+                deadline = time.monotonic() + TIMEOUT
+                while len(got) < records and time.monotonic() < deadline:
+                    msg = consumer.poll(0.2)
+                    if msg is not None and msg.error() is None:
+                        got.append(msg.value())
+                assert got == [SECRETS[1] + b"%d" % i for i in range(records)]
+            finally:
+                consumer.close()
+            # A SASL exchange carrying a password, on a raw connection (Tansu answers it without SASL configured).
+            with socket.create_connection(("127.0.0.1", listen_port), timeout=TIMEOUT) as sock:
+                sock.sendall(api_versions(codec, 1))
+                recv_frame(sock)
+                sock.sendall(request_frame(codec, 17, 1, 2, {"Mechanism": "PLAIN"}))
+                recv_frame(sock)
+                sock.sendall(request_frame(codec, 36, 2, 3, {"AuthBytes": b"\x00user\x00" + SECRETS[3]}))
+                sock.settimeout(5)
+                try:
+                    recv_frame(sock)
+                except (EOFError, OSError):
+                    pass  # a broker may close the connection instead
+            del admin, producer, consumer
+            gc.collect()
+            proxy.wait_idle()
+        finally:
+            proxy.stop()
+            capture.close()
+
+    exchanges = proxy.events_of(Exchange)
+    table = read_rows(sorted(tmp_path.glob("*.parquet")))
+    assert not list(tmp_path.glob("*.tmp"))
+    assert table.num_rows == len(exchanges) == capture.writer.rows_written > 10
+    assert capture.writer.rows_dropped == capture.writer.row_errors == 0
+    rows = table.to_pylist()
+    seen = collections.Counter((x.request.connection.id, x.request.correlation_id, x.request.api_key) for x in exchanges)
+    assert collections.Counter((r["connection_id"], r["correlation_id"], r["api_key"]) for r in rows) == seen
+    names = {r["api_name"] for r in rows}
+    assert {"ApiVersions", "Metadata", "CreateTopics", "Produce", "Fetch", "SaslAuthenticate"} <= names
+    assert sum(r["record_count"] for r in rows if r["api_key"] == 0) == records
+    fetched = sum(r["record_count"] for r in rows if r["api_key"] == 1)
+    assert fetched >= records
+    produce = [r for r in rows if r["api_key"] == 0]
+    assert all(r["client_id"] == "capture-test" and r["latency_us"] > 0 for r in produce)
+    assert {"topic": topic, "partitions": 1} in produce[0]["topic_partitions"]
+    assert all(r["request_decode_error"] is None for r in rows)
+    assert not [p for p in proxy.events_of(Problem) if p.kind not in ("unanswered",)]
+
+    # No secret, in any form, in any file's bytes or any string of the table.
+    raw = b"".join(p.read_bytes() for p in tmp_path.glob("*.parquet"))
+    assert b"capture-test" in raw and topic.encode() in raw  # (the check can see strings the rows hold)
+    strings = "\n".join(_string_values(table)).encode()
+    for secret in SECRETS:
+        for form in _secret_forms(secret):
+            assert form not in raw, form
+            assert form not in strings, form
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(90)
+def test_the_proxy_command_captures_and_flushes_on_sigterm(tmp_path: Path, codec: Codec):
+    from confluent_kafka.admin import AdminClient
+
+    listen_port, metrics_port = free_port(), free_port()
+    with TansuBroker(advertised_port=listen_port) as tansu:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kinspect.cli.main", "proxy", "--listen", f"127.0.0.1:{listen_port}",
+             "--upstream", tansu.bootstrap, "--metrics-listen", f"127.0.0.1:{metrics_port}",
+             "--capture-dir", "caps"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=tmp_path,
+        )
+        try:
+            assert b"proxy listening" in proc.stdout.readline()
+            admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{listen_port}", "client.id": "cli-capture"})
+            assert admin.list_topics(timeout=TIMEOUT).brokers
+            del admin
+            gc.collect()
+            import urllib.request
+
+            text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+            assert "kinspect_capture_queue_rows" in text and "kinspect_capture_rows_total" in text
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(30) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    files = sorted((tmp_path / "caps").glob("*.parquet"))
+    assert len(files) == 1 and not list((tmp_path / "caps").glob("*.tmp"))
+    rows = read_rows(files).to_pylist()
+    assert {"ApiVersions", "Metadata"} <= {r["api_name"] for r in rows}
+    assert {r["client_id"] for r in rows} == {"cli-capture"}
