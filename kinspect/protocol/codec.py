@@ -70,9 +70,12 @@ class CompiledStruct:
         self.label = f"{api} {direction} v{version}"
         # The generated Python decoder is the reference; the C program, when built, is used
         # for speed and tested against it (tests/test_native_codec.py).
-        self.decode_python = _compile(
-            codegen.generate_decoder(spec.struct, version, flexible, self.label), "decode", self.label
-        )
+        try:
+            self.decode_python = _compile(
+                codegen.generate_decoder(spec.struct, version, flexible, self.label), "decode", self.label
+            )
+        except SpecError as exc:  # e.g. nesting past Python's 20 nested blocks: say which file
+            raise SpecError(f"{spec.source}: {exc}" if spec.source else str(exc)) from None
         self._encode = None
         self._scan = None
         self._traced = None

@@ -2,7 +2,8 @@
 
 Bytes may arrive in any chunking. `feed` takes what arrived and returns the frames it
 completed; a size above the limit, or negative, raises FrameTooLarge / FrameError and
-leaves the framer unusable (the stream cannot be re-synchronised).
+leaves the framer unusable (the stream cannot be re-synchronised). The frames that the same
+`feed` completed before the bad size are not lost: they are the error's `frames`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,20 @@ _SIZE = struct.Struct(">i")
 
 
 class FrameError(ValueError):
-    """The stream is not size-prefixed Kafka frames."""
+    """The stream is not size-prefixed Kafka frames.
+
+    `frames` holds what the failing `feed` completed before the bad size, in the form
+    `feed` returns them: whether a valid frame is seen must not depend on whether it
+    arrived in the same TCP segment as the bad size that follows it.
+    """
+
+    frames: list = []
+
+
+def _failure(size: int, limit: int, frames: list) -> FrameError:
+    exc = FrameError(f"negative frame size {size}") if size < 0 else FrameTooLarge(size, limit)
+    exc.frames = frames
+    return exc
 
 
 class FrameTooLarge(FrameError):
@@ -61,9 +75,7 @@ class Framer:
                 if size < 0 or size > self.max_frame_bytes:
                     self.failed = True
                     del buf[:pos]
-                    if size < 0:
-                        raise FrameError(f"negative frame size {size}")
-                    raise FrameTooLarge(size, self.max_frame_bytes)
+                    raise _failure(size, self.max_frame_bytes, frames)
                 pos += 4
                 self._need = size
             if end - pos < self._need:
@@ -145,9 +157,7 @@ class FrameSplitter:
                     self.failed = True
                     view.release()
                     buf.clear()
-                    if size < 0:
-                        raise FrameError(f"negative frame size {size}")
-                    raise FrameTooLarge(size, self.max_frame_bytes)
+                    raise _failure(size, self.max_frame_bytes, out)
                 pos += 4
                 self._need = size
             size = self._need

@@ -48,8 +48,10 @@ FIELD_KEYS = frozenset(
 )
 STRUCT_KEYS = frozenset({"name", "versions", "fields", "about"})
 MAX_TAG = 2**31 - 1
-# Deeper nesting than any real message: a guard against hostile spec files.
-MAX_DEPTH = 32
+# Deeper nesting than any real message (5 in Kafka 4.3): a guard against hostile spec files.
+# The generated decoders nest a block or two per level and Python compiles at most 20
+# nested blocks, so a deeper limit would accept files that fail on first use, mid-stream.
+MAX_DEPTH = 12
 
 
 @dataclass(frozen=True, slots=True)
@@ -389,6 +391,13 @@ class _Parser:
         if ftype == "string":
             if not isinstance(value, str):
                 raise self.fail(where, f"default {value!r} is not a string")
+            # JSON escapes can spell lone surrogates: such a default could never be encoded.
+            try:
+                size = len(value.encode("utf-8"))
+            except UnicodeEncodeError as exc:
+                raise self.fail(where, f"default {value[:40]!r} is not valid UTF-8 text ({exc.reason})") from None
+            if size > 0x7FFF:
+                raise self.fail(where, f"default of {size} bytes is longer than a string can be (32767)")
             return value
         if ftype in ("bytes", "records", "uuid") or ftype.startswith("[]"):
             # The format allows only "null" (handled above) for these; an empty string

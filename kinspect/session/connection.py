@@ -79,11 +79,13 @@ class Session:
                 self.client_inspected = False
                 return [self._problem(now, "tls_on_plaintext", "request",
                                       "the client opened with a TLS ClientHello on a plaintext listener")]
+        failure = None
         try:
             frames = self._requests.feed(data)
         except FrameError as exc:
+            # Frames completed before the bad size are still seen, whatever the TCP segmentation.
             self.client_inspected = False
-            return [self._frame_problem(exc, "request", now)]
+            frames, failure = exc.frames, self._frame_problem(exc, "request", now)
         for size, frame, complete in frames:
             if self._raw_client > 0:
                 self._raw_client -= 1
@@ -95,6 +97,8 @@ class Session:
                     continue
                 self._raw_client = self._raw_broker = 0
             events.extend(self._request(size, frame, complete, now))
+        if failure is not None:
+            events.append(failure)
         return events
 
     def _reads_as_request(self, frame: bytes) -> bool:
@@ -147,11 +151,12 @@ class Session:
     def broker_data(self, data: bytes, now: float) -> list:
         if not self.broker_inspected:
             return []
+        failure = None
         try:
             frames = self._responses.feed(data)
         except FrameError as exc:
             self.broker_inspected = False
-            return [self._frame_problem(exc, "response", now)]
+            frames, failure = exc.frames, self._frame_problem(exc, "response", now)
         events: list = []
         for size, frame, complete in frames:
             if self._raw_broker:
@@ -160,6 +165,8 @@ class Session:
                 events.append(self._problem(now, "sasl_tokens", "response", "raw SASL token", size=size))
                 continue
             events.extend(self._response(size, frame, complete, now))
+        if failure is not None:
+            events.append(failure)
         return events
 
     def _response(self, size: int, frame: bytes, complete: bool, now: float) -> list:

@@ -1,0 +1,259 @@
+"""Coverage-guided fuzzing (atheris) of the whole frame path: framer, headers, bodies C and Python, scan, records.
+
+Run (see fuzz/README.md):
+    .venv/bin/python fuzz/make_corpus.py
+    nice .venv/bin/python fuzz/fuzz_codec.py fuzz/corpus -max_total_time=600 -rss_limit_mb=2048
+
+An input is a mode byte (taken modulo 4) and a payload:
+  0  a request frame (the bytes after the size prefix)
+  1  a response frame: api key and version (two int16) and then the frame; a pair no spec
+     defines picks one of the defined response decoders, so mutations keep reaching decoders
+  2  the bytes of a records field, for the record-set summary
+  3  a byte stream, for the framers (and the frames they cut go down the request path)
+
+Anything but a decoded value or the layer's own error (DecodeError, RecordsError,
+FrameError) escaping is a crash, and so is the C path and the Python reference disagreeing
+on accept or reject, on the value, or on the scan. `check(data)` is the whole test and
+needs no atheris: tests/test_fuzz_regressions.py replays crashes through it.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+_instrument = None  # atheris.instrument_func when run under atheris: the generated codecs are instrumented too
+
+
+def _load():
+    from kinspect.protocol import codegen, framer, records
+    from kinspect.protocol.codec import _DECODE_FAILURES, Codec, _compile
+    from kinspect.protocol.codec_runtime import summarize_spans_python
+    from kinspect.protocol.errors import DecodeError
+    from kinspect.protocol.primitives import Malformed
+    from kinspect.protocol.scan_result import ScanResult
+
+    return codegen, framer, records, _DECODE_FAILURES, Codec, _compile, summarize_spans_python, DecodeError, \
+        Malformed, ScanResult
+
+
+if __name__ == "__main__":
+    import atheris
+
+    with atheris.instrument_imports(include=["kinspect"]):
+        (codegen, framer, records, _DECODE_FAILURES, Codec, _compile, summarize_spans_python, DecodeError,
+         Malformed, ScanResult) = _load()
+    _instrument = atheris.instrument_func
+else:
+    (codegen, framer, records, _DECODE_FAILURES, Codec, _compile, summarize_spans_python, DecodeError,
+     Malformed, ScanResult) = _load()
+
+MODE_REQUEST, MODE_RESPONSE, MODE_RECORDS, MODE_STREAM = 0, 1, 2, 3
+_KEY_VERSION = struct.Struct(">hh")
+_RAW_FAILURES = tuple({*_DECODE_FAILURES, Malformed})  # what decode_fast / decode_python raise on bad bytes
+
+CODEC = Codec()
+RESPONSE_CASES = [(key, v) for key in CODEC.registry.api_keys() for v in CODEC.registry.versions(key, "response")]
+
+
+class Disagreement(AssertionError):
+    """The C path and the Python reference differ on one input."""
+
+
+class _Reference:
+    """The Python reference decoder and scanner of one compiled struct (instrumented under atheris)."""
+
+    _cache: dict = {}
+
+    def __init__(self, compiled) -> None:
+        spec, v, flexible, label = compiled.spec.struct, compiled.version, compiled.flexible, compiled.label
+        self.decode = compiled.decode_python
+        self.scan = _compile(codegen.generate_scanner(spec, v, flexible, label), "scan", label)
+        if _instrument is not None:
+            self.decode = _instrument(self.decode)
+            self.scan = _instrument(self.scan)
+
+    @classmethod
+    def of(cls, compiled) -> _Reference:
+        ref = cls._cache.get(id(compiled))
+        if ref is None:
+            ref = cls._cache[id(compiled)] = cls(compiled)
+        return ref
+
+
+def _same(a, b) -> bool:
+    """Exact equality, types included (repr tells 0.0 from -0.0 and keeps dict key order)."""
+    return type(a) is type(b) and repr(a) == repr(b)
+
+
+def _try(fn, *args):
+    try:
+        return fn(*args), None
+    except _RAW_FAILURES as exc:
+        return None, exc
+
+
+def agree(compiled, buf: bytes, pos: int) -> None:
+    """C and Python decode and scan buf[pos:] alike; then the public calls raise only DecodeError."""
+    ref = _Reference.of(compiled)
+    c_value, c_exc = _try(compiled.decode_fast, buf, pos)
+    py_value, py_exc = _try(ref.decode, buf, pos)
+    if (c_exc is None) != (py_exc is None):
+        raise Disagreement(f"{compiled.label} decode: C {c_exc!r}, Python {py_exc!r} on {buf.hex()} at {pos}")
+    if c_exc is None and not _same(c_value, py_value):
+        raise Disagreement(f"{compiled.label} decode: C {c_value!r} != Python {py_value!r} on {buf.hex()} at {pos}")
+    c_result, py_result = ScanResult(), ScanResult()
+    c_result.source = py_result.source = buf
+    c_end, c_exc = _try(compiled._program.scan if compiled.native else ref.scan, buf, pos, c_result)
+    py_end, py_exc = _try(ref.scan, buf, pos, py_result)
+    if (c_exc is None) != (py_exc is None):
+        raise Disagreement(f"{compiled.label} scan: C {c_exc!r}, Python {py_exc!r} on {buf.hex()} at {pos}")
+    if c_exc is None:
+        if c_end != py_end or not _same(_scan_facts(c_result), _scan_facts(py_result)):
+            raise Disagreement(f"{compiled.label} scan differs on {buf.hex()} at {pos}")
+        _records_agree(buf, c_result)
+    # The public calls: a value or a DecodeError, nothing else.
+    for call in (compiled.decode, compiled.scan):
+        try:
+            call(buf, pos, whole=False)
+        except DecodeError:
+            pass
+
+
+def _scan_facts(r) -> tuple:
+    return (r.tag_sections, r.tag_section_bytes, list(r.empty_counter), list(r.tagged_fields),
+            dict(r.error_codes), sorted(r.topics), list(r.record_spans))
+
+
+def _records_agree(buf: bytes, result) -> None:
+    reference: list = []
+    summarize_spans_python(buf, result.record_spans, reference)
+    if not _same(result.records, reference):
+        raise Disagreement(f"records summaries differ: {result.records!r} != {reference!r}")
+
+
+def check_request(frame: bytes) -> None:
+    header_compiled = None
+    if len(frame) >= 8:
+        key, version = _KEY_VERSION.unpack_from(frame, 0)
+        try:
+            hv = CODEC.request_header_version(key, version)
+        except DecodeError:
+            hv = 1
+        header_compiled = CODEC.header("RequestHeader", hv)
+        agree(header_compiled, frame, 0)
+    try:
+        header = CODEC.decode_request_header(frame)
+    except DecodeError:
+        return
+    try:
+        body = CODEC.body(header.api_key, "request", header.api_version)
+    except DecodeError:  # UnknownApiError: forwarded and reported, nothing to decode
+        return
+    agree(body, frame, header.size)
+    for call in (CODEC.decode_request, CODEC.scan_request):
+        try:
+            call(frame)
+        except DecodeError:
+            pass
+
+
+def check_response(payload: bytes) -> None:
+    if len(payload) < 4:
+        return
+    key, version = _KEY_VERSION.unpack_from(payload, 0)
+    frame = payload[4:]
+    if version not in CODEC.registry.versions(key, "response"):
+        key, version = RESPONSE_CASES[(key * 256 + version) % len(RESPONSE_CASES)]
+    hv = CODEC.response_header_version(key, version)
+    header_compiled = CODEC.header("ResponseHeader", hv)
+    agree(header_compiled, frame, 0)
+    try:
+        _, end = header_compiled.decode(frame, 0, whole=False)
+    except DecodeError:
+        end = None
+    if end is not None:
+        agree(CODEC.body(key, "response", version), frame, end)
+    for call in (CODEC.decode_response, CODEC.scan_response):
+        try:
+            call(frame, key, version)
+        except DecodeError:
+            pass
+
+
+def check_records(data: bytes) -> None:
+    try:
+        c_summary, c_exc = records.summarize_records(data), None
+    except records.RecordsError as exc:
+        c_summary, c_exc = None, exc
+    try:
+        py_summary, py_exc = records.summarize_records_python(data), None
+    except records.RecordsError as exc:
+        py_summary, py_exc = None, exc
+    if (c_exc is None) != (py_exc is None) or (c_exc is not None and str(c_exc) != str(py_exc)):
+        raise Disagreement(f"records: C {c_exc!r}, Python {py_exc!r} on {data.hex()}")
+    if c_exc is None:
+        if not _same(c_summary, py_summary):
+            raise Disagreement(f"records: C {c_summary!r} != Python {py_summary!r} on {data.hex()}")
+        for batch in c_summary.batches:
+            records.verify_crc(data, batch)
+
+
+def check_stream(data: bytes) -> None:
+    if not data:
+        return
+    chunk = data[0] % 16 + 1
+    stream = data[1:]
+    limit = 4096
+    whole, splitter = framer.Framer(limit), framer.FrameSplitter(limit, keep_limit=256, head_bytes=32)
+    frames, pieces, failed = [], [], None
+    try:
+        for i in range(0, len(stream), chunk):
+            frames += whole.feed(stream[i:i + chunk])
+    except framer.FrameError as exc:
+        failed = exc
+        frames += exc.frames  # completed by the failing feed, before the bad size
+    try:
+        for i in range(0, len(stream), chunk):
+            pieces += splitter.feed(stream[i:i + chunk])
+    except framer.FrameError as exc:
+        pieces += exc.frames
+        if type(exc) is not type(failed):
+            raise Disagreement(f"Framer {failed!r}, FrameSplitter {exc!r} on {stream.hex()}")
+    else:
+        if failed is not None:
+            raise Disagreement(f"Framer {failed!r}, FrameSplitter accepted {stream.hex()}")
+    expected = [(len(f), f if len(f) <= 256 else f[:32], len(f) <= 256) for f in frames]
+    if pieces[:len(expected)] != expected:
+        raise Disagreement(f"Framer and FrameSplitter cut {stream.hex()} differently")
+    try:
+        split, _ = framer.split_frames(stream, limit)
+    except framer.FrameError:
+        split = None
+    if split is not None and [f for _, f in split] != frames:
+        raise Disagreement(f"Framer and split_frames cut {stream.hex()} differently")
+    for frame in frames[:4]:
+        check_request(frame)
+
+
+_MODES = (check_request, check_response, check_records, check_stream)
+
+
+def check(data: bytes) -> None:
+    """One fuzz input: raises only when kinspect misbehaves."""
+    if data:
+        _MODES[data[0] % 4](bytes(data[1:]))
+
+
+def main() -> None:
+    import atheris
+
+    atheris.Setup(sys.argv, check)
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main()
