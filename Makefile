@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test bench specs clean
+.PHONY: test bench specs clean run
 
 $(STAMP): pyproject.toml $(wildcard setup.py)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,20 @@ bench: $(STAMP)
 # Rebuild specs/ from the Apache Kafka message definitions beside the checkout.
 specs: $(STAMP)
 	$(VENV)/bin/kinspect specs import ../shared/kafka-specs/3.9.2 ../shared/kafka-specs/4.3.1 --out specs
+
+# The one-command demo: Tansu with kinspect in front of it (rewrite mode), a sample workload
+# and its summary, then serving until Ctrl-C. Only what the demo needs is installed.
+# Flags of `kinspect demo` go in DEMO_ARGS: make run DEMO_ARGS="--port-base 19092".
+RUN_STAMP := $(VENV)/.installed-run
+$(RUN_STAMP): pyproject.toml $(wildcard setup.py)
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "make run: installing kinspect and the demo's packages into $(VENV) (quietly)"
+	@$(PY) -m pip install --quiet --upgrade pip
+	@$(PY) -m pip install --quiet -e '.[proxy,demo]'
+	@touch $(RUN_STAMP)
+
+run: $(RUN_STAMP)
+	@exec $(VENV)/bin/kinspect demo $(DEMO_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info kinspect/protocol/*.so

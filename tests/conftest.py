@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kinspect.protocol.codec import Codec
+from tests.support.spark import spark  # noqa: F401  (the session-wide SparkSession fixture)
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from kinspect import __version__
-from kinspect.cli import decode_command, proxy_command, specs_command
+from kinspect.cli import analyze_command, decode_command, demo_command, proxy_command, specs_command
 from kinspect.config import ConfigError
 from kinspect.protocol.errors import SpecError
 
@@ -18,6 +18,8 @@ def build_parser() -> argparse.ArgumentParser:
     specs_command.add_parser(commands)
     decode_command.add_parser(commands)
     proxy_command.add_parser(commands)
+    analyze_command.add_parser(commands)
+    demo_command.add_parser(commands)
     return parser
 
 

@@ -1,0 +1,1 @@
+"""kinspect analyze: a PySpark job that turns capture files into tables and an HTML report."""

@@ -1,0 +1,114 @@
+"""Checks on what the analyze job is given: Java, capture paths, capture files and their schema version.
+
+Each failure is an `AnalyzeInputError` whose message is one line naming the path or
+the thing missing; the CLI prints it and exits with status 2. Local paths are checked
+file by file (Parquet footers only) before Spark starts; other URIs (s3a://, hdfs://...)
+are checked by the job itself through Spark.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+from kinspect.capture.schema import COLUMN_NAMES, METADATA_VERSION_KEY, SCHEMA_VERSION
+
+CAPTURE_GLOB = "capture-*.parquet"  # writers write *.parquet.tmp and rename, so .tmp never matches
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+class AnalyzeInputError(Exception):
+    """Bad input for the analyze job (the message is one line, meant for a user)."""
+
+
+def is_local(path: str) -> bool:
+    return path.startswith("file://") or not _URI.match(path)
+
+
+def local_path(path: str) -> Path:
+    return Path(path[len("file://"):] if path.startswith("file://") else path)
+
+
+def check_java() -> str:
+    """The java executable Spark will start, or an error saying how to provide one."""
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        java = Path(home) / "bin" / "java"
+        if java.is_file() and os.access(java, os.X_OK):
+            return str(java)
+        raise AnalyzeInputError(f"JAVA_HOME is {home} but {java} is not an executable; "
+                                "Spark needs Java 17 or 21")
+    found = shutil.which("java")
+    if found:
+        return found
+    raise AnalyzeInputError("Java not found: no `java` on PATH and JAVA_HOME is not set; "
+                            "Spark needs Java 17 or 21 (install a JDK or set JAVA_HOME)")
+
+
+def capture_files(path: str) -> list[Path]:
+    """The capture files of a local directory (or the one file named), checked."""
+    where = local_path(path)
+    if not where.exists():
+        raise AnalyzeInputError(f"capture directory not found: {path}")
+    if where.is_file():
+        files = [where]
+    else:
+        files = sorted(where.glob(CAPTURE_GLOB))
+        if not files:
+            raise AnalyzeInputError(f"no capture files ({CAPTURE_GLOB}) in {path}")
+    for file in files:
+        check_capture_file(file)
+    return files
+
+
+def check_capture_file(file: Path) -> int:
+    """The schema version of one capture file, read from its Parquet footer."""
+    import pyarrow.parquet as pq
+
+    try:
+        meta = pq.read_metadata(file)
+        names = set(pq.read_schema(file).names)
+    except Exception as exc:  # pyarrow raises ArrowInvalid, OSError... for a bad footer
+        raise AnalyzeInputError(f"malformed capture file {file}: {_one_line(exc)}") from None
+    raw = (meta.metadata or {}).get(METADATA_VERSION_KEY)
+    if raw is None:
+        raise AnalyzeInputError(f"malformed capture file {file}: no {METADATA_VERSION_KEY.decode()} metadata")
+    try:
+        version = int(raw)
+    except ValueError:
+        raise AnalyzeInputError(f"malformed capture file {file}: schema version {raw!r} is not a number") from None
+    check_schema_version(version, str(file))
+    missing = [name for name in COLUMN_NAMES if name not in names]
+    if missing:
+        raise AnalyzeInputError(f"malformed capture file {file}: missing columns {', '.join(missing)}")
+    return version
+
+
+def check_schema_version(version: int, where: str) -> None:
+    if version > SCHEMA_VERSION:
+        raise AnalyzeInputError(f"{where} has capture schema version {version}; this kinspect reads "
+                                f"versions up to {SCHEMA_VERSION} (upgrade kinspect)")
+    if version < 1:
+        raise AnalyzeInputError(f"{where} has capture schema version {version}, which does not exist")
+
+
+def check_inputs(paths: list[str]) -> list[str]:
+    """Check every local path now; return the paths for Spark to read (local ones as absolute)."""
+    if not paths:
+        raise AnalyzeInputError("no capture paths given")
+    out = []
+    for path in paths:
+        if is_local(path):
+            capture_files(path)
+            # a file: URI, so that a cluster's default filesystem (hdfs) is not assumed
+            out.append(local_path(path).resolve().as_uri())
+        else:
+            out.append(path)
+    return out
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text[:300] or type(exc).__name__

@@ -1,0 +1,480 @@
+"""The analyze job's tables against a plain-Python computation of the same figures from the same files.
+
+Generated captures (kinspect.analyze.sample_data: several files in two directories, every
+api shape, nulls, acks=0 rows, tagged and integer fields, error codes) are analyzed once
+on the test run's SparkSession; every table is then recomputed here with pyarrow and plain
+loops, and the two must agree row for row and value for value. The input checks, the
+CLI end to end (one subprocess with its own Spark) and the written files are tested too.
+"""
+
+from __future__ import annotations
+
+import collections
+import csv
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from kinspect.analyze.inputs import AnalyzeInputError, check_inputs, check_java
+from kinspect.analyze.job import analyze, compute
+from kinspect.analyze.sample_data import write_captures
+from kinspect.capture.schema import METADATA_VERSION_KEY, arrow_schema
+
+TOP = 5  # fewer than the generated clients and topics, so the cut is tested
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ----------------------------------------------------------------------------- the plain-Python side
+
+
+def read_rows(dirs: list[Path]) -> list[dict]:
+    rows = []
+    for d in dirs:
+        for file in sorted(d.glob("capture-*.parquet")):
+            rows.extend(pq.read_table(file).to_pylist())
+    return rows
+
+
+def nearest_rank(values: list[int], p: float) -> int:
+    ordered = sorted(values)
+    return ordered[max(1, math.ceil(p * len(ordered))) - 1]
+
+
+def api_of(row: dict) -> str:
+    return row["api_name"] if row["api_name"] is not None else f"api_{row['api_key']}"
+
+
+def messages(rows: list[dict]):
+    """(api, direction, version, size) of every request and response."""
+    for r in rows:
+        yield api_of(r), "request", r["request_version"], r["request_size"]
+        if r["response_size"] is not None:
+            version = r["response_version"] if r["response_version"] is not None else r["request_version"]
+            yield api_of(r), "response", version, r["response_size"]
+
+
+def by_bytes(groups: dict, key: str, top: int) -> list[dict]:
+    out = [{key: k, "exchanges": v[0], "request_bytes": v[1], "response_bytes": v[2], "bytes": v[1] + v[2]}
+           for k, v in groups.items()]
+    out.sort(key=lambda r: (-r["bytes"], r[key] is not None, r[key] or ""))
+    return out[:top]
+
+
+def pct(saved: int, total: int):
+    return saved * 100.0 / total if total > 0 else None
+
+
+def reference(rows: list[dict], top: int) -> dict[str, list[dict]]:
+    t = {}
+    epoch_us = [int(r["request_time"].timestamp()) * 1_000_000 + r["request_time"].microsecond for r in rows]
+    t["summary"] = [{
+        "exchanges": len(rows), "responses": sum(r["response_size"] is not None for r in rows),
+        "first_request_us": min(epoch_us), "last_request_us": max(epoch_us),
+        "request_bytes": sum(r["request_size"] for r in rows),
+        "response_bytes": sum(r["response_size"] or 0 for r in rows),
+        "apis": len({api_of(r) for r in rows}),
+        "client_ids": len({r["client_id"] for r in rows if r["client_id"] is not None}),
+        "request_decode_errors": sum(r["request_decode_error"] is not None for r in rows),
+        "response_decode_errors": sum(r["response_decode_error"] is not None for r in rows),
+        "requests_not_inspected": sum(not r["request_inspected"] for r in rows),
+        "min_schema_version": min(r["schema_version"] for r in rows),
+        "max_schema_version": max(r["schema_version"] for r in rows),
+    }]
+
+    sizes = collections.defaultdict(list)
+    histogram = collections.Counter()
+    for api, direction, version, size in messages(rows):
+        sizes[(api, direction, version)].append(size)
+        histogram[(api, direction, size.bit_length() - 1)] += 1
+    t["api_sizes"] = [{"api": a, "direction": d, "version": v, "count": len(s),
+                       "p50": nearest_rank(s, 0.5), "p90": nearest_rank(s, 0.9), "p99": nearest_rank(s, 0.99),
+                       "max": max(s), "sum": sum(s)} for (a, d, v), s in sorted(sizes.items())]
+    t["size_histogram"] = [{"api": a, "direction": d, "bucket": b, "min_bytes": 1 << b, "count": n}
+                           for (a, d, b), n in sorted(histogram.items())]
+
+    clients = collections.defaultdict(lambda: [0, 0, 0])
+    topics = collections.defaultdict(lambda: [0, 0, 0])
+    for r in rows:
+        keys = [clients[r["client_id"]]] + [topics[name] for name in {tp["topic"] for tp in r["topic_partitions"]}]
+        for k in keys:
+            k[0] += 1
+            k[1] += r["request_size"]
+            k[2] += r["response_size"] or 0
+    t["top_clients"] = by_bytes(clients, "client_id", top)
+    t["top_topics"] = by_bytes(topics, "topic", top)
+
+    tags = collections.defaultdict(lambda: [0, 0])
+    for r in rows:
+        for f in r["tagged_fields"]:
+            k = tags[(f["location"], api_of(r), f["path"], f["tag"], f["name"], f["known"])]
+            k[0] += 1
+            k[1] += f["size"]
+    t["tagged_fields"] = [{"location": k[0], "api": k[1], "path": k[2], "tag": k[3], "name": k[4], "known": k[5],
+                           "count": v[0], "bytes": v[1]}
+                          for k, v in sorted(tags.items(), key=lambda kv: (kv[0][:4], kv[0][4] is not None,
+                                                                             kv[0][4] or ""))]
+
+    kip = collections.defaultdict(lambda: [0, 0, 0])
+    for r in rows:
+        if r["flexible"] or r["first_flexible_version"] is None:
+            continue
+        if r["request_compact_size"] is not None:
+            k = kip[(api_of(r), "request", r["request_version"], r["first_flexible_version"])]
+            k[0] += 1
+            k[1] += r["request_size"]
+            k[2] += r["request_compact_size"]
+        if r["response_compact_size"] is not None and r["response_size"] is not None:
+            version = r["response_version"] if r["response_version"] is not None else r["request_version"]
+            k = kip[(api_of(r), "response", version, r["first_flexible_version"])]
+            k[0] += 1
+            k[1] += r["response_size"]
+            k[2] += r["response_compact_size"]
+    t["kip482_savings"] = [{"api": a, "direction": d, "version": v, "compact_version": c, "count": n,
+                            "bytes_today": today, "bytes_compact": compact, "saved": today - compact,
+                            "saved_pct": pct(today - compact, today)}
+                           for (a, d, v, c), (n, today, compact) in sorted(kip.items())]
+
+    fields = collections.defaultdict(lambda: [0, 0, 0, 0, 0])
+    hist = collections.Counter()
+    for r in rows:
+        for f in r["integer_fields"]:
+            key = (api_of(r), f["location"], f["path"], f["type"])
+            k = fields[key]
+            for i, n in enumerate((1, f["count"], f["fixed_bytes"], f["zigzag_bytes"], f["uvarint_bytes"])):
+                k[i] += n
+            for encoding, counts in (("unsigned", f["uvarint_hist"]), ("zigzag", f["zigzag_hist"])):
+                for slot, n in enumerate(counts):
+                    if n > 0:
+                        hist[(*key, encoding, slot + 1)] += n
+    t["varint_savings"] = []
+    for (a, loc, path, kind), (exchanges, count, fixed, packed, upacked) in sorted(fields.items()):
+        best = min(fixed, packed, upacked)
+        name = "fixed" if best == fixed else "packed" if best == packed else "upacked"
+        t["varint_savings"].append({"api": a, "location": loc, "path": path, "type": kind, "exchanges": exchanges,
+                                    "count": count, "fixed_bytes": fixed, "packed_bytes": packed,
+                                    "upacked_bytes": upacked, "best_bytes": best, "best": name,
+                                    "saved_pct": pct(fixed - best, fixed)})
+    t["varint_histogram"] = [{"api": a, "location": loc, "path": p, "type": ty, "encoding": e, "bytes": b, "count": n}
+                             for (a, loc, p, ty, e, b), n in sorted(hist.items(),
+                                                                    key=lambda kv: (kv[0][:3], kv[0][4], kv[0][5]))]
+
+    latencies = collections.defaultdict(list)
+    for r in rows:
+        if r["latency_us"] is not None:
+            latencies[api_of(r)].append(r["latency_us"])
+    t["latency"] = [{"api": a, "count": len(v), "p50_ms": nearest_rank(v, 0.5) / 1000.0,
+                     "p90_ms": nearest_rank(v, 0.9) / 1000.0, "p99_ms": nearest_rank(v, 0.99) / 1000.0,
+                     "max_ms": max(v) / 1000.0} for a, v in sorted(latencies.items())]
+
+    errors = collections.defaultdict(lambda: [0, 0])
+    for r in rows:
+        for e in r["error_codes"]:
+            k = errors[(api_of(r), e["code"], e["name"])]
+            k[0] += e["count"]
+            k[1] += 1
+    t["error_codes"] = [{"api": a, "code": c, "name": n, "count": v[0], "exchanges": v[1]}
+                        for (a, c, n), v in sorted(errors.items(), key=lambda kv: (kv[0][0], -kv[1][0], kv[0][1]))]
+    return t
+
+
+# ----------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory) -> tuple[list[Path], Path]:
+    base = tmp_path_factory.mktemp("captures")
+    first, second = base / "run-a", base / "run-b"
+    write_captures(first, 4000, files=3, seed=7)
+    write_captures(second, 700, files=2, seed=8)
+    # what a capture directory may also hold and the job must skip: a file being written,
+    # and Parquet that is not a capture file
+    (first / "capture-00009.parquet.tmp").write_bytes(b"PAR1 half written")
+    pq.write_table(pa.table({"x": [1, 2, 3]}), first / "notes.parquet")
+    return [first, second], base / "report"
+
+
+@pytest.fixture(scope="module")
+def analyzed(spark, generated):
+    dirs, out = generated
+    lines = []
+    result = analyze(spark, [str(d) for d in dirs], str(out), top=TOP, progress=lines.append)
+    return result, reference(read_rows(dirs), TOP), lines
+
+
+# ----------------------------------------------------------------------------- the tables
+
+
+TABLE_NAMES = ("summary", "api_sizes", "size_histogram", "top_clients", "top_topics", "tagged_fields",
+               "kip482_savings", "varint_savings", "varint_histogram", "latency", "error_codes")
+
+
+@pytest.mark.parametrize("name", TABLE_NAMES)
+def test_table_matches_plain_python(analyzed, name):
+    result, want, _ = analyzed
+    got = result.tables[name]
+    assert got, f"{name} is empty: the generated captures should fill every table"
+    assert got == want[name]
+
+
+def test_generated_captures_cover_the_cases(analyzed):
+    result, want, lines = analyzed
+    s = want["summary"][0]
+    assert s["exchanges"] == 4700 and s["responses"] < s["exchanges"]  # acks=0 rows
+    apis = {r["api"] for r in want["api_sizes"]}
+    assert "api_9999" in apis and "Produce" in apis
+    assert any(not r["known"] for r in want["tagged_fields"]) and any(r["known"] for r in want["tagged_fields"])
+    assert {r["best"] for r in want["varint_savings"]} >= {"packed", "upacked"}
+    assert {r["type"] for r in want["varint_histogram"]} == {"int16", "int32", "int64"}
+    assert any(r["direction"] == "response" and r["version"] == 0 for r in want["kip482_savings"]
+               if r["api"] == "ApiVersions")
+    assert None in {r["client_id"] for r in result.tables["top_clients"]} | {r["client_id"] for r in want["top_clients"]}
+    assert len(result.tables["top_clients"]) == TOP and len(result.tables["top_topics"]) == TOP
+    assert [line.split(":")[0] for line in lines[:len(TABLE_NAMES)]] == list(TABLE_NAMES)  # progress, in order
+
+
+def test_percentiles_are_nearest_rank(spark):
+    """Exact nearest-rank percentiles for every group size 1..400, ties and all."""
+    from kinspect.analyze.tables import _percentiles
+
+    rows = [(n, (i * 7919) % (n + 3)) for n in range(1, 401) for i in range(n)]
+    df = spark.createDataFrame(rows, "n int, v int")
+    got = {r["n"]: (r["p50"], r["p90"], r["p99"]) for r in df.groupBy("n").agg(*_percentiles("v")).collect()}
+    values = collections.defaultdict(list)
+    for n, v in rows:
+        values[n].append(v)
+    want = {n: tuple(nearest_rank(v, p) for p in (0.5, 0.9, 0.99)) for n, v in values.items()}
+    assert got == want
+
+
+# ----------------------------------------------------------------------------- what is written
+
+
+def test_parquet_and_csv_hold_the_tables(analyzed, generated):
+    result, _, _ = analyzed
+    _, out = generated
+    for name, rows in result.tables.items():
+        table = pq.read_table(out / "tables" / name)
+        assert table.to_pylist() == rows, name
+        with open(out / "tables" / f"{name}.csv", newline="") as f:
+            lines = list(csv.reader(f))
+        assert lines[0] == list(result.schemas[name].names)
+        assert len(lines) == len(rows) + 1
+        for line, row in zip(lines[1:], rows):
+            assert line == ["" if v is None else repr(v) if isinstance(v, float) else str(v) for v in row.values()]
+
+
+def test_report_is_self_contained_with_plots_and_figures(analyzed, generated):
+    result, want, _ = analyzed
+    _, out = generated
+    html = (out / "report.html").read_text()
+    assert_self_contained(html)
+    assert html.count("<svg") >= 10
+    for name in TABLE_NAMES:
+        assert f'id="{name}"' in html
+    s = want["summary"][0]
+    assert f"{s['exchanges']:,}" in html and f"{s['request_bytes']:,}" in html
+    top = want["top_topics"][0]
+    assert f"<title>{top['topic']}: {top['bytes']:,}</title>" in html
+
+
+def assert_self_contained(html: str) -> None:
+    assert html.startswith("<!DOCTYPE html>")
+    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", html, re.I)
+    assert "<script" not in html.lower() and "<link" not in html.lower()
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+def test_missing_directory(tmp_path):
+    with pytest.raises(AnalyzeInputError, match=r"^capture directory not found: .*nowhere$"):
+        check_inputs([str(tmp_path / "nowhere")])
+
+
+def test_directory_without_captures(tmp_path):
+    (tmp_path / "capture-00001.parquet.tmp").write_bytes(b"")
+    with pytest.raises(AnalyzeInputError, match=r"^no capture files \(capture-\*\.parquet\) in "):
+        check_inputs([str(tmp_path)])
+
+
+def test_corrupt_capture_file(tmp_path):
+    write_captures(tmp_path, 10, files=1)
+    (tmp_path / "capture-00001.parquet").write_bytes(b"PAR1 this is not parquet")
+    with pytest.raises(AnalyzeInputError, match=r"^malformed capture file .*capture-00001\.parquet: "):
+        check_inputs([str(tmp_path)])
+
+
+def test_file_without_schema_version(tmp_path):
+    pq.write_table(pq.read_table(write_captures(tmp_path / "src", 5, files=1)[0]).replace_schema_metadata({}),
+                   tmp_path / "capture-00000.parquet")
+    with pytest.raises(AnalyzeInputError, match="no kinspect.capture.schema_version metadata"):
+        check_inputs([str(tmp_path / "capture-00000.parquet")])
+
+
+def test_file_with_missing_columns(tmp_path):
+    table = pq.read_table(write_captures(tmp_path / "src", 5, files=1)[0]).drop_columns(["latency_us", "broker"])
+    pq.write_table(table, tmp_path / "capture-00000.parquet")
+    with pytest.raises(AnalyzeInputError, match="missing columns latency_us, broker$"):
+        check_inputs([str(tmp_path)])
+
+
+def test_newer_schema_version(tmp_path):
+    write_captures(tmp_path, 20, files=2, schema_version=99)
+    with pytest.raises(AnalyzeInputError, match=r"has capture schema version 99; this kinspect reads versions up to 1"):
+        check_inputs([str(tmp_path)])
+
+
+def test_newer_schema_version_in_the_rows(spark, tmp_path):
+    """A file whose footer says 1 but whose rows say 99: only the job's own check (through Spark) sees it."""
+    path = write_captures(tmp_path / "src", 20, files=1)[0]
+    table = pq.read_table(path)
+    table = table.set_column(0, "schema_version", pa.array([99] * table.num_rows, pa.int16()))
+    (tmp_path / "run").mkdir()
+    pq.write_table(table.replace_schema_metadata(arrow_schema().metadata), tmp_path / "run" / "capture-00000.parquet")
+    assert pq.read_metadata(tmp_path / "run" / "capture-00000.parquet").metadata[METADATA_VERSION_KEY] == b"1"
+    with pytest.raises(AnalyzeInputError, match="capture schema version 99"):
+        compute(spark, [str(tmp_path / "run")])
+
+
+def run_cli(*args: str, env: dict | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kinspect.analyze", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_cli_bad_input_exits_2_before_spark(tmp_path):
+    result = run_cli(str(tmp_path / "missing"), "--out", str(tmp_path / "out"))
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"kinspect analyze: capture directory not found: {tmp_path / 'missing'}"
+    write_captures(tmp_path / "v99", 5, files=1, schema_version=99)
+    result = run_cli(str(tmp_path / "v99"), "--out", str(tmp_path / "out"))
+    assert result.returncode == 2 and "schema version 99" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+def test_cli_without_java(tmp_path):
+    write_captures(tmp_path / "c", 5, files=1)
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    env["PATH"] = str(tmp_path)  # no java there
+    assert check_java()  # this machine has one; the child must not find it
+    result = run_cli(str(tmp_path / "c"), "--out", str(tmp_path / "out"), env=env)
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith("kinspect analyze: Java not found: no `java` on PATH and JAVA_HOME is not set")
+    env["JAVA_HOME"] = str(tmp_path / "no-jdk")
+    result = run_cli(str(tmp_path / "c"), "--out", str(tmp_path / "out"), env=env)
+    assert result.returncode == 2 and "no-jdk/bin/java is not an executable" in result.stderr
+
+
+@pytest.mark.timeout(240)
+def test_cli_end_to_end(tmp_path):
+    """`python -m kinspect.analyze` with its own Spark (local[1]): tables, report and progress lines."""
+    write_captures(tmp_path / "c", 300, files=2, seed=3)
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    result = run_cli(str(tmp_path / "c"), "--out", str(tmp_path / "report"), "--master", "local[1]", "--top", "3",
+                     "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=2", env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    progress = [line for line in result.stderr.splitlines() if line.startswith("kinspect analyze: ")]
+    assert progress[0].startswith("kinspect analyze: starting Spark (local[1])")
+    assert any(line.startswith("kinspect analyze: api_sizes: ") for line in progress)
+    assert progress[-1].startswith("kinspect analyze: done")
+    want = reference(read_rows([tmp_path / "c"]), 3)
+    for name in ("api_sizes", "top_topics", "latency"):
+        assert pq.read_table(tmp_path / "report" / "tables" / name).to_pylist() == want[name]
+    html = (tmp_path / "report" / "report.html").read_text()
+    assert_self_contained(html)
+    assert "<svg" in html and f"{want['summary'][0]['exchanges']:,}" in html
+
+
+# ----------------------------------------------------------------------------- real traffic
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(180)
+def test_captures_of_real_traffic(spark, codec, tmp_path):
+    """The proxy captures what confluent-kafka (acks=all and acks=0) and kafka-python did against
+    Tansu; the job's tables over those files equal the plain-Python ones, and hold what was done."""
+    import gc
+
+    from confluent_kafka import KafkaException, Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from kafka import KafkaProducer
+
+    from kinspect.capture.observer import CaptureObserver
+    from kinspect.session import Exchange
+    from tests.support.proxy_harness import ProxyHarness
+    from tests.support.tansu import TansuBroker, free_port
+
+    topic, records, timeout = "analyze.topic", 25, 20.0
+    captures = tmp_path / "captures"
+    captures.mkdir()
+    listen_port = free_port()
+    capture = CaptureObserver(captures, codec)
+    with TansuBroker(advertised_port=listen_port) as tansu:
+        proxy = ProxyHarness({"proxy.mode": "passthrough", "proxy.listen": f"127.0.0.1:{listen_port}",
+                              "proxy.upstream": tansu.bootstrap}, codec=codec, observers=(capture,))
+        capture.start()
+        proxy.start()
+        try:
+            base = {"bootstrap.servers": f"127.0.0.1:{listen_port}", "client.id": "analyze-confluent"}
+            admin = AdminClient(dict(base))
+            admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(timeout)
+            with pytest.raises(KafkaException):  # TOPIC_ALREADY_EXISTS: an error code for the table
+                admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(timeout)
+            for acks in ("all", "0"):
+                producer = Producer({**base, "acks": acks, "linger.ms": 5})
+                for i in range(records):
+                    producer.produce(topic, value=b"analyze %d " % i * (i + 1))
+                assert producer.flush(timeout) == 0
+            legacy = KafkaProducer(bootstrap_servers=f"127.0.0.1:{listen_port}", client_id="analyze-kafka-python")
+            for i in range(records):
+                legacy.send(topic, b"kafka-python %d" % i)
+            legacy.flush(timeout)
+            legacy.close(timeout)
+            del admin, producer
+            gc.collect()
+            proxy.wait_idle()
+        finally:
+            proxy.stop()
+            capture.close()
+
+    exchanges = proxy.events_of(Exchange)
+    result = analyze(spark, [str(captures)], str(tmp_path / "report"), top=TOP)
+    rows = read_rows([captures])
+    assert len(rows) == len(exchanges) == result.tables["summary"][0]["exchanges"] > 10
+    want = reference(rows, TOP)
+    for name in TABLE_NAMES:
+        assert result.tables[name] == want[name], name
+
+    # and the tables hold what the clients did
+    t = result.tables
+    produce = [r for r in t["api_sizes"] if r["api"] == "Produce" and r["direction"] == "request"]
+    assert sum(r["count"] for r in produce) >= 3
+    responses = sum(r["count"] for r in t["api_sizes"] if r["api"] == "Produce" and r["direction"] == "response")
+    assert responses < sum(r["count"] for r in produce)  # acks=0 produces have none
+    assert t["top_topics"][0]["topic"] == topic
+    assert {r["client_id"] for r in t["top_clients"]} >= {"analyze-confluent", "analyze-kafka-python"}
+    assert any(r["api"] == "CreateTopics" and r["name"] == "TOPIC_ALREADY_EXISTS" for r in t["error_codes"])
+    assert {"Produce", "Metadata", "ApiVersions"} <= {r["api"] for r in t["latency"]}
+    # librdkafka's CreateTopics v4 is not flexible (v5 is); ApiVersions v3+ responses carry tagged fields
+    assert any(r["api"] == "CreateTopics" and r["saved"] > 0 for r in t["kip482_savings"])
+    assert any(r["api"] == "ApiVersions" and r["known"] for r in t["tagged_fields"])
+    assert t["varint_savings"] and t["varint_histogram"]
+    assert_self_contained((tmp_path / "report" / "report.html").read_text())
+
+
+def test_outputs_through_hadoop_filesystems(spark, analyzed, tmp_path):
+    """The paths taken for URIs (s3a://, hdfs://...), exercised here with file:// URIs."""
+    from kinspect.analyze.output import hadoop_write, spark_parquet
+
+    result, _, _ = analyzed
+    hadoop_write(spark, (tmp_path / "deep" / "report.html").as_uri(), "<p>é</p>".encode())
+    assert (tmp_path / "deep" / "report.html").read_text() == "<p>é</p>"
+    rows = result.tables["latency"]
+    spark_parquet(spark, (tmp_path / "latency").as_uri(), result.schemas["latency"], rows)
+    assert pq.read_table(tmp_path / "latency").to_pylist() == rows
