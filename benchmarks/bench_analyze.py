@@ -62,13 +62,14 @@ def main() -> int:
     parser.add_argument("--sizes", default="1000000,5000000")
     parser.add_argument("--reps", default="3,2", help="repetitions per size (comma list, last one repeats)")
     parser.add_argument("--data", type=Path, default=Path("/tmp/kinspect-bench-analyze"))
+    parser.add_argument("--warm-rows", type=int, default=50_000, help="rows of the untimed warm-up run")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     reps = [int(r) for r in args.reps.split(",")]
     reps += [reps[-1]] * (len(sizes) - len(reps))
 
     datasets = {rows: dataset(args.data, rows) for rows in sizes}
-    warm = dataset(args.data, 50_000)
+    warm = dataset(args.data, args.warm_rows)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 

@@ -12,6 +12,7 @@ Paths (each cell starts a fresh Tansu broker advertising the address its clients
   kinspect-passthrough  kinspect proxy --mode passthrough in front of Tansu; Tansu advertises
                         the proxy's port so the clients' follow-up connections go through it
   kinspect-nometrics    the same with --no-metrics (metrics on vs off: what metrics cost)
+  kinspect-capture      kinspect-passthrough with --capture-dir (what Parquet capture costs)
   kinspect-rewrite      kinspect proxy --mode rewrite --node-port-base N; Tansu advertises
                         itself and kinspect rewrites the addresses (node 111 -> port N+111)
   haproxy               haproxy 2.x, mode tcp, one frontend, one backend server; Tansu
@@ -81,8 +82,8 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from kinspect.protocol.codec import Codec  # noqa: E402
 from tests.support.tansu import TansuBroker, free_port, tansu_version  # noqa: E402
 
-PATHS = ["direct", "kinspect-passthrough", "kinspect-nometrics", "kinspect-rewrite", "haproxy"]
-KINSPECT_PATHS = ["kinspect-passthrough", "kinspect-nometrics", "kinspect-rewrite"]
+PATHS = ["direct", "kinspect-passthrough", "kinspect-nometrics", "kinspect-capture", "kinspect-rewrite", "haproxy"]
+KINSPECT_PATHS = ["kinspect-passthrough", "kinspect-nometrics", "kinspect-capture", "kinspect-rewrite"]
 TANSU_NODE_ID = 111
 HOST = "127.0.0.1"
 
@@ -266,12 +267,14 @@ class Stack:
             self.bootstrap = self.broker.bootstrap
             return self
         self.proxy_log = self.workdir / f"{self.tag}-{path}.log"
-        if path in ("kinspect-passthrough", "kinspect-nometrics"):
+        if path in ("kinspect-passthrough", "kinspect-nometrics", "kinspect-capture"):
             port, metrics_port = distinct_free_ports(2)
             self.broker = self.procs.start_broker(advertised_port=port)
             cmd = kinspect_command() + ["proxy", "--mode", "passthrough", "--listen", f"{HOST}:{port}",
                                         "--upstream", self.broker.bootstrap]
             cmd += ["--no-metrics"] if path == "kinspect-nometrics" else ["--metrics-listen", f"{HOST}:{metrics_port}"]
+            if path == "kinspect-capture":
+                cmd += ["--capture-dir", str(self.workdir / f"{self.tag}-captures")]
         elif path == "kinspect-rewrite":
             self.broker = self.procs.start_broker()
             port, node_port, metrics_port = distinct_free_ports(3, {self.broker.port})

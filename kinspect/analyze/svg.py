@@ -41,8 +41,13 @@ def grouped_bars(categories: list[str], series: list[tuple[str, list[float]]], t
     """Vertical bars: one group per category, one bar per series, with a legend."""
     if not categories or not series:
         return ""
-    left, top, bottom = 50, 34, 36
-    plot_h = height - top - bottom
+    left, top = 50, 34
+    # Category labels are slanted (horizontal ones overlap past a handful of groups), so the
+    # bottom margin grows with the longest label and the plot keeps its height.
+    longest = max(len(_clip(c, 28)) for c in categories)
+    bottom = 14 + int(longest * 6.2 * 0.65)
+    plot_h = height - top - 36
+    height = top + plot_h + bottom
     plot_w = width - left - 10
     values = [v for _, vs in series for v in vs]
     peak = max(values) if values else 0
@@ -66,8 +71,9 @@ def grouped_bars(categories: list[str], series: list[tuple[str, list[float]]], t
             parts.append(f'<rect x="{gx + s * bar_w:.1f}" y="{top + plot_h - h:.1f}" width="{bar_w:.1f}" '
                          f'height="{h:.1f}" fill="{PALETTE[s % len(PALETTE)]}">'
                          f'<title>{escape(category)} {escape(name)}: {v:,}</title></rect>')
-        parts.append(f'<text x="{gx + group_w / 2 - 2:.1f}" y="{top + plot_h + 13}" text-anchor="middle" '
-                     f'{FONT}>{escape(category)}</text>')
+        lx, ly = gx + group_w / 2, top + plot_h + 12
+        parts.append(f'<text x="{lx:.1f}" y="{ly}" text-anchor="end" transform="rotate(-40 {lx:.1f} {ly})" '
+                     f'{FONT}>{escape(_clip(category, 28))}<title>{escape(category)}</title></text>')
     parts.append("</svg>")
     return "".join(parts)
 

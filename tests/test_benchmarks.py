@@ -1,0 +1,58 @@
+"""`make bench` runs every benchmark: each one runs here in its smallest form and prints its ratios.
+
+These are smoke runs (tiny inputs, one repetition): they prove the benchmarks work on a
+clean machine, not how fast anything is; the figures in the README come from full runs.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "benchmarks"
+
+# Each benchmark's smallest run, and a line its output must contain (a figure or a ratio).
+SMOKE = {
+    "bench_codec.py": (["--only", "apiversions", "--min-time", "0.001"], r"apiversions|ApiVersions"),
+    "bench_metrics.py": (["--rounds", "1"], r"µs|us"),
+    "bench_native_probe.py": (["--repeat", "1", "--min-time", "0.001", "--no-gc-run"], r"kio"),
+    "bench_capture.py": (["--rounds", "1"], r"rows/s"),
+    "bench_analyze.py": (["--sizes", "2000,4000", "--reps", "1", "--warm-rows", "1000"], r"time\(4,000\) / time\(2,000\)"),
+    "bench_proxy.py": (["--quick", "--reps", "1", "--records", "2000", "--paths", "direct,kinspect-passthrough"],
+                       r"kinspect-passthrough"),
+}
+
+
+def test_make_bench_runs_every_benchmark():
+    makefile = (ROOT / "Makefile").read_text("utf-8")
+    assert re.search(r"for b in benchmarks/bench_\*\.py; do .*\$\(PY\) \$\$b \|\| exit 1", makefile)
+    assert sorted(p.name for p in BENCH.glob("bench_*.py")) == sorted(SMOKE)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("script", sorted(SMOKE))
+def test_benchmark_smoke_run(script, tmp_path):
+    args, expected = SMOKE[script]
+    if script == "bench_analyze.py":
+        args = args + ["--data", str(tmp_path / "data")]
+    result = subprocess.run([sys.executable, str(BENCH / script), *args], cwd=ROOT, capture_output=True,
+                            text=True, timeout=600, env={**__import__("os").environ, "SPARK_LOCAL_IP": "127.0.0.1"})
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert re.search(expected, result.stdout), result.stdout[-3000:]
+
+
+@pytest.mark.integration
+def test_the_soak_command():
+    """A short soak: too short for a verdict (it says so and exits 1), but every sample is taken."""
+    result = subprocess.run([sys.executable, str(BENCH / "soak.py"), "--duration", "20", "--interval", "5",
+                             "--rate", "100"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1 and "too few samples after the warm-up" in result.stdout, \
+        result.stdout[-3000:] + result.stderr[-3000:]
+    rows = re.findall(r"^\s+(\d+)\s+([\d.]+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)", result.stdout, re.M)
+    assert [int(r[0]) for r in rows] == [0, 5, 10, 15, 20], result.stdout
+    assert int(rows[-1][6]) >= 1000 and int(rows[-1][7]) > 0  # produced and consumed through kinspect
