@@ -23,6 +23,9 @@ from kinspect.capture.schema import arrow_schema
 log = logging.getLogger("kinspect.capture")
 
 _IDLE_WAIT = 0.05  # seconds the thread sleeps when the queue is empty (the loop never signals it)
+# Rows wait for their row group as Arrow record batches of this many rows, not as dicts: ten
+# thousand pending dicts are objects the cyclic GC walks, in pauses the event loop shares.
+BATCH_ROWS = 256
 
 
 class CaptureWriter:
@@ -70,7 +73,10 @@ class CaptureWriter:
         self._tmp: Path | None = None
         self._final_stem = ""
         self._file_started = 0.0  # monotonic time of the open file's first row
-        self._pending: list[dict] = []
+        self._pending: list[dict] = []  # rows not yet in a record batch (< BATCH_ROWS)
+        self._batches: list = []  # record batches of the row group being gathered
+        self._batched_rows = 0
+        self._schema = None
         self._write_failed = False  # logged once; later failures are only counted
         self._file_rows = 0  # rows in the open file (lost with it if it cannot be finished)
 
@@ -128,7 +134,7 @@ class CaptureWriter:
         while True:
             stopping = self._stop.is_set()
             worked = self._drain(limit=self.row_group_rows)
-            if (self._writer is not None or self._pending) and \
+            if (self._writer is not None or self._pending or self._batches) and \
                     time.monotonic() - self._file_started >= self.max_file_seconds:
                 self._finish_file()
             if stopping and not self._queue:
@@ -151,16 +157,38 @@ class CaptureWriter:
                 if self.row_errors == 1:
                     log.exception("capture: cannot build a row (further failures are only counted)")
                 continue
-            if not self._pending and self._writer is None:
+            if not self._pending and not self._batches and self._writer is None:
                 self._file_started = time.monotonic()
             self._pending.append(row)
-            if len(self._pending) >= self.row_group_rows:
+            if len(self._pending) >= BATCH_ROWS:
+                self._seal()
+            if self._batched_rows + len(self._pending) >= self.row_group_rows:
                 self._write_pending()
         return done
 
-    def _write_pending(self) -> None:
+    def _seal(self) -> None:
+        """Turn the pending rows into an Arrow record batch (one bad row loses its batch, counted)."""
         rows, self._pending = self._pending, []
         if not rows:
+            return
+        import pyarrow as pa
+
+        if self._schema is None:
+            self._schema = arrow_schema()
+        try:
+            self._batches.append(pa.RecordBatch.from_pylist(rows, schema=self._schema))
+            self._batched_rows += len(rows)
+        except Exception:
+            self.write_errors += len(rows)
+            if not self._write_failed:
+                self._write_failed = True
+                log.exception("capture: cannot convert %d rows (further failures are only counted)", len(rows))
+
+    def _write_pending(self) -> None:
+        self._seal()
+        batches, count = self._batches, self._batched_rows
+        self._batches, self._batched_rows = [], 0
+        if not count:
             return
         try:
             import pyarrow as pa
@@ -168,22 +196,23 @@ class CaptureWriter:
 
             if self._writer is None:
                 self._open(pq)
-            self._writer.write_table(pa.Table.from_pylist(rows, schema=self._schema), row_group_size=len(rows))
-            self.rows_written += len(rows)
-            self._file_rows += len(rows)
+            self._writer.write_table(pa.Table.from_batches(batches, schema=self._schema), row_group_size=count)
+            self.rows_written += count
+            self._file_rows += count
         except Exception:  # a full disk, a bad directory: count the rows, keep going with a new file
-            self.write_errors += len(rows)
+            self.write_errors += count
             if not self._write_failed:
                 self._write_failed = True
                 log.exception("capture: cannot write %d rows to %s (further failures are only counted)",
-                              len(rows), self._tmp or self.directory)
+                              count, self._tmp or self.directory)
             self._abandon_file()
             return
         if self._tmp.stat().st_size >= self.max_file_bytes:
             self._finish_file()
 
     def _open(self, pq) -> None:
-        self._schema = arrow_schema()
+        if self._schema is None:
+            self._schema = arrow_schema()
         started = datetime.now(UTC) - timedelta(seconds=max(0.0, time.monotonic() - self._file_started))
         self._seq += 1
         self._final_stem = f"capture-{started:%Y%m%dT%H%M%S}Z"
