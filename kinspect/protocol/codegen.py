@@ -465,7 +465,7 @@ class _EncoderWriter:
         if f.has_default:
             value = f.default
         elif f.is_array:
-            value = None if self.v in f.nullable_versions and False else ()
+            value = ()  # an array without a default starts empty, nullable or not
         elif f.struct is not None:
             value = None
         elif f.type == "uuid":
