@@ -6,6 +6,7 @@ clean machine, not how fast anything is; the figures in the README come from ful
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -18,13 +19,13 @@ BENCH = ROOT / "benchmarks"
 
 # Each benchmark's smallest run, and a line its output must contain (a figure or a ratio).
 SMOKE = {
-    "bench_codec.py": (["--only", "apiversions", "--min-time", "0.001"], r"apiversions|ApiVersions"),
-    "bench_metrics.py": (["--rounds", "1"], r"µs|us"),
-    "bench_native_probe.py": (["--repeat", "1", "--min-time", "0.001", "--no-gc-run"], r"kio"),
-    "bench_capture.py": (["--rounds", "1"], r"rows/s"),
+    "bench_codec.py": (["--only", "apiversions", "--min-time", "0.001"], r"apiversions\s+507\s+decode\s+kio\s+[\d.]+"),
+    "bench_metrics.py": (["--rounds", "1"], r"metrics cost: [\d.]+ us/event"),
+    "bench_native_probe.py": (["--repeat", "1", "--min-time", "0.001", "--no-gc-run"], r"C decode / kio read\s+[\d.]+"),
+    "bench_capture.py": (["--rounds", "1"], r"capture \(deque\)\s+[\d.]+ \S*s\s+\(\s*[\d.]+x no-op\)"),
     "bench_analyze.py": (["--sizes", "2000,4000", "--reps", "1", "--warm-rows", "1000"], r"time\(4,000\) / time\(2,000\)"),
     "bench_proxy.py": (["--quick", "--reps", "1", "--records", "2000", "--paths", "direct,kinspect-passthrough"],
-                       r"kinspect-passthrough"),
+                       r"produce MB/s\s+[\d.]+\s+[\d.]+ \([\d.]+%\)"),
 }
 
 
@@ -41,7 +42,7 @@ def test_benchmark_smoke_run(script, tmp_path):
     if script == "bench_analyze.py":
         args = args + ["--data", str(tmp_path / "data")]
     result = subprocess.run([sys.executable, str(BENCH / script), *args], cwd=ROOT, capture_output=True,
-                            text=True, timeout=600, env={**__import__("os").environ, "SPARK_LOCAL_IP": "127.0.0.1"})
+                            encoding="utf-8", errors="replace", timeout=600, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert re.search(expected, result.stdout), result.stdout[-3000:]
 

@@ -25,6 +25,7 @@ from kafka.record.memory_records import MemoryRecords
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from kinspect.cli.proxy_command import build_observers
 from kinspect.observers.metrics import MetricsObserver
 from kinspect.protocol.codec import Codec
 from tests.support.proxy_harness import (
@@ -222,7 +223,9 @@ def test_unknown_series_cap_counts_the_overflow(codec: Codec):
     proxy = ProxyHarness({"proxy.mode": "passthrough", "proxy.listen": "127.0.0.1:0",
                           "proxy.upstream": f"127.0.0.1:{sink.getsockname()[1]}",
                           "metrics.max_unknown_series": 2}).start()
-    observer = attach_metrics(proxy)  # the cap is read from the server's config
+    _, observer = build_observers(proxy.server.config)  # the CLI's wiring: the cap comes from the config
+    observer.server = proxy.server
+    proxy.dispatcher.observers.append(observer)
     try:
         frames = b""
         for i in range(10):  # ApiVersions v100..v109, header v1, an empty body

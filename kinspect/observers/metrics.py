@@ -91,8 +91,6 @@ METRIC_NAMES = {
     "kinspect_tasks": "gauge",
 }
 
-DEFAULT_MAX_UNKNOWN_SERIES = 200
-
 class _Children:
     """The label children of one (api key, version, direction)."""
 
@@ -113,14 +111,12 @@ class MetricsObserver:
     needs_bodies = True
 
     def __init__(self, registry: CollectorRegistry | None = None, topic_bytes: bool = False, max_topics: int = 100,
-                 server=None, max_unknown_series: int | None = None) -> None:
+                 server=None, max_unknown_series: int = 200) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.topic_bytes = topic_bytes
         self.max_topics = max_topics
         self.server = server
-        # None: the server's metrics.max_unknown_series, read when first needed (the CLI sets
-        # `server` after building the observer).
-        self._max_unknown_series = max_unknown_series
+        self.max_unknown_series = max_unknown_series
         self._unknown_series = 0  # series made so far for label values not in the specs
         r = self.registry
         self.requests = Counter("kinspect_requests_total", "Requests seen, by api and version",
@@ -225,15 +221,6 @@ class MetricsObserver:
                              known)
         cache[key] = children
         return children
-
-    @property
-    def max_unknown_series(self) -> int:
-        if self._max_unknown_series is None:
-            config = getattr(self.server, "config", None)
-            if config is None:
-                return DEFAULT_MAX_UNKNOWN_SERIES
-            self._max_unknown_series = config.metrics.max_unknown_series
-        return self._max_unknown_series
 
     def _new_unknown_series(self) -> bool:
         """Whether one more series for a label value not in the specs fits under the cap (taken if so)."""
