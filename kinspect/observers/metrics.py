@@ -59,7 +59,7 @@ DECODE_PROBLEMS = frozenset(("decode_error", "frame_too_large"))
 
 
 # Every metric kinspect exports, with its type: the deploy/ dashboard and alert rules are
-# checked against this (tests/test_deploy.py).
+# checked against this (tests/deploy/test_deploy.py).
 METRIC_NAMES = {
     "kinspect_requests_total": "counter",
     "kinspect_responses_total": "counter",

@@ -69,7 +69,7 @@ class CompiledStruct:
         self.direction = direction
         self.label = f"{api} {direction} v{version}"
         # The generated Python decoder is the reference; the C program, when built, is used
-        # for speed and tested against it (tests/test_native_codec.py).
+        # for speed and tested against it (tests/protocol/test_native_codec.py).
         try:
             self.decode_python = _compile(
                 codegen.generate_decoder(spec.struct, version, flexible, self.label), "decode", self.label

@@ -26,9 +26,9 @@ from kinspect.analyze.inputs import AnalyzeInputError, check_inputs, check_java
 from kinspect.analyze.job import analyze, compute
 from kinspect.analyze.sample_data import write_captures
 from kinspect.capture.schema import METADATA_VERSION_KEY, arrow_schema
+from tests.support.paths import ROOT
 
 TOP = 5  # fewer than the generated clients and topics, so the cut is tested
-ROOT = Path(__file__).resolve().parents[1]
 
 
 # ----------------------------------------------------------------------------- the plain-Python side

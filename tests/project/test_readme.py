@@ -19,10 +19,10 @@ from kinspect.config import config_keys
 from kinspect.observers.metrics import METRIC_NAMES
 from tests.support.proxy_harness import TANSU_NODE_ID, api_versions, metadata, recv_frame
 from tests.support.tansu import TansuBroker, free_port
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text("utf-8")
-TESTS = {p.name: p.read_text("utf-8") for p in (ROOT / "tests").glob("test_*.py")}
+TESTS = {p.name: p.read_text("utf-8") for p in (ROOT / "tests").rglob("test_*.py")}
 sys.path.insert(0, str(ROOT / "tools"))
 import readme_tables  # noqa: E402
 

@@ -20,10 +20,11 @@ from hypothesis import strategies as st
 
 from kinspect.protocol.framer import FrameError, Framer, FrameSplitter, FrameTooLarge, split_frames
 from kinspect.protocol.records import RecordsError, summarize_records, summarize_records_python
-from tests.test_records import GZIP, NONE, mixed_record_set, v2_batch
+from tests.protocol.test_records import GZIP, NONE, mixed_record_set, v2_batch
+from tests.support.paths import ROOT
 
 _spec = importlib.util.spec_from_file_location(
-    "fuzz_codec", Path(__file__).resolve().parent.parent / "fuzz" / "fuzz_codec.py")
+    "fuzz_codec", ROOT / "fuzz" / "fuzz_codec.py")
 fuzz_codec = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fuzz_codec)
 

@@ -13,9 +13,10 @@ from kinspect.protocol.spec_import import import_specs
 from kinspect.protocol.spec_json import load_spec_file
 from kinspect.protocol.spec_model import parse_message
 from kinspect.protocol.spec_registry import SpecRegistry, builtin_specs_dir
+from tests.support.paths import ROOT, SHARED_SPECS
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "kafka-specs"
-SPECS = Path(__file__).resolve().parents[1] / "specs"
+SHARED = SHARED_SPECS
+SPECS = ROOT / "specs"
 
 
 def test_builtin_specs_are_facts_only():

@@ -28,8 +28,9 @@ from kinspect.demo.workload import CODECS, RECORDS_PER_CODEC
 from kinspect.session import ConnectionInfo, Session
 from tests.support.proxy_harness import api_versions, poll_until, produce
 from tests.support.tansu import free_port
+from tests.support.paths import ROOT
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = ROOT
 SUMMARY_DEADLINE = 120.0  # seconds from `make run` to the end of the summary, fresh venv included
 STOP_DEADLINE = 30.0
 

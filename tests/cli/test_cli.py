@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from kinspect.cli.main import main
+from tests.support.paths import CUSTOM_SPECS, SHARED_SPECS, TRAFFIC
 
-TRAFFIC = Path(__file__).parent / "data" / "traffic"
-CUSTOM = Path(__file__).parent / "data" / "custom_specs"
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "kafka-specs"
+CUSTOM = CUSTOM_SPECS
+SHARED = SHARED_SPECS
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:

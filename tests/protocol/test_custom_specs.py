@@ -11,8 +11,9 @@ from kinspect.protocol.codegen import UNKNOWN_TAGS
 from kinspect.protocol.errors import DecodeError, SpecError
 from kinspect.protocol.primitives import write_uvarint, zigzag_encode
 from kinspect.protocol.spec_registry import SpecRegistry
+from tests.support.paths import CUSTOM_SPECS
 
-CUSTOM = Path(__file__).parent / "data" / "custom_specs"
+CUSTOM = CUSTOM_SPECS
 
 
 @pytest.fixture(scope="module")

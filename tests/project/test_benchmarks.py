@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks"
 
 # Each benchmark's smallest run, and a line its output must contain (a figure or a ratio).

@@ -39,7 +39,7 @@ from tests.support.proxy_harness import (
     recv_frame,
 )
 from tests.support.tansu import TansuBroker, free_port
-from tests.test_proxy_faults import (
+from tests.proxy.test_proxy_faults import (
     assert_no_leaks,
     call,
     connect,

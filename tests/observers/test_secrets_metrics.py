@@ -7,7 +7,7 @@ token). /metrics is then scraped from two observers of the same traffic: with
 metrics.topic_bytes off (the default) no secret, client id or topic name appears at all; with it
 on, the topic name appears only as the `topic` label of kinspect_topic_bytes_total, as the
 README documents, and nothing else does. Each secret is looked for in every form a text could
-carry it (raw, hex, base64, escaped: tests/test_debug_log.py's leak_forms), and each is first
+carry it (raw, hex, base64, escaped: tests/observers/test_debug_log.py's leak_forms), and each is first
 shown to have crossed kinspect, so the test means something.
 """
 
@@ -26,7 +26,7 @@ from kinspect.protocol.codec import Codec
 from kinspect.session import Request
 from tests.support.proxy_harness import ProxyHarness, recv_frame, request_frame
 from tests.support.tansu import TansuBroker, free_port
-from tests.test_debug_log import leak_forms
+from tests.observers.test_debug_log import leak_forms
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

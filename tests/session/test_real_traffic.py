@@ -10,8 +10,8 @@ import pytest
 from kinspect.offline_decode import DecodeStats, decode_conversation
 from kinspect.protocol.codec import Codec
 from kinspect.protocol.framer import Framer, split_frames
+from tests.support.paths import TRAFFIC
 
-TRAFFIC = Path(__file__).parent / "data" / "traffic"
 CLIENTS = ["confluent_kafka", "kafka_python", "aiokafka"]
 CONNECTIONS = sorted(TRAFFIC.glob("*/*.requests.bin"))
 

@@ -11,8 +11,8 @@ import pytest
 from kinspect.protocol.codec import Codec
 from kinspect.protocol.errors import DecodeError
 from kinspect.session import ConnectionInfo, Exchange, Problem, Request, Response, Session, SessionConfig
+from tests.support.paths import TRAFFIC
 
-TRAFFIC = Path(__file__).parent / "data" / "traffic"
 
 
 def _framed(frame: bytes) -> bytes:

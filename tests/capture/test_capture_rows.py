@@ -394,7 +394,7 @@ def test_rows_of_all_recorded_traffic_fit_the_schema(codec, builder):
     import pyarrow as pa
 
     from kinspect.session import Session
-    from tests.test_real_traffic import CONNECTIONS
+    from tests.session.test_real_traffic import CONNECTIONS
 
     rows, frames = [], []
     for n, requests in enumerate(CONNECTIONS):

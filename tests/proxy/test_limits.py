@@ -43,7 +43,7 @@ from tests.support.proxy_harness import (
     recv_frame,
 )
 from tests.support.tansu import TansuBroker
-from tests.test_proxy_faults import read_until_closed
+from tests.proxy.test_proxy_faults import read_until_closed
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -24,9 +24,10 @@ from hypothesis import strategies as st
 from kinspect.protocol.codegen import UNKNOWN_TAGS
 from kinspect.protocol.errors import DecodeError
 from tests.spec_values import struct_value
+from tests.support.paths import ROOT
 
 _spec = importlib.util.spec_from_file_location(
-    "fuzz_codec", Path(__file__).resolve().parent.parent / "fuzz" / "fuzz_codec.py")
+    "fuzz_codec", ROOT / "fuzz" / "fuzz_codec.py")
 fuzz_codec = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fuzz_codec)
 

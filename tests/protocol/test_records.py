@@ -572,7 +572,7 @@ def test_summarize_records_is_the_c_twin_unless_pure_python():
         return
     try:
         from kinspect.protocol import _wire
-    except ImportError:  # not built: tests/test_records_native.py fails for that
+    except ImportError:  # not built: tests/protocol/test_records_native.py fails for that
         assert summarize_records is records_module.summarize_records_python
     else:
         assert summarize_records is _wire.summarize_records

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from kinspect.config import ConfigError, config_keys, load_config
+from tests.support.paths import ROOT
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "config" / "kinspect.toml"
+EXAMPLE = ROOT / "config" / "kinspect.toml"
 
 
 def _example_keys() -> set[str]:
@@ -71,6 +72,6 @@ def test_overrides_win_over_the_file(tmp_path):
 
 
 def test_the_sidecar_config_loads():
-    sidecar = Path(__file__).resolve().parents[1] / "deploy" / "config" / "kinspect-sidecar.toml"
+    sidecar = ROOT / "deploy" / "config" / "kinspect-sidecar.toml"
     config = load_config(sidecar)
     assert config.proxy.mode == "rewrite" and config.metrics.listen == "0.0.0.0:9464"

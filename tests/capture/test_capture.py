@@ -48,8 +48,8 @@ from tests.support.proxy_harness import (
     request_frame,
 )
 from tests.support.tansu import TansuBroker, free_port
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 TRAFFIC = ROOT / "tests" / "data" / "traffic"
 TIMEOUT = 20.0
 FILE_NAME = re.compile(r"^capture-\d{8}T\d{6}Z-\d{6}\.parquet$")

@@ -3,7 +3,7 @@
 Where the input is bytes it is also replayed through the atheris harness's own check
 (fuzz/fuzz_codec.py), in the harness's input format (a mode byte, then the payload).
 The atheris runs recorded in fuzz/runs/ found no crash of their own; the bugs below were
-found by the hypothesis tests of tests/test_fuzz_*.py and tests/test_hostile_config.py.
+found by the hypothesis tests of tests/fuzz/test_fuzz_*.py and tests/cli/test_hostile_config.py.
 """
 
 from __future__ import annotations
@@ -18,16 +18,17 @@ from kinspect.protocol.codec import CompiledStruct
 from kinspect.protocol.errors import SpecError
 from kinspect.protocol.framer import FrameError, Framer, FrameSplitter, FrameTooLarge
 from kinspect.protocol.spec_model import MAX_DEPTH, parse_message
+from tests.support.paths import ROOT
 
 _spec = importlib.util.spec_from_file_location(
-    "fuzz_codec", Path(__file__).resolve().parent.parent / "fuzz" / "fuzz_codec.py")
+    "fuzz_codec", ROOT / "fuzz" / "fuzz_codec.py")
 fuzz_codec = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fuzz_codec)
 
 pytestmark = pytest.mark.timeout(60)
 
 
-# Bug 1 (tests/test_fuzz_framer_records.py, test_chunking_never_changes_the_frames):
+# Bug 1 (tests/fuzz/test_fuzz_framer_records.py, test_chunking_never_changes_the_frames):
 # Framer.feed and FrameSplitter.feed raised on a bad size prefix and dropped the frames the
 # same call had completed before it. Fed byte by byte, the empty frame below was returned;
 # fed at once it vanished, so whether kinspect saw a valid frame depended on TCP
@@ -61,7 +62,7 @@ def test_frames_before_a_bad_size_through_the_harness(stream, chunk):
     fuzz_codec.check(bytes([fuzz_codec.MODE_STREAM, chunk]) + stream)
 
 
-# Bug 2 (tests/test_hostile_config.py, test_code_in_defaults_and_about_is_data): a string
+# Bug 2 (tests/cli/test_hostile_config.py, test_code_in_defaults_and_about_is_data): a string
 # default spelled with a JSON escape for a lone surrogate ("\udcff") was accepted, and then
 # every encode of a value without that field failed with UnicodeEncodeError. Such defaults
 # (and ones longer than a string can be) are now SpecErrors naming the field.
@@ -77,7 +78,7 @@ def test_unencodable_string_default_is_rejected_at_load():
         parse_message({"type": "data", "name": "R", "validVersions": "0", "fields": [field]}, "regress.json")
 
 
-# Bug 3 (tests/test_hostile_config.py, test_deep_nesting_is_bounded): spec_model allowed
+# Bug 3 (tests/cli/test_hostile_config.py, test_deep_nesting_is_bounded): spec_model allowed
 # structs nested 32 deep, but Python compiles at most 20 nested blocks, so a spec nested
 # 21 deep loaded fine and then raised SpecError on first use, in the middle of a proxied
 # stream. The limit is now 12 (real specs reach 5), checked at load with the file named.

@@ -39,9 +39,9 @@ import yaml
 
 from kinspect.config import load_config
 from tests.support.tansu import free_port, tansu_binary
-from tests.test_deploy import run_promtool
+from tests.deploy.test_deploy import run_promtool
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
 K8S_DIR = ROOT / "deploy" / "kubernetes"

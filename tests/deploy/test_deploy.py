@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 PROM_DIR = ROOT / "deploy" / "prometheus"
 PROM_CONFIG = PROM_DIR / "prometheus.yml"
 ALERTS = PROM_DIR / "alerts.yml"

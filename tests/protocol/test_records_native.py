@@ -1,7 +1,7 @@
 """The C record-set summary (_wire.summarize_records) agrees exactly with records.summarize_records_python.
 
 Same batches, same field values and types, same truncated tails, same RecordsError
-(message and byte offset) on every record set tests/test_records.py builds, on every
+(message and byte offset) on every record set tests/protocol/test_records.py builds, on every
 truncation of a mixed set, and on random and corrupted bytes; and the C scanner puts
 exactly the reference summaries (None for what is not a record set) in ScanResult.records.
 """
@@ -26,7 +26,7 @@ from kinspect.protocol.codec_runtime import summarize_spans_python
 from kinspect.protocol.records import BatchSummary, RecordsError, RecordsSummary, summarize_records_python
 from kinspect.protocol.scan_result import ScanResult
 from kinspect.protocol.wire_program import PURE_PYTHON_ENV
-from tests.test_records import (
+from tests.protocol.test_records import (
     CODEC_NAMES,
     GZIP,
     HYPOTHESIS,
@@ -192,7 +192,7 @@ def _invalid_sets() -> list[bytes]:
 
 
 def record_sets() -> list[bytes]:
-    """Every record set tests/test_records.py builds (valid, truncated and invalid)."""
+    """Every record set tests/protocol/test_records.py builds (valid, truncated and invalid)."""
     import importlib.util
 
     sets: list = [b""]
