@@ -37,6 +37,7 @@ bench: $(STAMP)
 # Rebuild specs/ from the Apache Kafka message definitions beside the checkout.
 specs: $(STAMP)
 	$(VENV)/bin/kinspect specs import ../shared/kafka-specs/3.9.2 ../shared/kafka-specs/4.3.1 --out specs
+	$(PY) -m kinspect.protocol.api_key_table > kinspect/protocol/api_keys.py
 
 # The one-command demo: Tansu with kinspect in front of it (rewrite mode), a sample workload
 # and its summary, then serving until Ctrl-C. Only what the demo needs is installed.

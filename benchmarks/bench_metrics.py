@@ -45,8 +45,8 @@ def replay(codec: Codec, pairs) -> tuple[list, float]:
     events, started = [], time.perf_counter_ns()
     for n, (requests, responses) in enumerate(pairs):
         session = Session(codec, ConnectionInfo(n, "client", "broker"))
-        events += session.client_data(requests, 0.0)
-        events += session.broker_data(responses, 0.001)
+        events += session.client_data(requests, 0.0).events
+        events += session.broker_data(responses, 0.001).events
         events += session.close(0.002)
     return events, (time.perf_counter_ns() - started) / 1000
 

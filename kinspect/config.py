@@ -12,7 +12,6 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kinspect.proxy.tls import TlsConfig
 
 
 class ConfigError(ValueError):
@@ -39,6 +38,7 @@ class ProxyConfig:
     connect_timeout: float = 10.0  # seconds to reach a broker before the client is disconnected
     shutdown_grace: float = 10.0  # seconds in-flight requests get to finish on SIGTERM/SIGINT
     max_connections: int = 10000  # client connections at once; more are refused
+    readiness_probe_interval: float = 10.0  # seconds between broker checks while no client connects (0: off)
 
 
 @dataclass
@@ -79,6 +79,16 @@ class CaptureConfig:
     queue_rows: int = 100000  # exchanges waiting for the writer thread; more are dropped and counted
     row_group_rows: int = 10000  # rows per Parquet row group (written when full, or when the file ends)
     queue_bytes: int = 256 * 1024 * 1024  # bytes of frames the queue may hold; more are dropped and counted
+
+
+@dataclass
+class TlsConfig:
+    enabled: bool = False
+    ca_file: str | None = None  # CA bundle to verify the peer (default: the system's)
+    cert_file: str | None = None  # our certificate (required towards clients)
+    key_file: str | None = None
+    verify: bool = True  # verify the peer's certificate (brokers: on by default)
+    server_hostname: str | None = None  # name to check in the broker's certificate (default: its host)
 
 
 @dataclass

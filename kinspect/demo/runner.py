@@ -11,17 +11,12 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from kinspect.cli.proxy_command import build_observers, capture_of, install_event_loop
+from kinspect.app import App, build_app, install_event_loop
 from kinspect.config import Config, load_config
 from kinspect.demo.broker import BrokerError, TansuProcess, broker_nodes
 from kinspect.demo.summary import SummaryObserver, render_summary
 from kinspect.demo.workload import WorkloadCancelled, WorkloadResult, run_workload
 from kinspect.logs import configure_logging, reset_logging
-from kinspect.observers.http_endpoints import HttpEndpoints, listeners_serving
-from kinspect.protocol.codec import Codec
-from kinspect.protocol.spec_registry import SpecRegistry
-from kinspect.proxy.observers import Dispatcher
-from kinspect.proxy.server import ProxyServer
 
 HOST = "127.0.0.1"  # the demo listens on loopback only
 WORKDIR_MARK = ".kinspect-demo-workdir"  # only a directory holding it (or an empty one) is ever wiped
@@ -147,7 +142,7 @@ def run_demo(options: DemoOptions) -> int:
     previous_term = signal.signal(signal.SIGTERM, signal.default_int_handler)
     tansu = None
     log_file = None
-    capture = None
+    app = None
     try:
         workdir = prepare_workdir(options.workdir)
         ports = choose_ports(options.port_base)
@@ -163,15 +158,10 @@ def run_demo(options: DemoOptions) -> int:
             f"(node {', '.join(map(str, sorted(nodes)))}; log {tansu.log_path})")
 
         config = demo_config(ports, nodes, workdir)
-        codec = Codec(SpecRegistry.default(config.specs.directories))
-        observers, metrics = build_observers(config, codec)
-        capture = capture_of(observers)
         summary = SummaryObserver()
-        observers.append(summary)
-        server = ProxyServer(config, codec, Dispatcher(observers))
-        metrics.server = server
+        app = build_app(config, extra_observers=[summary])
         install_event_loop()
-        demo = _Demo(options, config, server, metrics, summary, capture, tansu, workdir, log_path)
+        demo = _Demo(options, app, summary, tansu, workdir, log_path)
         return asyncio.run(demo.run())
     except (DemoError, BrokerError, OSError, ValueError) as exc:
         say(f"kinspect demo: cannot start: {exc}")
@@ -181,8 +171,8 @@ def run_demo(options: DemoOptions) -> int:
         return 0
     finally:
         signal.signal(signal.SIGTERM, previous_term)
-        if capture is not None:
-            capture.close()  # a no-op after a clean stop; otherwise writes what was queued
+        if app is not None:
+            app.close_capture()  # a no-op after a clean stop; otherwise writes what was queued
         status = tansu.stop() if tansu is not None else None
         if tansu is not None:
             say(f"kinspect demo: stopped (tansu pid {tansu.pid} exited with status {status})")
@@ -194,11 +184,10 @@ def run_demo(options: DemoOptions) -> int:
 class _Demo:
     """The part that runs on the event loop: listeners, workload, summary, and the stop."""
 
-    def __init__(self, options, config, server, metrics, summary, capture, tansu, workdir, log_path) -> None:
-        self.options, self.config, self.server, self.metrics = options, config, server, metrics
-        self.summary, self.capture, self.tansu = summary, capture, tansu
+    def __init__(self, options, app: App, summary, tansu, workdir, log_path) -> None:
+        self.options, self.app, self.config, self.server = options, app, app.config, app.server
+        self.summary, self.capture, self.tansu = summary, app.capture, tansu
         self.workdir, self.log_path = workdir, log_path
-        self.endpoints: HttpEndpoints | None = None
         self.stop = asyncio.Event()
 
     async def run(self) -> int:
@@ -207,11 +196,7 @@ class _Demo:
             loop.add_signal_handler(sig, self.stop.set)
         status = 0
         try:
-            self.capture.start()
-            await self.server.start()
-            host, port = self.config.metrics.listen.rsplit(":", 1)
-            self.endpoints = await HttpEndpoints(self.metrics.registry, listeners_serving(self.server)).start(
-                host, int(port))
+            await self.app.start()
             say(f"kinspect demo: kinspect on {self.bootstrap} in rewrite mode "
                 f"(broker nodes at {', '.join(f'{HOST}:{p}' for p in self.config.proxy.node_ports.values())}), "
                 f"metrics on {self.metrics_url}")
@@ -243,7 +228,7 @@ class _Demo:
 
     @property
     def metrics_url(self) -> str:
-        return f"http://{HOST}:{self.endpoints.port}/metrics"
+        return f"http://{HOST}:{self.app.metrics_port}/metrics"
 
     def locations(self) -> list[tuple[str, str]]:
         captures = (f"{self.capture.writer.directory} (Parquet, one row per exchange; a file is finished "
@@ -289,17 +274,13 @@ class _Demo:
         """Let the last responses reach the observers before the summary is drawn."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 2.0
-        while self.server.inflight() and loop.time() < deadline:
+        while self.server.stats().inflight and loop.time() < deadline:
             await asyncio.sleep(0.02)
         await asyncio.sleep(0.05)
 
     async def _shutdown(self, status: int) -> int:
         say("kinspect demo: stopping...")
-        await self.server.shutdown(grace=SHUTDOWN_GRACE)
-        if self.endpoints is not None:
-            await self.endpoints.close()
-        # Every exchange is queued now: write them all and finish the open file (off the loop: it blocks).
-        await asyncio.to_thread(self.capture.close)
+        await self.app.stop(grace=SHUTDOWN_GRACE)
         writer = self.capture.writer
         say(f"kinspect demo: proxy closed after {self.summary.total_requests:,} requests in total; "
             f"captures: {writer.rows_written:,} rows in {writer.files_written} file(s) in {writer.directory}")

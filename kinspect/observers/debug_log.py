@@ -27,8 +27,7 @@ import structlog
 
 from kinspect.logs import connection_fields
 from kinspect.observers.redaction import Redactor
-from kinspect.protocol.errors import DecodeError
-from kinspect.session.events import Exchange, Request
+from kinspect.session import DecodeError, Exchange, Request
 
 LOGGER_NAME = "kinspect.debug"
 _MAX_PENDING = 10_000  # sampling decisions kept for requests awaiting their response

@@ -419,64 +419,36 @@ def _native() -> str:
 
 
 class ServerCollector(Collector):
-    """Connections, bytes and in-flight requests read from the ProxyServer, and build_info.
+    """Connections, bytes, in-flight requests, limits and failures from the server's stats snapshot, and build_info.
 
     bytes_total counts what kinspect received from clients (direction request) and from
-    brokers (direction response): the open relays' counters plus the server's running
-    total of closed relays' bytes when it keeps one (`closed_bytes`, keyed like
-    Relay.bytes_in). Without it, the collector remembers the relays it saw at earlier
-    scrapes and adds their final counts when they close; a connection that opened and
-    closed between two scrapes is then missed.
+    brokers (direction response), open and closed connections alike.
     """
 
     def __init__(self, observer: MetricsObserver) -> None:
         self.observer = observer
         self._loop_name: str | None = None
         self._native = _native()
-        self._seen: set = set()  # relays seen open (fallback accounting of closed relays)
-        self._closed = {"client": 0, "broker": 0}
 
     def describe(self):
         return []  # collected at scrape time only (names checked by the contract test)
 
-    def _relays(self, server) -> list:
-        for _ in range(5):
-            try:
-                return list(server.relays)
-            except RuntimeError:  # the set changed size while copied from another thread
-                continue
-        return []
-
     def collect(self):
         server = self.observer.server
-        open_, total, inflight, limit = 0, 0, 0, 0
-        sent = {"client": 0, "broker": 0}
-        if server is not None:
-            relays = self._relays(server)
-            open_ = len(relays)
-            total = server.connections_total
-            inflight = sum(relay.session.inflight for relay in relays)
-            limit = server.config.inspect.max_inflight
-            closed = getattr(server, "closed_bytes", None)
-            if closed is None:
-                now = set(relays)
-                for relay in self._seen - now:
-                    for side in ("client", "broker"):
-                        self._closed[side] += relay.bytes_in[side]
-                self._seen = now
-                closed = self._closed
-            for side in ("client", "broker"):
-                sent[side] = closed.get(side, 0) + sum(relay.bytes_in[side] for relay in relays)
-        yield GaugeMetricFamily("kinspect_connections_open", "Client connections open", value=open_)
-        yield CounterMetricFamily("kinspect_connections_total", "Client connections accepted", value=total)
+        stats = server.stats() if server is not None else None
+        yield GaugeMetricFamily("kinspect_connections_open", "Client connections open",
+                                value=stats.connections_open if stats else 0)
+        yield CounterMetricFamily("kinspect_connections_total", "Client connections accepted",
+                                  value=stats.connections_total if stats else 0)
         family = CounterMetricFamily("kinspect_bytes_total", "Bytes relayed, by direction", labels=("direction",))
-        family.add_metric(("request",), sent["client"])
-        family.add_metric(("response",), sent["broker"])
+        family.add_metric(("request",), stats.bytes_from_clients if stats else 0)
+        family.add_metric(("response",), stats.bytes_from_brokers if stats else 0)
         yield family
-        yield GaugeMetricFamily("kinspect_inflight_requests", "Requests awaiting a response", value=inflight)
+        yield GaugeMetricFamily("kinspect_inflight_requests", "Requests awaiting a response",
+                                value=stats.inflight if stats else 0)
         yield GaugeMetricFamily("kinspect_inflight_limit", "Requests tracked per connection at most (inspect.max_inflight)",
-                                value=limit)
-        yield from self._limits_and_failures(server)
+                                value=stats.inflight_limit if stats else 0)
+        yield from self._limits_and_failures(stats)
         if self._loop_name is None:
             try:
                 asyncio.get_running_loop()
@@ -492,34 +464,25 @@ class ServerCollector(Collector):
         yield info
 
     @staticmethod
-    def _limits_and_failures(server):
+    def _limits_and_failures(stats):
         """The connection limit and its refusals, failed broker connects, inspection failures, loop tasks."""
-        config = getattr(server, "config", None)
         yield GaugeMetricFamily("kinspect_connections_limit", "Client connections allowed at once (proxy.max_connections)",
-                                value=config.proxy.max_connections if config is not None else 0)
+                                value=stats.connections_limit if stats else 0)
         yield CounterMetricFamily("kinspect_connections_refused_total",
                                   "Client connections refused and closed: proxy.max_connections reached, or stopping",
-                                  value=getattr(server, "refused_connections", 0))
+                                  value=stats.connections_refused if stats else 0)
         failures = CounterMetricFamily("kinspect_upstream_connect_failures_total",
                                        "Failed attempts to connect to a broker, by reason (timeout: proxy.connect_timeout)",
                                        labels=("reason",))
-        for reason, count in (getattr(server, "connect_failures", None) or
+        for reason, count in ((stats.connect_failures if stats else None) or
                               {"timeout": 0, "refused": 0, "error": 0}).items():
             failures.add_metric((reason,), count)
         yield failures
         yield CounterMetricFamily("kinspect_inspection_failures_total",
-                                  "Directions of connections no longer inspected after an inspector bug (bytes still flow)",
-                                  value=getattr(server, "inspection_failures", 0))
-        tasks = 0
-        loop = getattr(server, "loop", None)
-        if loop is not None and not loop.is_closed():
-            for _ in range(5):
-                try:
-                    tasks = len(asyncio.all_tasks(loop))  # done tasks are not counted
-                    break
-                except RuntimeError:  # the task set changed while read from another thread
-                    continue
-        yield GaugeMetricFamily("kinspect_tasks", "asyncio tasks alive on the proxy's event loop", value=tasks)
+                                  "Inspection failures (inspector bugs); bytes still flow and pairing goes on",
+                                  value=stats.inspection_failures if stats else 0)
+        yield GaugeMetricFamily("kinspect_tasks", "asyncio tasks alive on the proxy's event loop",
+                                value=stats.tasks if stats else 0)
 
 
 __all__ = ["MetricsObserver", "ServerCollector", "event_loop_name"]

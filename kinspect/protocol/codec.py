@@ -13,6 +13,7 @@ import struct
 from dataclasses import dataclass
 from typing import Callable
 
+from kinspect.protocol.api_keys import API_VERSIONS, CONTROLLED_SHUTDOWN
 from kinspect.protocol import codegen
 from kinspect.protocol.codec_runtime import namespace
 from kinspect.protocol.errors import DecodeError, EncodeError, SpecError, UnknownApiError
@@ -22,8 +23,6 @@ from kinspect.protocol.spec_model import MessageSpec
 from kinspect.protocol.spec_registry import SpecRegistry
 from kinspect.protocol.wire_program import build_program, native_module
 
-API_VERSIONS_KEY = 18
-CONTROLLED_SHUTDOWN_KEY = 7
 
 # Everything a generated decoder can raise on bad bytes; all become DecodeError.
 _DECODE_FAILURES = (Malformed, struct.error, IndexError, ValueError, OverflowError, MemoryError, RecursionError)
@@ -34,14 +33,14 @@ _CORRELATION = struct.Struct(">i")
 
 def request_header_version(api_key: int, api_version: int, flexible: bool) -> int:
     """Request header v2 for flexible versions, v1 otherwise; ControlledShutdown v0 uses v0."""
-    if api_key == CONTROLLED_SHUTDOWN_KEY and api_version == 0:
+    if api_key == CONTROLLED_SHUTDOWN and api_version == 0:
         return 0
     return 2 if flexible else 1
 
 
 def response_header_version(api_key: int, flexible: bool) -> int:
     """Response header v1 for flexible versions, v0 otherwise; ApiVersions always uses v0 (KIP-511)."""
-    if api_key == API_VERSIONS_KEY:
+    if api_key == API_VERSIONS:
         return 0
     return 1 if flexible else 0
 

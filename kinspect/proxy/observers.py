@@ -10,7 +10,8 @@ log = logging.getLogger("kinspect.proxy")
 
 class Observer(Protocol):
     # Whether the observer decodes or scans bodies (events then keep whole frames up to
-    # inspect.inspect_max_bytes). An observer without the attribute is assumed to.
+    # inspect.inspect_max_bytes). An observer without the attribute is assumed to. An
+    # observer may instead say it per frame kind: wants_body(api_key, version, direction).
     needs_bodies: bool
 
     def on_event(self, event) -> None: ...
@@ -30,6 +31,19 @@ class Dispatcher:
     def needs_bodies(self) -> bool:
         return any(getattr(o, "needs_bodies", True) for o in self.observers)
 
+    def body_predicate(self):
+        """For the session plan: True, False, or wants_body(api_key, version, direction) over the observers."""
+        predicates = []
+        for observer in self.observers:
+            wants = getattr(observer, "wants_body", None)
+            if wants is not None:
+                predicates.append(wants)
+            elif getattr(observer, "needs_bodies", True):
+                return True
+        if not predicates:
+            return False
+        return lambda api_key, version, direction: any(p(api_key, version, direction) for p in predicates)
+
     def dispatch(self, events: list) -> None:
         for event in events:
             for observer in self.observers:
@@ -39,17 +53,3 @@ class Dispatcher:
                     self.failures += 1
                     if self.failures <= 10:
                         log.exception("observer %r failed on %s", observer, type(event).__name__)
-
-
-class EventLog:
-    """Keeps every event (for tests and the offline tools); bounded by max_events."""
-
-    needs_bodies = True
-
-    def __init__(self, max_events: int = 1_000_000) -> None:
-        self.events: list = []
-        self.max_events = max_events
-
-    def on_event(self, event) -> None:
-        if len(self.events) < self.max_events:
-            self.events.append(event)

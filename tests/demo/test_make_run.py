@@ -314,9 +314,9 @@ def test_summary_of_a_session(codec):
     for cid in range(3):
         frame = api_versions(codec, cid)
         request_sizes.append(len(frame) - 4)
-        events = session.client_data(frame, float(cid))
+        events = session.client_data(frame, float(cid)).events
         response = cid.to_bytes(4, "big") + api_response[4:]
-        events += session.broker_data(len(response).to_bytes(4, "big") + response, cid + 0.5)
+        events += session.broker_data(len(response).to_bytes(4, "big") + response, cid + 0.5).events
         for event in events:
             observer.on_event(event)
     sizes = []
@@ -324,8 +324,8 @@ def test_summary_of_a_session(codec):
         frame = produce(codec, cid, "t", [b"v%d" % i for i in range(n)])
         sizes.append(len(frame) - 4)
         response = cid.to_bytes(4, "big") + produce_response[4:]
-        for event in (session.client_data(frame, 1.0)
-                      + session.broker_data(len(response).to_bytes(4, "big") + response, 1.5)):
+        for event in (session.client_data(frame, 1.0).events
+                      + session.broker_data(len(response).to_bytes(4, "big") + response, 1.5).events):
             observer.on_event(event)
 
     text = render_summary(observer, ["workload: synthetic"], [("metrics", "http://127.0.0.1:1/metrics")])

@@ -358,7 +358,7 @@ def metrics_endpoint():
     from confluent_kafka import Consumer, Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from kinspect.observers.http_endpoints import HttpEndpoints, listeners_serving
+    from kinspect.observers.http_endpoints import HttpEndpoints, readiness_of
     from kinspect.observers.metrics import MetricsObserver
     from tests.support.proxy_harness import ProxyHarness
     from tests.support.tansu import TansuBroker, free_port
@@ -373,7 +373,7 @@ def metrics_endpoint():
     try:
         harness.start()
         metrics.server = harness.server
-        endpoints = harness.call(HttpEndpoints(metrics.registry, listeners_serving(harness.server)).start())
+        endpoints = harness.call(HttpEndpoints(metrics.registry, readiness_of(harness.server)).start())
         bootstrap = f"127.0.0.1:{listen}"
         admin = AdminClient({"bootstrap.servers": bootstrap})
         for _ in range(2):  # the second attempt answers TOPIC_ALREADY_EXISTS
