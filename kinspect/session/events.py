@@ -76,6 +76,33 @@ class Request(_Lazy):
     def correlation_id(self) -> int:
         return self.header.correlation_id
 
+    # TEMPORARY fact shim (lead replaces): contract "Event facts" read from today's fields.
+    @property
+    def header_version(self) -> int:
+        return self.header.version
+
+    @property
+    def header_size(self) -> int:
+        return self.header.size
+
+    @property
+    def header_tag_bytes(self) -> int:
+        header = self.header
+        if header.version < 2:
+            return 0
+        client_id = int.from_bytes(self.frame[8:10], "big", signed=True)  # ClientId is a non-compact string
+        return header.size - 10 - max(0, client_id)
+
+    @property
+    def header_tags(self) -> tuple:
+        unknown = self.header.fields.get("_unknown_tagged_fields")
+        return tuple((tag, len(data)) for tag, data in unknown) if unknown else ()
+
+    @property
+    def known(self) -> bool:
+        return self.codec.registry.message(self.header.api_key, "request", self.header.api_version) is not None
+    # end of TEMPORARY fact shim
+
     def decode(self):
         """The DecodedRequest (raises DecodeError, cached either way)."""
         return self._once("_decoded", self.codec.decode_request)
@@ -101,12 +128,48 @@ class Response(_Lazy):
     _decoded: object = field(default=None, repr=False)
     _scanned: object = field(default=None, repr=False)
 
+    # TEMPORARY fact shim (lead replaces): contract "Event facts" read from today's fields.
+    @property
+    def header_size(self) -> int:
+        return _response_header(self.frame, self.header_version)[0]
+
+    @property
+    def header_tag_bytes(self) -> int:
+        return _response_header(self.frame, self.header_version)[0] - 4
+
+    @property
+    def header_tags(self) -> tuple:
+        return _response_header(self.frame, self.header_version)[1]
+
+    @property
+    def known(self) -> bool:
+        return self.codec.registry.message(self.api_key, "response", self.api_version) is not None
+    # end of TEMPORARY fact shim
+
     def decode(self):
         """The DecodedResponse (raises DecodeError, cached either way)."""
         return self._once("_decoded", lambda frame: self.codec.decode_response(frame, self.api_key, self.api_version))
 
     def scan(self) -> ScanResult:
         return self._once("_scanned", lambda frame: self.codec.scan_response(frame, self.api_key, self.api_version))
+
+
+# TEMPORARY fact shim (lead replaces): a response header's size and tagged fields.
+def _response_header(frame: bytes, header_version: int) -> tuple[int, tuple]:
+    """(header size, ((tag, data size), ...)); a malformed v1 tag section reads as min(frame, 5) bytes, no tags."""
+    if header_version < 1:
+        return 4, ()
+    if len(frame) > 4 and frame[4] == 0:
+        return 5, ()  # the usual empty section
+    from kinspect.protocol.peek import tag_section_fields
+    from kinspect.protocol.primitives import Malformed
+
+    try:
+        fields, end = tag_section_fields(frame, 4)
+    except (IndexError, Malformed):
+        return min(len(frame), 5), ()
+    return end, tuple(fields)
+# end of TEMPORARY fact shim
 
 
 @dataclass(slots=True, eq=False)
