@@ -90,8 +90,9 @@ class Request(_Lazy):
         header = self.header
         if header.version < 2:
             return 0
-        client_id = int.from_bytes(self.frame[8:10], "big", signed=True)  # ClientId is a non-compact string
-        return header.size - 10 - max(0, client_id)
+        frame = self.frame
+        high = frame[8]  # ClientId is a non-compact string: int16 length (-1: null), then its bytes
+        return header.size - 10 - (0 if high & 0x80 else high << 8 | frame[9])
 
     @property
     def header_tags(self) -> tuple:
