@@ -29,7 +29,7 @@ from prometheus_client.utils import INF, floatToGoString
 
 
 def _use_created() -> bool:
-    """Whether prometheus_client exports _created series (PROMETHEUS_DISABLE_CREATED_SERIES, disable_created_metrics)."""
+    """Whether prometheus_client exports _created series (see its disable_created_metrics)."""
     return getattr(_client_metrics, "_use_created", True)
 
 
@@ -110,7 +110,8 @@ class HistogramFamily:
         metric = Metric(self.name, self.documentation, "histogram")
         if not with_samples:
             return metric
-        name, names, n, samples, with_created = self.name, self.labelnames, self.sum_index, metric.samples, _use_created()
+        name, names, n, samples = self.name, self.labelnames, self.sum_index, metric.samples
+        with_created = _use_created()
         bucket, count, sum_, created = name + "_bucket", name + "_count", name + "_sum", name + "_created"
         for labels, cell in _copy(self.series).items():
             cell = list(cell)

@@ -141,7 +141,8 @@ class MetricsObserver:
         self.max_unknown_series = max_unknown_series
         self.codec = codec  # the sessions' codec when known up front (wants_body reads its specs)
         self._unknown_series = 0  # series made so far for label values not in the specs
-        self.requests = CounterFamily("kinspect_requests_total", "Requests seen, by api and version", ("api", "version"))
+        self.requests = CounterFamily("kinspect_requests_total", "Requests seen, by api and version",
+                                      ("api", "version"))
         self.responses = CounterFamily("kinspect_responses_total", "Responses seen, by api and version",
                                        ("api", "version"))
         self.request_size = HistogramFamily("kinspect_request_size_bytes",
