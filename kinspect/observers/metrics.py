@@ -22,12 +22,13 @@ Choices the contract leaves open:
 - topic_bytes_total (opt-in) splits a frame's size evenly among the topics it names.
 - A frame larger than the inspection limit (kept by its header only) is counted and
   measured but not scanned.
-- A body is scanned only when the scan can change a metric (scan_needs: flexible
-  versions, responses with *ErrorCode fields, Produce requests with records, topic names
-  when topic_bytes is on); `wants_body(api_key, version, direction)` says so, for the
-  pipeline to decide which frames to keep whole. A malformed body of a version that wants
-  no scan (an old non-flexible request, say) is therefore not counted in
-  decode_failures_total{reason="decode_error"}: nothing reads that body.
+- `wants_body(api_key, version, direction)` says whether a scan of such a body can change
+  a metric (scan_needs: flexible versions, responses with *ErrorCode fields, Produce
+  requests with records, topic names when topic_bytes is on), for the pipeline to decide
+  which frames to keep whole. A whole body is scanned all the same, as before, so that a
+  malformed one counts in decode_failures_total (only bodies with no field at all, whose
+  scan reads nothing, are not); a body the pipeline did not keep is counted and measured
+  without a scan, like a frame above the inspection limit.
 - Label values that come from the wire rather than the specs (versions of unknown apis or
   versions, tags of unknown tagged fields, unknown error codes) are capped together at
   max_unknown_series distinct series; past it they count under "other", as topics do past
@@ -47,7 +48,7 @@ from prometheus_client.registry import Collector
 
 import kinspect
 from kinspect.observers.metric_families import CounterFamily, FamiliesCollector, HistogramFamily
-from kinspect.observers.scan_needs import metrics_scan_needed
+from kinspect.observers.scan_needs import body_can_fail, metrics_scan_needed
 from kinspect.protocol.error_codes import ERROR_NAMES, error_name
 from kinspect.protocol.errors import DecodeError
 from kinspect.session.events import Exchange, Problem, Request, Response
@@ -220,6 +221,14 @@ class MetricsObserver:
                                                            api_key, version, direction, self.topic_bytes)
         return wanted
 
+    def _scan_worth(self, api_key: int, version: int, direction: str, codec) -> bool:
+        """Whether to scan whole bodies of a known version: for the facts it holds, or to find it malformed."""
+        codec = codec or self.codec or (self.server.codec if self.server is not None else None)
+        if codec is None:
+            return True
+        spec = codec.registry.message(api_key, direction, version)
+        return self.wants_body(api_key, version, direction) or body_can_fail(spec, version)
+
     # ------------------------------------------------------------------ events
 
     def on_event(self, event) -> None:
@@ -261,7 +270,7 @@ class MetricsObserver:
                                              self.tag_section_bytes.cell((api, direction)), False, False)
             self._overflowed("kinspect_requests_total" if direction == "request" else "kinspect_responses_total")
             return plan
-        scan = known and self.wants_body(key[0], key[1], direction)
+        scan = known and self._scan_worth(key[0], key[1], direction, getattr(e, "codec", None))
         plan = _Plan(api, count.cell((api, str(key[1]))), size.cell((api,)), self.header_size.cell((api, direction)),
                      self.tag_section_bytes.cell((api, direction)), known, scan)
         cache[key] = plan

@@ -1,10 +1,14 @@
-"""Whether the metrics need a scan of one (api key, version, direction)'s bodies, decided once from its spec.
+"""Whether a scan of one (api key, version, direction)'s bodies can change a metric, decided once from its spec.
 
 The metrics read from a body scan: the bytes of its tag sections and its tagged fields
 (flexible versions only: a flexible body always has at least its root tag section), the
 non-zero *ErrorCode fields of responses, the record batches of Produce requests, and,
 when topic_bytes is on, the topic names. A version whose spec has none of these (an old
-non-flexible request, say) gives the metrics nothing to scan for.
+non-flexible request, say) gives the metrics no fact to read: `metrics_scan_needed` is
+False, and the pipeline need not keep such bodies for the metrics. A body that is there
+is still scanned to count it in decode_failures_total when it is malformed, unless the
+version has no field at all (`body_can_fail` False: ApiVersions v0-2 requests), whose
+scan reads nothing.
 """
 
 from __future__ import annotations
@@ -48,4 +52,11 @@ def metrics_scan_needed(spec: MessageSpec | None, api_key: int, version: int, di
     return topic_bytes and "topic" in facts
 
 
-__all__ = ["metrics_scan_needed"]
+def body_can_fail(spec: MessageSpec | None, version: int) -> bool:
+    """False when a scan of this version's body reads no byte (no field, no tag section): it cannot fail."""
+    if spec is None:
+        return False
+    return version in spec.flexible_versions or any(version in f.versions for f in spec.struct.fields)
+
+
+__all__ = ["body_can_fail", "metrics_scan_needed"]

@@ -255,26 +255,33 @@ def test_wants_body_scans_only_what_can_change_a_metric(codec: Codec):
     assert MetricsObserver().wants_body(3, 5, "request") is True
 
 
-def test_versions_that_want_no_body_are_not_scanned(codec: Codec):
-    """The one intended difference from the reference: a malformed body nobody reads is not a decode failure."""
+def test_bodies_are_scanned_only_when_a_scan_can_tell_something(codec: Codec):
+    """A whole body the metrics read no fact from is still scanned, to count it when malformed (as before).
+
+    Not scanned: bodies with no field at all (ApiVersions v0 requests: nothing to read, nothing
+    to fail) and bodies not kept (frames kept by their head, as the pipeline may do when
+    wants_body is False), which are counted and measured all the same.
+    """
     good = request_frame(codec, 3, 5, 1, {"Topics": [{"Name": "t"}], "AllowAutoTopicCreation": False})
     bad = frame(good[4:-3])  # Metadata v5 request whose topic name runs past the frame
+    empty = request_frame(codec, 18, 0, 3, {})
+    long = request_frame(codec, 3, 5, 4, {"Topics": [{"Name": "t" * 300}], "AllowAutoTopicCreation": False})
     reference, observer = ReferenceMetricsObserver(), MetricsObserver(codec=codec)
-    session = Session(codec, ConnectionInfo(1, "c", "b"))
-    events = session.client_data(good + bad, 0.0)
+    session = Session(codec, ConnectionInfo(1, "c", "b"), SessionConfig(inspect_max_bytes=200))
+    events = session.client_data(good + bad + empty + long, 0.0)
     requests = [e for e in events if type(e) is Request]
-    assert len(requests) == 2
+    assert [(e.api_version, e.complete) for e in requests] == [(5, True), (5, True), (0, True), (5, False)]
+    assert not observer.wants_body(3, 5, "request") and not observer.wants_body(18, 0, "request")
     for e in events:
         observer.on_event(e)
-    assert all(e._scanned is None for e in requests)  # not scanned: nothing in it changes a metric
-    r = observer.registry
-    assert r.get_sample_value("kinspect_requests_total", {"api": "Metadata", "version": "5"}) == 2
-    assert r.get_sample_value("kinspect_decode_failures_total",
-                              {"api": "Metadata", "direction": "request", "reason": "decode_error"}) is None
+    assert [e._scanned is not None for e in requests] == [True, True, False, False]
     for e in events:
         reference.on_event(e)
-    assert reference.registry.get_sample_value(
-        "kinspect_decode_failures_total", {"api": "Metadata", "direction": "request", "reason": "decode_error"}) == 1
+    assert comparable(exposition(observer))[0] == comparable(exposition(reference))[0]
+    r = observer.registry
+    assert r.get_sample_value("kinspect_requests_total", {"api": "Metadata", "version": "5"}) == 3
+    assert r.get_sample_value("kinspect_decode_failures_total",
+                              {"api": "Metadata", "direction": "request", "reason": "decode_error"}) == 1
 
 
 # ----------------------------------------------------------------------------- scrapes from another thread
