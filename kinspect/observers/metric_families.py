@@ -3,11 +3,14 @@
 prometheus_client's Counter and Histogram take a lock on every `inc`/`observe`; the
 metrics observer pays several per frame. Here a series is a plain list (a "cell") that the
 event loop thread updates in place (`cell[0] += n`), with no lock: only that thread
-writes. A scrape, from any thread, copies each family's dict of cells and each cell
-(`dict.copy()` and `list()` run in C without releasing the GIL, so each copy is one
-consistent snapshot) and renders them as prometheus_client Metric families with the
-samples prometheus_client's own Counter and Histogram would give: the same names, help
-texts, label order, buckets (`le` labels), `_count`/`_sum` and `_created` series.
+writes, so no update is lost. A scrape, from any thread, copies each family's dict of
+cells and then each cell (`dict.copy()` and `list()` run in C without releasing the GIL:
+each copy is taken at one instant) and renders them as prometheus_client Metric families
+with the samples prometheus_client's own Counter and Histogram would give: the same
+names, help texts, label order, buckets (`le` labels), `_count`/`_sum` and `_created`
+series. Within one histogram series the buckets and `_count` always agree (the count is
+their total); `_sum` may miss the one observation being recorded at that instant, as
+prometheus_client's own histogram, which locks its sum and buckets separately, may too.
 
 Cells:
 - counter: [value, created]
