@@ -210,7 +210,11 @@ class MetricsObserver:
     # ------------------------------------------------------------------ body policy
 
     def wants_body(self, api_key: int, version: int, direction: str) -> bool:
-        """Whether the metrics would scan bodies of this (api key, version, direction); see scan_needs."""
+        """Whether a scan of bodies of this (api key, version, direction) can change a metric (scan_needs).
+
+        For the pipeline: False means the metrics read nothing from such bodies, so the frames
+        need not be kept whole for them (they are then counted and measured without a scan).
+        """
         key = (api_key, version, direction)
         wanted = self._wants.get(key)
         if wanted is None:
@@ -270,7 +274,7 @@ class MetricsObserver:
                                              self.tag_section_bytes.cell((api, direction)), False, False)
             self._overflowed("kinspect_requests_total" if direction == "request" else "kinspect_responses_total")
             return plan
-        scan = known and self._scan_worth(key[0], key[1], direction, getattr(e, "codec", None))
+        scan = known and self._scan_worth(key[0], key[1], direction, codec)
         plan = _Plan(api, count.cell((api, str(key[1]))), size.cell((api,)), self.header_size.cell((api, direction)),
                      self.tag_section_bytes.cell((api, direction)), known, scan)
         cache[key] = plan
