@@ -310,12 +310,14 @@ def test_scrapes_from_another_thread_see_consistent_figures(codec: Codec):
     scraper.start()
     events: collections.Counter = collections.Counter()
     try:
-        for _ in range(3):
+        rounds = 0
+        while rounds < 3 or (len(scrapes) < 3 and rounds < 200 and not failures):  # scrapes while events flow
             events += feed(codec, conversations, (observer,))
+            rounds += 1
     finally:
         stop.set()
         scraper.join(30)
-    assert not failures and len(scrapes) >= 2
+    assert not failures and len(scrapes) >= 3
     final = {}
     for family in text_string_to_metric_families(exposition(observer)):
         for s in family.samples:
@@ -332,4 +334,4 @@ def test_scrapes_from_another_thread_see_consistent_figures(codec: Codec):
             if name.endswith(("_total", "_count", "_sum", "_bucket")):
                 assert value >= previous.get((name, labels), 0)
         previous = figures
-    assert sum(v for (n, _), v in final.items() if n == "kinspect_requests_total") == events["Request"] > 750
+    assert sum(v for (n, _), v in final.items() if n == "kinspect_requests_total") == events["Request"] >= 3 * 258
