@@ -234,7 +234,7 @@ def check_stream(data: bytes) -> None:
     pieces, sent, split_failed = _cut(stream, chunk, 256, 32, True)
     if type(split_failed) is not type(failed):
         raise Disagreement(f"whole {failed!r}, heads {split_failed!r} on {stream.hex()}")
-    expected = [(size, f if size <= 256 else f[:32], size <= 256) for size, f, _ in frames]  # 256 > the head
+    expected = [(size, f if size <= 256 else f[:32], size <= 256) for size, f, _ in frames]
     if pieces[:len(expected)] != expected:
         raise Disagreement(f"whole and head-keeping framing cut {stream.hex()} differently")
     if sent != stream:

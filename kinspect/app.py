@@ -41,7 +41,7 @@ def build_observers(config: Config, codec: Codec | None = None) -> tuple[list, M
     metrics = None
     if config.metrics.enabled:
         metrics = MetricsObserver(topic_bytes=config.metrics.topic_bytes, max_topics=config.metrics.max_topics,
-                                  max_unknown_series=config.metrics.max_unknown_series)
+                                  max_unknown_series=config.metrics.max_unknown_series, codec=codec)
         observers.append(metrics)
     if config.log.debug_requests or config.log.debug_responses:
         observers.append(DebugLog(

@@ -26,6 +26,7 @@ import struct
 from kinspect.protocol.framer import FrameError, FrameTooLarge
 
 KEEP_HEAD, KEEP_WHOLE, HOLD = 0, 1, 2
+_OVER_LIMIT = 3  # internal: a frame to keep whole that is over keep_limit: its head, never complete
 DECIDING_BYTES = 8  # of a frame's own bytes, what `plan` is given (fewer if the frame is shorter)
 _SIZE = struct.Struct(">i")
 
@@ -121,14 +122,15 @@ class FrameStream:
                         break
                     mode, ticket = plan(bytes(view[pos + 4 : pos + 4 + deciding]), size)
                     if mode == KEEP_WHOLE and size > self.keep_limit:
-                        mode = KEEP_HEAD
+                        mode = _OVER_LIMIT
                     if mode == HOLD and forward is not None and sent < pos:
                         forward.append(bytes(view[sent:pos]))
                         sent = pos
-                if mode == KEEP_HEAD and size > head_bytes:
-                    if end - pos - 4 < head_bytes:
+                if (mode == KEEP_HEAD and size > head_bytes) or mode == _OVER_LIMIT:
+                    head = size if size < head_bytes else head_bytes
+                    if end - pos - 4 < head:
                         break
-                    frames.append((base + pos, size, bytes(view[pos + 4 : pos + 4 + head_bytes]), False, ticket, mode))
+                    frames.append((base + pos, size, bytes(view[pos + 4 : pos + 4 + head]), False, ticket, KEEP_HEAD))
                     have = end - pos - 4
                     if have < size:  # the frame runs on past this chunk: pass over the rest as it comes
                         self._skip = size - have

@@ -85,7 +85,6 @@ def test_splitter_any_chunking_gives_whole_frames_or_heads(payloads, seed, keep,
         step = rng.randint(1, 97)
         got.extend(splitter.feed(data[pos : pos + step]))
         pos += step
-    # A frame over the limit is kept by its head; one no longer than the head is its own head, whole.
-    expected = [(len(p), p, True) if len(p) <= max(keep, head) else (len(p), p[:head], False) for p in payloads]
+    expected = [(len(p), p, True) if len(p) <= keep else (len(p), p[:head], False) for p in payloads]
     assert got == expected
     assert splitter.buffered == 0
