@@ -19,7 +19,9 @@ from kinspect.proxy.server import ProxyServer, parse_address
 from kinspect.logs import configure_logging
 from kinspect.observers.debug_log import DebugLog
 from kinspect.observers.http_endpoints import HttpEndpoints, listeners_serving
+from kinspect.observers.inventory import InventoryObserver
 from kinspect.observers.metrics import MetricsObserver
+from kinspect.upgrade.targets import load_target
 
 log = logging.getLogger("kinspect.proxy")
 
@@ -97,6 +99,12 @@ def build_observers(config, codec: Codec | None = None) -> tuple[list, MetricsOb
         metrics = MetricsObserver(topic_bytes=config.metrics.topic_bytes, max_topics=config.metrics.max_topics,
                                    max_unknown_series=config.metrics.max_unknown_series)
         observers.append(metrics)
+        # The client inventory (/clients) and its metrics, beside /metrics; targets from [upgrade].
+        inventory = InventoryObserver([load_target(t, config.specs.directories) for t in config.upgrade.targets],
+                                      config.metrics.max_unknown_series, metrics.label_overflow,
+                                      api_name=codec.registry.api_name if codec is not None else None)
+        metrics.registry.register(inventory.collector())
+        observers.append(inventory)
     if config.log.debug_requests or config.log.debug_responses:
         observers.append(DebugLog(
             include=config.log.include_apis or None, exclude=config.log.exclude_apis,
@@ -122,7 +130,9 @@ async def serve(server: ProxyServer, metrics: MetricsObserver | None, capture: C
     endpoints = None
     if metrics is not None:
         host, port = parse_address(server.config.metrics.listen, "metrics.listen")
-        endpoints = await HttpEndpoints(metrics.registry, listeners_serving(server)).start(host, port)
+        inventory = next((o for o in server.dispatcher.observers if isinstance(o, InventoryObserver)), None)
+        endpoints = await HttpEndpoints(metrics.registry, listeners_serving(server),
+                                        inventory.clients_json if inventory is not None else None).start(host, port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

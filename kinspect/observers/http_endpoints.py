@@ -3,12 +3,14 @@
 One request per connection (the response says Connection: close); GET and HEAD only.
 /metrics renders the registry in the Prometheus text format, /healthz answers 200 while
 the process runs, /readyz answers 200 when `ready()` is true (the proxy's listeners are
-serving) and 503 otherwise; any other path is a 404.
+serving) and 503 otherwise; /clients (when given a `clients()`) answers the client inventory
+as JSON (kinspect/observers/inventory.py); any other path is a 404.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Callable
 
@@ -38,9 +40,11 @@ def listeners_serving(server) -> Callable[[], bool]:
 class HttpEndpoints:
     """The HTTP server; `start(host, port)` binds (port 0 picks a free one, see `.port`), `close()` stops."""
 
-    def __init__(self, registry: CollectorRegistry, ready: Callable[[], bool] | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry, ready: Callable[[], bool] | None = None,
+                 clients: Callable[[], dict] | None = None) -> None:
         self.registry = registry
         self.ready = ready or (lambda: True)
+        self.clients = clients
         self.port: int | None = None
         self.host: str | None = None
         self._server: asyncio.AbstractServer | None = None
@@ -103,6 +107,12 @@ class HttpEndpoints:
             except Exception:
                 log.exception("rendering /metrics failed")
                 return 500, _TEXT, b"metrics failed\n", method
+        if path == "/clients" and self.clients is not None:
+            try:
+                return 200, "application/json", json.dumps(self.clients()).encode(), method
+            except Exception:
+                log.exception("rendering /clients failed")
+                return 500, _TEXT, b"clients failed\n", method
         if path == "/healthz":
             return 200, _TEXT, b"ok", method
         if path == "/readyz":

@@ -25,6 +25,7 @@ from kinspect.protocol.errors import DecodeError
 from kinspect.protocol.framer import DEFAULT_MAX_FRAME_BYTES, FrameError, FrameSplitter, FrameTooLarge
 from kinspect.protocol.peek import leading_error_code, produce_acks, tag_section_fields
 from kinspect.protocol.primitives import Malformed
+from kinspect.session.client_software import FIRST_SOFTWARE_VERSION, software_of
 from kinspect.session.events import ConnectionInfo, Exchange, Problem, Request, Response
 
 PRODUCE, SASL_HANDSHAKE, API_VERSIONS = 0, 17, 18
@@ -122,6 +123,12 @@ class Session:
                 api_key=header.api_key, api_version=header.api_version, size=size))
         if header.client_id is not None:
             self.connection.client_id = header.client_id
+        if header.api_key == API_VERSIONS and header.api_version >= FIRST_SOFTWARE_VERSION and complete:
+            # KIP-511: the client names its software; read once per ApiVersions (a small body), kept sanitized.
+            name, version = software_of(frame, header.size)
+            if name is not None or version is not None:
+                self.connection.client_software_name = name
+                self.connection.client_software_version = version
         request = Request(self.connection, now, header, codec.registry.api_name(header.api_key), size, frame,
                           complete, codec)
         if known is not None and header.api_key == PRODUCE:

@@ -22,6 +22,9 @@ class ConnectionInfo:
     broker: str
     node_id: int | None = None
     client_id: str | None = None
+    # KIP-511 ClientSoftwareName/Version from ApiVersions v3+, sanitized (kinspect/session/client_software.py)
+    client_software_name: str | None = None
+    client_software_version: str | None = None
 
 
 class _Lazy:
