@@ -53,14 +53,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         registry = registry_from_args(args)
         spec_dirs = load_config(args.config).specs.directories + list(args.spec_dir)
+        targets = [load_target(name, spec_dirs) for name in args.target]
         if args.source_url:
             document = fetch(args.source_url)
             inventory = Inventory.from_json(document, registry.api_name)
-            names = args.target or [str(t) for t in document.get("targets") or ()]
+            if not args.target:  # the proxy's own [upgrade] targets
+                targets = [load_target(str(name), spec_dirs) for name in document.get("targets") or ()]
         else:
             inventory = Inventory.from_rows(read_captures(Path(args.captures)), registry.api_name)
-            names = args.target
-        targets = [load_target(name, spec_dirs) for name in names]
     except (ClientsError, SpecError) as exc:
         print(f"kinspect clients: {exc}", file=sys.stderr)
         return 2
