@@ -123,8 +123,9 @@ class Session:
                 api_key=header.api_key, api_version=header.api_version, size=size))
         if header.client_id is not None:
             self.connection.client_id = header.client_id
-        if header.api_key == API_VERSIONS and header.api_version >= FIRST_SOFTWARE_VERSION and complete:
+        if header.api_key == API_VERSIONS and header.api_version >= FIRST_SOFTWARE_VERSION and complete and known:
             # KIP-511: the client names its software; read once per ApiVersions (a small body), kept sanitized.
+            # A version the specs lack may be laid out otherwise: not read.
             name, version = software_of(frame, header.size)
             if name is not None or version is not None:
                 self.connection.client_software_name = name
