@@ -55,6 +55,7 @@ class InventoryObserver:
         self.max_unknown_series = max_unknown_series
         self.label_overflow = label_overflow  # the metrics observer's kinspect_label_overflow_total, if any
         self.inventory = Inventory(max_connections, api_name)
+        self._unnamed = api_name is None
         self._wall_offset = time.time() - time.monotonic()  # events carry monotonic times
         self._software: dict[tuple, _Software] = {}
         self._incompatible: dict[tuple, list] = {}  # (target, api key, version, software) -> [labels, count]
@@ -75,6 +76,9 @@ class InventoryObserver:
         conn = e.connection
         software = (conn.client_software_name, conn.client_software_version)
         api_key, version = e.header.api_key, e.header.api_version
+        if self._unnamed:  # no api_name given: name apis with the sessions' own specs
+            self.inventory.api_name = e.codec.registry.api_name
+            self._unnamed = False
         record, new = self.inventory.record((conn.id, conn.client_address), conn.client_address, conn.broker)
         magics = ()
         if api_key == PRODUCE and e.complete:

@@ -269,3 +269,15 @@ def test_metric_names_are_the_contract():
     assert set(METRIC_NAMES) == {"kinspect_client_connections_total", "kinspect_client_requests_total",
                                  "kinspect_upgrade_incompatible_requests_total",
                                  "kinspect_unsupported_version_responses_total"}
+
+
+def test_an_unknown_configured_target_is_a_one_line_error(tmp_path, capsys):
+    config = tmp_path / "kinspect.toml"
+    config.write_text('[upgrade]\ntargets = ["5.0.0"]\n')
+    assert main(["proxy", "--config", str(config), "--upstream", "127.0.0.1:9"]) == 2
+    out = capsys.readouterr()
+    said = out.out + out.err  # the proxy command prints its start-up errors on stdout
+    assert "unknown upgrade target '5.0.0'" in said and said.count("\n") == 1 and "Traceback" not in said
+    config.write_text('[upgrade]\ntargets = "4.3.1"\n')
+    assert main(["proxy", "--config", str(config)]) == 2
+    assert "upgrade.targets must be list[str]" in capsys.readouterr().err
