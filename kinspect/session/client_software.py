@@ -18,14 +18,18 @@ _READ_LIMIT = MAX_CHARS * 4 + 4
 
 
 def _escape(ch: str) -> str:
+    if ch.isprintable():
+        return ch
     code = ord(ch)
-    if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8 (surrogateescape)
+    if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8 (decoded with surrogateescape)
         return f"\\x{code - 0xDC00:02x}"
-    if code < 0x20 or code == 0x7F or 0x80 <= code < 0xA0:
-        return {"\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(ch, f"\\x{code:02x}")
-    if code in (0x2028, 0x2029) or 0xD800 <= code <= 0xDFFF:
-        return f"\\u{code:04x}"
-    return ch
+    # Control, format (bidi overrides, zero-width), separator and unassigned characters.
+    short = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(ch)
+    if short:
+        return short
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 def sanitize(text: str | bytes | bytearray | memoryview) -> str:

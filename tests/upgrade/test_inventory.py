@@ -108,6 +108,7 @@ def test_sanitize_escapes_and_truncates():
     assert sanitize(b"evil\x1b[31m\n\x00") == "evil\\x1b[31m\\n\\x00"
     assert sanitize(b"bad\xff\xfeutf8") == "bad\\xff\\xfeutf8"
     assert sanitize("line\u2028sep\x85") == "line\\u2028sep\\x85"
+    assert sanitize("admin\u202egnp.exe\u200b") == "admin\\u202egnp.exe\\u200b"  # bidi override, zero width
     long = sanitize(b"A" * 65536)
     assert long == "A" * MAX_CHARS + "…"
     escaped = sanitize(b"\xff" * 65536)
