@@ -21,8 +21,14 @@ $(SYSDEPS):
 	fi
 	mkdir -p $(VENV) && touch $(SYSDEPS)
 
+# aiokafka 0.12.0 beside the venv's current aiokafka: the last release whose api_version setting
+# still forces old protocol versions (tests/upgrade runs it in a subprocess).
+OLD_AIOKAFKA := $(VENV)/aiokafka-0.12.0
+$(OLD_AIOKAFKA)/aiokafka: $(STAMP)
+	$(PY) -m pip install --quiet --no-deps --target $(OLD_AIOKAFKA) aiokafka==0.12.0
+
 # Installs what the tests need, then runs them all. pytest's "no tests ran" (exit 5) fails.
-test: $(STAMP) $(SYSDEPS)
+test: $(STAMP) $(SYSDEPS) $(OLD_AIOKAFKA)/aiokafka
 	$(PY) -m pytest -q -p no:cacheprovider; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "no tests ran" >&2; exit 1; fi; exit $$rc
 

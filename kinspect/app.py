@@ -14,12 +14,14 @@ from kinspect.capture.observer import CaptureObserver
 from kinspect.config import Config
 from kinspect.observers.debug_log import DebugLog
 from kinspect.observers.http_endpoints import HttpEndpoints, readiness_of
+from kinspect.observers.inventory import InventoryObserver
 from kinspect.observers.metrics import MetricsObserver
 from kinspect.protocol.codec import Codec
 from kinspect.protocol.spec_registry import SpecRegistry
 from kinspect.proxy.observers import Dispatcher
 from kinspect.proxy.problem_log import ProblemLog
 from kinspect.proxy.server import ProxyServer, parse_address
+from kinspect.upgrade.targets import load_target
 
 
 def install_event_loop() -> str:
@@ -43,6 +45,12 @@ def build_observers(config: Config, codec: Codec | None = None) -> tuple[list, M
         metrics = MetricsObserver(topic_bytes=config.metrics.topic_bytes, max_topics=config.metrics.max_topics,
                                   max_unknown_series=config.metrics.max_unknown_series, codec=codec)
         observers.append(metrics)
+        # The client inventory (/clients) and its metrics beside /metrics; upgrade targets from [upgrade].
+        inventory = InventoryObserver([load_target(t, config.specs.directories) for t in config.upgrade.targets],
+                                      config.metrics.max_unknown_series, metrics.label_overflow,
+                                      api_name=codec.registry.api_name if codec is not None else None)
+        metrics.registry.register(inventory.collector())
+        observers.append(inventory)
     if config.log.debug_requests or config.log.debug_responses:
         observers.append(DebugLog(
             include=config.log.include_apis or None, exclude=config.log.exclude_apis,
@@ -67,6 +75,7 @@ class App:
     observers: list
     metrics: MetricsObserver | None = None
     capture: CaptureObserver | None = None
+    inventory: InventoryObserver | None = None
     endpoints: HttpEndpoints | None = None
     _started: bool = field(default=False, repr=False)
 
@@ -79,7 +88,9 @@ class App:
         if serve_http and self.metrics is not None:
             host, port = parse_address(self.config.metrics.listen, "metrics.listen")
             try:
-                self.endpoints = await HttpEndpoints(self.metrics.registry, readiness_of(self.server)).start(host, port)
+                clients = self.inventory.clients_json if self.inventory is not None else None
+                self.endpoints = await HttpEndpoints(self.metrics.registry, readiness_of(self.server), clients).start(
+                    host, port)
             except OSError as exc:
                 raise OSError(exc.errno, f"cannot listen on {host}:{port} (metrics.listen): {exc.strerror or exc}") \
                     from None
@@ -115,4 +126,5 @@ def build_app(config: Config, codec: Codec | None = None, extra_observers: tuple
     if metrics is not None:
         metrics.server = server
     capture = next((o for o in observers if isinstance(o, CaptureObserver)), None)
-    return App(config, codec, server, observers, metrics, capture)
+    inventory = next((o for o in observers if isinstance(o, InventoryObserver)), None)
+    return App(config, codec, server, observers, metrics, capture, inventory)

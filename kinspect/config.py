@@ -92,6 +92,11 @@ class TlsConfig:
 
 
 @dataclass
+class UpgradeConfig:
+    targets: list[str] = field(default_factory=list)  # broker releases (3.9.2, 4.3.1 or a spec directory) to check clients against
+
+
+@dataclass
 class TlsSection:
     client: TlsConfig = field(default_factory=TlsConfig)  # [tls.client]: TLS from clients to kinspect
     broker: TlsConfig = field(default_factory=TlsConfig)  # [tls.broker]: TLS from kinspect to brokers
@@ -106,6 +111,7 @@ class Config:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     log: LogConfig = field(default_factory=LogConfig)
     capture: CaptureConfig = field(default_factory=CaptureConfig)
+    upgrade: UpgradeConfig = field(default_factory=UpgradeConfig)
 
 
 _CHOICES = {

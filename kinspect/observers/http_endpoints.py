@@ -3,13 +3,15 @@
 One request per connection (the response says Connection: close); GET and HEAD only.
 /metrics renders the registry in the Prometheus text format, /healthz answers 200 while
 the process runs, /readyz answers 200 when `ready()` says so (the proxy's listeners are
-serving and the latest attempt to reach a broker succeeded) and 503 otherwise, with the
-reason in the body; any other path is a 404.
+serving and the latest attempt to reach a broker did not fail) and 503 otherwise, with the
+reason in the body; /clients (when given a `clients()`) answers the client inventory as
+JSON (kinspect/observers/inventory.py); any other path is a 404.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Callable
 
@@ -37,9 +39,11 @@ def readiness_of(server) -> Callable[[], tuple[bool, str]]:
 class HttpEndpoints:
     """The HTTP server; `start(host, port)` binds (port 0 picks a free one, see `.port`), `close()` stops."""
 
-    def __init__(self, registry: CollectorRegistry, ready: Callable[[], tuple[bool, str] | bool] | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry, ready: Callable[[], tuple[bool, str] | bool] | None = None,
+                 clients: Callable[[], bytes] | None = None) -> None:
         self.registry = registry
         self.ready = ready or (lambda: True)
+        self.clients = clients
         self.port: int | None = None
         self.host: str | None = None
         self._server: asyncio.AbstractServer | None = None
@@ -102,6 +106,12 @@ class HttpEndpoints:
             except Exception:
                 log.exception("rendering /metrics failed")
                 return 500, _TEXT, b"metrics failed\n", method
+        if path == "/clients" and self.clients is not None:
+            try:
+                return 200, "application/json", json.dumps(self.clients()).encode(), method
+            except Exception:
+                log.exception("rendering /clients failed")
+                return 500, _TEXT, b"clients failed\n", method
         if path == "/healthz":
             return 200, _TEXT, b"ok", method
         if path == "/readyz":

@@ -35,7 +35,7 @@ from kinspect.protocol.errors import DecodeError
 from kinspect.protocol.error_codes import UNSUPPORTED_VERSION
 from kinspect.protocol.framer import DEFAULT_MAX_FRAME_BYTES, FrameError, FrameTooLarge
 from kinspect.protocol.peek import leading_error_code, produce_acks
-from kinspect.session.client_software import sanitize
+from kinspect.session.client_software import FIRST_SOFTWARE_VERSION, software_of
 from kinspect.session.facts import request_header_tags, response_header_facts
 from kinspect.session.events import ConnectionInfo, Exchange, Problem, Request, Response
 from kinspect.session.framing import HOLD, KEEP_WHOLE, FrameStream
@@ -267,14 +267,12 @@ class Session:
                     mechanism = request.decode().body.get("Mechanism", "")
                 except DecodeError:
                     pass
-            elif api_key == API_VERSIONS and version >= 3:
-                try:
-                    body = request.decode().body
-                except DecodeError:
-                    body = {}
-                if body.get("ClientSoftwareName") is not None:
-                    self.connection.client_software_name = sanitize(body["ClientSoftwareName"])
-                    self.connection.client_software_version = sanitize(body.get("ClientSoftwareVersion") or "")
+            elif api_key == API_VERSIONS and version >= FIRST_SOFTWARE_VERSION and complete:
+                # KIP-511: the client names its software; read from the bytes so that invalid UTF-8 is shown.
+                name, software_version = software_of(frame, header.size)
+                if name is not None or software_version is not None:
+                    self.connection.client_software_name = name
+                    self.connection.client_software_version = software_version
         events.append(request)
         return request, request.expects_response, mechanism
 

@@ -25,7 +25,7 @@ import pytest
 from kinspect.analyze.inputs import AnalyzeInputError, check_inputs, check_java
 from kinspect.analyze.job import analyze, compute
 from kinspect.analyze.sample_data import write_captures
-from kinspect.capture.schema import METADATA_VERSION_KEY, arrow_schema
+from kinspect.capture.schema import METADATA_VERSION_KEY, SCHEMA_VERSION, arrow_schema
 from tests.support.paths import ROOT
 
 TOP = 5  # fewer than the generated clients and topics, so the cut is tested
@@ -327,18 +327,18 @@ def test_file_with_missing_columns(tmp_path):
 
 def test_newer_schema_version(tmp_path):
     write_captures(tmp_path, 20, files=2, schema_version=99)
-    with pytest.raises(AnalyzeInputError, match=r"has capture schema version 99; this kinspect reads versions up to 1"):
+    with pytest.raises(AnalyzeInputError, match=rf"has capture schema version 99; this kinspect reads versions up to {SCHEMA_VERSION}"):
         check_inputs([str(tmp_path)])
 
 
 def test_newer_schema_version_in_the_rows(spark, tmp_path):
-    """A file whose footer says 1 but whose rows say 99: only the job's own check (through Spark) sees it."""
+    """A file whose footer says the current version but whose rows say 99: only the job's own check (through Spark) sees it."""
     path = write_captures(tmp_path / "src", 20, files=1)[0]
     table = pq.read_table(path)
     table = table.set_column(0, "schema_version", pa.array([99] * table.num_rows, pa.int16()))
     (tmp_path / "run").mkdir()
     pq.write_table(table.replace_schema_metadata(arrow_schema().metadata), tmp_path / "run" / "capture-00000.parquet")
-    assert pq.read_metadata(tmp_path / "run" / "capture-00000.parquet").metadata[METADATA_VERSION_KEY] == b"1"
+    assert pq.read_metadata(tmp_path / "run" / "capture-00000.parquet").metadata[METADATA_VERSION_KEY] == str(SCHEMA_VERSION).encode()
     with pytest.raises(AnalyzeInputError, match="capture schema version 99"):
         compute(spark, [str(tmp_path / "run")])
 

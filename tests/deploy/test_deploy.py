@@ -75,9 +75,10 @@ def run_promtool(*args: str) -> subprocess.CompletedProcess:
 
 def allowed_series_names() -> set[str]:
     """Series names the dashboard and rules may use: kinspect's own, histograms with suffixes."""
+    from kinspect.observers import inventory
     from kinspect.observers.metrics import METRIC_NAMES
 
-    types = dict(METRIC_NAMES)
+    types = {**METRIC_NAMES, **inventory.METRIC_NAMES}  # the client inventory's collector serves these
     allowed = {"up"}
     for name, kind in types.items():
         allowed.add(name)

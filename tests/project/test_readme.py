@@ -28,10 +28,11 @@ import readme_tables  # noqa: E402
 
 
 def _extra_metric_names() -> set[str]:
-    """Metric families served beside METRIC_NAMES (the capture writer's own collector)."""
+    """Metric families served beside METRIC_NAMES (the capture writer's and the client inventory's collectors)."""
     from kinspect.capture import metrics as capture_metrics
+    from kinspect.observers import inventory
 
-    return set(capture_metrics.METRIC_NAMES)
+    return set(capture_metrics.METRIC_NAMES) | set(inventory.METRIC_NAMES)
 
 
 def test_config_reference_is_generated_from_the_documented_config():
