@@ -2,7 +2,10 @@
 
 `MetricsObserver.on_event` turns Request, Response, Exchange and Problem events into
 counter and histogram updates; the connection, byte and in-flight figures are read from
-the ProxyServer at scrape time by a custom collector. Label children are looked up once
+the ProxyServer at scrape time by a custom collector whose describe() names its families (a
+clash fails at registration); kinspect_build_info is a prometheus_client Info, and the
+process, platform and GC collectors (RSS, descriptors, CPU, GC) share the registry, which
+auto-describes them. Label children are looked up once
 per label set and cached in plain dicts, so a frame costs a few dict lookups, the
 `.inc()`/`.observe()` calls and (for complete frames) one scan of the frame.
 
@@ -29,7 +32,15 @@ import asyncio
 import sys
 from collections.abc import Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    GCCollector,
+    Histogram,
+    Info,
+    PlatformCollector,
+    ProcessCollector,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -91,6 +102,22 @@ METRIC_NAMES = {
     "kinspect_tasks": "gauge",
 }
 
+# The process itself, from prometheus_client's process, platform and GC collectors registered
+# on the same registry (Linux /proc; a memory-bounded sidecar shows its RSS and descriptors).
+# Not kinspect_ names: tests/deploy checks the dashboard against these too.
+RUNTIME_METRIC_NAMES = {
+    "process_virtual_memory_bytes": "gauge",
+    "process_resident_memory_bytes": "gauge",
+    "process_start_time_seconds": "gauge",
+    "process_cpu_seconds_total": "counter",
+    "process_open_fds": "gauge",
+    "process_max_fds": "gauge",
+    "python_info": "gauge",
+    "python_gc_objects_collected_total": "counter",
+    "python_gc_objects_uncollectable_total": "counter",
+    "python_gc_collections_total": "counter",
+}
+
 class _Children:
     """The label children of one (api key, version, direction)."""
 
@@ -112,7 +139,9 @@ class MetricsObserver:
 
     def __init__(self, registry: CollectorRegistry | None = None, topic_bytes: bool = False, max_topics: int = 100,
                  server=None, max_unknown_series: int = 200) -> None:
-        self.registry = registry if registry is not None else CollectorRegistry()
+        # auto_describe: collectors without describe() (the process, platform and GC ones) are
+        # collected once at registration, so their names clash-check like every other family's.
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self.topic_bytes = topic_bytes
         self.max_topics = max_topics
         self.server = server
@@ -162,6 +191,14 @@ class MetricsObserver:
         self.unknown_api_child = self.unknown_api  # no labels: the metric is its own child
         self._collector = ServerCollector(self)
         r.register(self._collector)
+        # Registered after ServerCollector, which settles the event loop's name at a scrape
+        # before this is collected (see ServerCollector.collect).
+        self.build_info = Info("kinspect_build", "kinspect's version, Python, event loop and native codec",
+                               registry=r)
+        self.build_info.info(build_labels(event_loop_name()))
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        GCCollector(registry=r)
         # label-children caches
         self._req: dict[tuple[int, int], _Children] = {}
         self._resp: dict[tuple[int, int], _Children] = {}
@@ -418,8 +455,38 @@ def _native() -> str:
         return "false"
 
 
+def build_labels(loop_name: str) -> dict[str, str]:
+    """kinspect_build_info's labels."""
+    return {"version": kinspect.__version__, "python": "{}.{}.{}".format(*sys.version_info[:3]),
+            "event_loop": loop_name, "native": _native()}
+
+
+# ServerCollector's families: (name, type, help, label names). describe() returns them without
+# samples, so a clash with another collector's name fails when either is registered.
+SERVER_FAMILIES = (
+    ("kinspect_connections_open", "gauge", "Client connections open", ()),
+    ("kinspect_connections_total", "counter", "Client connections accepted", ()),
+    ("kinspect_bytes_total", "counter", "Bytes relayed, by direction", ("direction",)),
+    ("kinspect_inflight_requests", "gauge", "Requests awaiting a response", ()),
+    ("kinspect_inflight_limit", "gauge", "Requests tracked per connection at most (inspect.max_inflight)", ()),
+    ("kinspect_connections_limit", "gauge", "Client connections allowed at once (proxy.max_connections)", ()),
+    ("kinspect_connections_refused_total", "counter",
+     "Client connections refused and closed: proxy.max_connections reached, or stopping", ()),
+    ("kinspect_upstream_connect_failures_total", "counter",
+     "Failed attempts to connect to a broker, by reason (timeout: proxy.connect_timeout)", ("reason",)),
+    ("kinspect_inspection_failures_total", "counter",
+     "Directions of connections no longer inspected after an inspector bug (bytes still flow)", ()),
+    ("kinspect_tasks", "gauge", "asyncio tasks alive on the proxy's event loop", ()),
+)
+
+
+def _family(name: str, kind: str, documentation: str, labels: tuple[str, ...]):
+    cls = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+    return cls(name, documentation, labels=labels)
+
+
 class ServerCollector(Collector):
-    """Connections, bytes and in-flight requests read from the ProxyServer, and build_info.
+    """Connections, bytes and in-flight requests read from the ProxyServer at scrape time.
 
     bytes_total counts what kinspect received from clients (direction request) and from
     brokers (direction response): the open relays' counters plus the server's running
@@ -432,12 +499,11 @@ class ServerCollector(Collector):
     def __init__(self, observer: MetricsObserver) -> None:
         self.observer = observer
         self._loop_name: str | None = None
-        self._native = _native()
         self._seen: set = set()  # relays seen open (fallback accounting of closed relays)
         self._closed = {"client": 0, "broker": 0}
 
     def describe(self):
-        return []  # collected at scrape time only (names checked by the contract test)
+        return [_family(*spec) for spec in SERVER_FAMILIES]
 
     def _relays(self, server) -> list:
         for _ in range(5):
@@ -448,7 +514,26 @@ class ServerCollector(Collector):
         return []
 
     def collect(self):
-        server = self.observer.server
+        self._settle_loop_name()
+        values = self._values(self.observer.server)
+        for spec in SERVER_FAMILIES:
+            family = _family(*spec)
+            for labels, value in values[spec[0]]:
+                family.add_metric(labels, value)
+            yield family
+
+    def _settle_loop_name(self) -> None:
+        """The first scrape made on a running loop names it in kinspect_build_info (until then: the policy's)."""
+        if self._loop_name is not None:
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._loop_name = event_loop_name()
+        self.observer.build_info.info(build_labels(self._loop_name))
+
+    def _values(self, server) -> dict[str, list[tuple[tuple[str, ...], float]]]:
         open_, total, inflight, limit = 0, 0, 0, 0
         sent = {"client": 0, "broker": 0}
         if server is not None:
@@ -467,49 +552,21 @@ class ServerCollector(Collector):
                 closed = self._closed
             for side in ("client", "broker"):
                 sent[side] = closed.get(side, 0) + sum(relay.bytes_in[side] for relay in relays)
-        yield GaugeMetricFamily("kinspect_connections_open", "Client connections open", value=open_)
-        yield CounterMetricFamily("kinspect_connections_total", "Client connections accepted", value=total)
-        family = CounterMetricFamily("kinspect_bytes_total", "Bytes relayed, by direction", labels=("direction",))
-        family.add_metric(("request",), sent["client"])
-        family.add_metric(("response",), sent["broker"])
-        yield family
-        yield GaugeMetricFamily("kinspect_inflight_requests", "Requests awaiting a response", value=inflight)
-        yield GaugeMetricFamily("kinspect_inflight_limit", "Requests tracked per connection at most (inspect.max_inflight)",
-                                value=limit)
-        yield from self._limits_and_failures(server)
-        if self._loop_name is None:
-            try:
-                asyncio.get_running_loop()
-                self._loop_name = event_loop_name()  # settled once seen from inside the loop
-                name = self._loop_name
-            except RuntimeError:
-                name = event_loop_name()
-        else:
-            name = self._loop_name
-        info = GaugeMetricFamily("kinspect_build_info", "kinspect's version, Python, event loop and native codec",
-                                 labels=("version", "python", "event_loop", "native"))
-        info.add_metric((kinspect.__version__, "{}.{}.{}".format(*sys.version_info[:3]), name, self._native), 1)
-        yield info
+        values = {
+            "kinspect_connections_open": [((), open_)],
+            "kinspect_connections_total": [((), total)],
+            "kinspect_bytes_total": [(("request",), sent["client"]), (("response",), sent["broker"])],
+            "kinspect_inflight_requests": [((), inflight)],
+            "kinspect_inflight_limit": [((), limit)],
+        }
+        values.update(self._limits_and_failures(server))
+        return values
 
     @staticmethod
-    def _limits_and_failures(server):
+    def _limits_and_failures(server) -> dict[str, list]:
         """The connection limit and its refusals, failed broker connects, inspection failures, loop tasks."""
         config = getattr(server, "config", None)
-        yield GaugeMetricFamily("kinspect_connections_limit", "Client connections allowed at once (proxy.max_connections)",
-                                value=config.proxy.max_connections if config is not None else 0)
-        yield CounterMetricFamily("kinspect_connections_refused_total",
-                                  "Client connections refused and closed: proxy.max_connections reached, or stopping",
-                                  value=getattr(server, "refused_connections", 0))
-        failures = CounterMetricFamily("kinspect_upstream_connect_failures_total",
-                                       "Failed attempts to connect to a broker, by reason (timeout: proxy.connect_timeout)",
-                                       labels=("reason",))
-        for reason, count in (getattr(server, "connect_failures", None) or
-                              {"timeout": 0, "refused": 0, "error": 0}).items():
-            failures.add_metric((reason,), count)
-        yield failures
-        yield CounterMetricFamily("kinspect_inspection_failures_total",
-                                  "Directions of connections no longer inspected after an inspector bug (bytes still flow)",
-                                  value=getattr(server, "inspection_failures", 0))
+        failures = getattr(server, "connect_failures", None) or {"timeout": 0, "refused": 0, "error": 0}
         tasks = 0
         loop = getattr(server, "loop", None)
         if loop is not None and not loop.is_closed():
@@ -519,7 +576,13 @@ class ServerCollector(Collector):
                     break
                 except RuntimeError:  # the task set changed while read from another thread
                     continue
-        yield GaugeMetricFamily("kinspect_tasks", "asyncio tasks alive on the proxy's event loop", value=tasks)
+        return {
+            "kinspect_connections_limit": [((), config.proxy.max_connections if config is not None else 0)],
+            "kinspect_connections_refused_total": [((), getattr(server, "refused_connections", 0))],
+            "kinspect_upstream_connect_failures_total": [((reason,), count) for reason, count in failures.items()],
+            "kinspect_inspection_failures_total": [((), getattr(server, "inspection_failures", 0))],
+            "kinspect_tasks": [((), tasks)],
+        }
 
 
-__all__ = ["MetricsObserver", "ServerCollector", "event_loop_name"]
+__all__ = ["METRIC_NAMES", "RUNTIME_METRIC_NAMES", "MetricsObserver", "ServerCollector", "event_loop_name"]
