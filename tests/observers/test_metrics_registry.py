@@ -107,3 +107,14 @@ def test_build_info_is_an_info():
     assert sample.labels["version"] == kinspect.__version__
     assert sample.labels["python"] == "{}.{}.{}".format(*sys.version_info[:3])
     assert sample.labels["event_loop"] in ("asyncio", "uvloop") and sample.labels["native"] in ("true", "false")
+
+
+def test_the_capture_collector_clash_checks_too():
+    """The capture writer's collector (registered on the same registry when capture is on) describes
+    its families as well: a second one fails at registration."""
+    from kinspect.capture.metrics import CaptureCollector
+
+    registry = MetricsObserver().registry
+    registry.register(CaptureCollector(writer=None))  # describe() does not read the writer
+    with pytest.raises(ValueError, match="kinspect_capture_rows_total"):
+        registry.register(CaptureCollector(writer=None))
