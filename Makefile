@@ -12,12 +12,16 @@ $(STAMP): pyproject.toml $(wildcard setup.py)
 	$(PY) -m pip install --quiet -e '.[test,proxy,pipeline]'
 	touch $(STAMP)
 
-# Debian's prometheus package gives the tests promtool and a real Prometheus (installed when root).
+# Debian packages the tests run (installed when root), as command:package: prometheus gives
+# promtool and a real Prometheus; podman, runc and debootstrap build and run the container image.
 SYSDEPS := $(VENV)/.sysdeps
-$(SYSDEPS):
-	@if ! command -v promtool >/dev/null 2>&1; then \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; \
-	  else echo "promtool is missing: install Debian's prometheus package (as root: apt-get install prometheus)" >&2; exit 1; fi; \
+SYSDEP_COMMANDS := promtool:prometheus podman:podman runc:runc debootstrap:debootstrap
+$(SYSDEPS): Makefile
+	@missing=""; for pair in $(SYSDEP_COMMANDS); do cmd=$${pair%%:*}; \
+	  command -v $$cmd >/dev/null 2>&1 || test -x /usr/sbin/$$cmd || missing="$$missing $${pair#*:}"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else echo "missing Debian packages:$$missing (as root: apt-get install$$missing)" >&2; exit 1; fi; \
 	fi
 	mkdir -p $(VENV) && touch $(SYSDEPS)
 

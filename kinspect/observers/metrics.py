@@ -8,8 +8,10 @@ prometheus_client's Counter and Histogram gave (tests/observers/test_metrics_equ
 checks the /metrics text against that reference on recorded traffic). The cells of one
 (api key, version, direction) are looked up once and kept in a plan, so a frame costs one
 dict lookup, a few list increments and, when the metrics need it, one scan of the frame.
-The connection, byte and in-flight figures are read from the ProxyServer at scrape time
-by ServerCollector.
+The connection, byte and in-flight figures come from the ProxyServer's stats snapshot at
+scrape time, by ServerCollector, whose describe() names its families (a clash fails at
+registration); kinspect_build_info is a prometheus_client Info, and the process, platform
+and GC collectors (RSS, descriptors, CPU, GC) share the registry, which auto-describes them.
 
 Choices the contract leaves open:
 - tag_section_bytes_total counts every tag section of a frame: the body's (from the scan)
@@ -42,7 +44,7 @@ import sys
 from bisect import bisect_left
 from collections.abc import Iterable
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, GCCollector, Info, PlatformCollector, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -110,6 +112,22 @@ METRIC_NAMES = {
     "kinspect_tasks": "gauge",
 }
 
+# The process itself, from prometheus_client's process, platform and GC collectors registered
+# on the same registry (Linux /proc; a memory-bounded sidecar shows its RSS and descriptors).
+# Not kinspect_ names: tests/deploy checks the dashboard against these too.
+RUNTIME_METRIC_NAMES = {
+    "process_virtual_memory_bytes": "gauge",
+    "process_resident_memory_bytes": "gauge",
+    "process_start_time_seconds": "gauge",
+    "process_cpu_seconds_total": "counter",
+    "process_open_fds": "gauge",
+    "process_max_fds": "gauge",
+    "python_info": "gauge",
+    "python_gc_objects_collected_total": "counter",
+    "python_gc_objects_uncollectable_total": "counter",
+    "python_gc_collections_total": "counter",
+}
+
 class _Plan:
     """What one (api key, version, direction) updates: its cells, its api label, and whether to scan its bodies."""
 
@@ -135,7 +153,9 @@ class MetricsObserver:
 
     def __init__(self, registry: CollectorRegistry | None = None, topic_bytes: bool = False, max_topics: int = 100,
                  server=None, max_unknown_series: int = 200, codec=None) -> None:
-        self.registry = registry if registry is not None else CollectorRegistry()
+        # auto_describe: collectors without describe() (the process, platform and GC ones) are
+        # collected once at registration, so their names clash-check like every other family's.
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self.topic_bytes = topic_bytes
         self.max_topics = max_topics
         self.server = server
@@ -189,6 +209,14 @@ class MetricsObserver:
         self.registry.register(self.families)
         self._collector = ServerCollector(self)
         self.registry.register(self._collector)
+        # Registered after ServerCollector, which settles the event loop's name at a scrape
+        # before this is collected (see ServerCollector.collect).
+        self.build_info = Info("kinspect_build", "kinspect's version, Python, event loop and native codec",
+                               registry=self.registry)
+        self.build_info.info(build_labels(event_loop_name()))
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
         self._unknown_api_cell = self.unknown_api.cell(())
         # caches of cells, keyed by what the events carry
         self._req: dict[tuple[int, int], _Plan] = {}
@@ -521,6 +549,36 @@ def _native() -> str:
         return "false"
 
 
+def build_labels(loop_name: str) -> dict[str, str]:
+    """kinspect_build_info's labels."""
+    return {"version": kinspect.__version__, "python": "{}.{}.{}".format(*sys.version_info[:3]),
+            "event_loop": loop_name, "native": _native()}
+
+
+# ServerCollector's families: (name, type, help, label names). describe() returns them without
+# samples, so a clash with another collector's name fails when either is registered.
+SERVER_FAMILIES = (
+    ("kinspect_connections_open", "gauge", "Client connections open", ()),
+    ("kinspect_connections_total", "counter", "Client connections accepted", ()),
+    ("kinspect_bytes_total", "counter", "Bytes relayed, by direction", ("direction",)),
+    ("kinspect_inflight_requests", "gauge", "Requests awaiting a response", ()),
+    ("kinspect_inflight_limit", "gauge", "Requests tracked per connection at most (inspect.max_inflight)", ()),
+    ("kinspect_connections_limit", "gauge", "Client connections allowed at once (proxy.max_connections)", ()),
+    ("kinspect_connections_refused_total", "counter",
+     "Client connections refused and closed: proxy.max_connections reached, or stopping", ()),
+    ("kinspect_upstream_connect_failures_total", "counter",
+     "Failed attempts to connect to a broker, by reason (timeout: proxy.connect_timeout)", ("reason",)),
+    ("kinspect_inspection_failures_total", "counter",
+     "Inspection failures (inspector bugs); the bytes still flow, and pairing and rewriting go on", ()),
+    ("kinspect_tasks", "gauge", "asyncio tasks alive on the proxy's event loop", ()),
+)
+
+
+def _family(name: str, kind: str, documentation: str, labels: tuple[str, ...]):
+    cls = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+    return cls(name, documentation, labels=labels)
+
+
 class ServerCollector(Collector):
     """Connections, bytes, in-flight requests, limits and failures from the server's stats snapshot, and build_info.
 
@@ -531,61 +589,52 @@ class ServerCollector(Collector):
     def __init__(self, observer: MetricsObserver) -> None:
         self.observer = observer
         self._loop_name: str | None = None
-        self._native = _native()
 
     def describe(self):
-        return []  # collected at scrape time only (names checked by the contract test)
+        return [_family(*spec) for spec in SERVER_FAMILIES]
 
     def collect(self):
-        server = self.observer.server
-        stats = server.stats() if server is not None else None
-        yield GaugeMetricFamily("kinspect_connections_open", "Client connections open",
-                                value=stats.connections_open if stats else 0)
-        yield CounterMetricFamily("kinspect_connections_total", "Client connections accepted",
-                                  value=stats.connections_total if stats else 0)
-        family = CounterMetricFamily("kinspect_bytes_total", "Bytes relayed, by direction", labels=("direction",))
-        family.add_metric(("request",), stats.bytes_from_clients if stats else 0)
-        family.add_metric(("response",), stats.bytes_from_brokers if stats else 0)
-        yield family
-        yield GaugeMetricFamily("kinspect_inflight_requests", "Requests awaiting a response",
-                                value=stats.inflight if stats else 0)
-        yield GaugeMetricFamily("kinspect_inflight_limit", "Requests tracked per connection at most (inspect.max_inflight)",
-                                value=stats.inflight_limit if stats else 0)
-        yield from self._limits_and_failures(stats)
-        if self._loop_name is None:
-            try:
-                asyncio.get_running_loop()
-                self._loop_name = event_loop_name()  # settled once seen from inside the loop
-                name = self._loop_name
-            except RuntimeError:
-                name = event_loop_name()
-        else:
-            name = self._loop_name
-        info = GaugeMetricFamily("kinspect_build_info", "kinspect's version, Python, event loop and native codec",
-                                 labels=("version", "python", "event_loop", "native"))
-        info.add_metric((kinspect.__version__, "{}.{}.{}".format(*sys.version_info[:3]), name, self._native), 1)
-        yield info
+        self._settle_loop_name()
+        values = self._values(self.observer.server)
+        for spec in SERVER_FAMILIES:
+            family = _family(*spec)
+            for labels, value in values[spec[0]]:
+                family.add_metric(labels, value)
+            yield family
+
+    def _settle_loop_name(self) -> None:
+        """The first scrape made on a running loop names it in kinspect_build_info (until then: the policy's)."""
+        if self._loop_name is not None:
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._loop_name = event_loop_name()
+        self.observer.build_info.info(build_labels(self._loop_name))
 
     @staticmethod
-    def _limits_and_failures(stats):
-        """The connection limit and its refusals, failed broker connects, inspection failures, loop tasks."""
-        yield GaugeMetricFamily("kinspect_connections_limit", "Client connections allowed at once (proxy.max_connections)",
-                                value=stats.connections_limit if stats else 0)
-        yield CounterMetricFamily("kinspect_connections_refused_total",
-                                  "Client connections refused and closed: proxy.max_connections reached, or stopping",
-                                  value=stats.connections_refused if stats else 0)
-        failures = CounterMetricFamily("kinspect_upstream_connect_failures_total",
-                                       "Failed attempts to connect to a broker, by reason (timeout: proxy.connect_timeout)",
-                                       labels=("reason",))
-        for reason, count in ((stats.connect_failures if stats else None) or
-                              {"timeout": 0, "refused": 0, "error": 0}).items():
-            failures.add_metric((reason,), count)
-        yield failures
-        yield CounterMetricFamily("kinspect_inspection_failures_total",
-                                  "Inspection failures (inspector bugs); bytes still flow and pairing goes on",
-                                  value=stats.inspection_failures if stats else 0)
-        yield GaugeMetricFamily("kinspect_tasks", "asyncio tasks alive on the proxy's event loop",
-                                value=stats.tasks if stats else 0)
+    def _values(server) -> dict[str, list[tuple[tuple[str, ...], float]]]:
+        """Every family's samples, from one stats snapshot of the server (zeros before there is one)."""
+        stats = server.stats() if server is not None else None
+        if stats is None:
+            zero = {"timeout": 0, "refused": 0, "error": 0}
+            return {name: ([((reason,), 0) for reason in zero] if name == "kinspect_upstream_connect_failures_total"
+                           else [(("request",), 0), (("response",), 0)] if name == "kinspect_bytes_total"
+                           else [((), 0)]) for name, *_ in SERVER_FAMILIES}
+        return {
+            "kinspect_connections_open": [((), stats.connections_open)],
+            "kinspect_connections_total": [((), stats.connections_total)],
+            "kinspect_bytes_total": [(("request",), stats.bytes_from_clients), (("response",), stats.bytes_from_brokers)],
+            "kinspect_inflight_requests": [((), stats.inflight)],
+            "kinspect_inflight_limit": [((), stats.inflight_limit)],
+            "kinspect_connections_limit": [((), stats.connections_limit)],
+            "kinspect_connections_refused_total": [((), stats.connections_refused)],
+            "kinspect_upstream_connect_failures_total": [((reason,), count)
+                                                         for reason, count in stats.connect_failures.items()],
+            "kinspect_inspection_failures_total": [((), stats.inspection_failures)],
+            "kinspect_tasks": [((), stats.tasks)],
+        }
 
 
-__all__ = ["MetricsObserver", "ServerCollector", "event_loop_name"]
+__all__ = ["METRIC_NAMES", "RUNTIME_METRIC_NAMES", "MetricsObserver", "ServerCollector", "event_loop_name"]

@@ -4,9 +4,11 @@
   and deploy/prometheus/alerts.yml;
 - every PromQL expression of the dashboard (Grafana variables replaced by concrete values) and
   of the rules parses (promtool check rules on a generated recording-rules file);
-- every metric they name is a kinspect metric (kinspect.observers.metrics.METRIC_NAMES) or `up`;
+- every metric they name is a kinspect metric (kinspect.observers.metrics.METRIC_NAMES, and the
+  client inventory's kinspect.observers.inventory.METRIC_NAMES), one of the process collectors'
+  (RUNTIME_METRIC_NAMES), or `up`;
 - the dashboard: every panel uses ${datasource}, has a title and a target, and the committed JSON
-  is exactly what deploy/grafana/make_dashboard.py generates;
+  is exactly what deploy/grafana/make_dashboard.py generates (with grafana-foundation-sdk);
 - a real Prometheus (Debian's binary) on a loopback port scrapes a running kinspect's /metrics
   while a real client produces and consumes through it, loads the rules, accepts every
   dashboard and rule expression on /api/v1/query, and sees the series this traffic makes.
@@ -74,11 +76,12 @@ def run_promtool(*args: str) -> subprocess.CompletedProcess:
 
 
 def allowed_series_names() -> set[str]:
-    """Series names the dashboard and rules may use: kinspect's own, histograms with suffixes."""
+    """Series names the dashboard and rules may use: kinspect's own (the inventory's included) and the
+    process's, histograms with suffixes."""
     from kinspect.observers import inventory
-    from kinspect.observers.metrics import METRIC_NAMES
+    from kinspect.observers.metrics import METRIC_NAMES, RUNTIME_METRIC_NAMES
 
-    types = {**METRIC_NAMES, **inventory.METRIC_NAMES}  # the client inventory's collector serves these
+    types = {**METRIC_NAMES, **inventory.METRIC_NAMES, **RUNTIME_METRIC_NAMES}
     allowed = {"up"}
     for name, kind in types.items():
         allowed.add(name)
@@ -313,11 +316,15 @@ def test_dashboard_panels():
         for t in p["targets"]:
             assert t.get("datasource") == ds, (p["title"], t)
             assert t.get("expr"), (p["title"], t)
+    rows = [p["title"] for p in panels if p["type"] == "row"]
+    assert rows == ["Overview", "Sizes", "Tagged fields", "Latency and errors", "Produce", "Upgrade readiness",
+                    "Health", "Process"]
     titles = " | ".join(p["title"] for p in data_panels).lower()
     for needle in ("request size", "response size", "p50 / p99", "request rate", "tagged-field",
                    "tag-section", "latency", "error", "produced records", "produced batches",
                    "connections", "bytes by direction", "decode failures", "problems",
-                   "in-flight", "build info"):
+                   "in-flight", "build info", "client software", "target release", "resident memory",
+                   "file descriptors"):
         assert needle in titles, needle
     heatmaps = [p for p in data_panels if p["type"] == "heatmap"]
     assert len(heatmaps) == 2
@@ -408,6 +415,9 @@ def metrics_endpoint():
             "kinspect_produced_records_total", "kinspect_produced_batches_total", "kinspect_connections_open",
             "kinspect_connections_total", "kinspect_bytes_total", "kinspect_inflight_requests",
             "kinspect_inflight_limit", "kinspect_build_info", "up",
+            # the process, platform and GC collectors on kinspect's registry
+            "process_resident_memory_bytes", "process_open_fds", "process_max_fds", "process_cpu_seconds_total",
+            "python_gc_collections_total",
         }
         yield MetricsEndpoint(f"127.0.0.1:{endpoints.port}", "/metrics", always)
     finally:

@@ -38,7 +38,11 @@ def exposition(observer) -> str:
 
 
 def comparable(text: str) -> tuple[str, list[float]]:
-    """The text with each `_created` value replaced by T, and those values."""
+    """The text with each `_created` value replaced by T, and those values; the families both observers serve
+    (build info and the process collectors, registered since the reference was kept, are left out)."""
+    blocks = re.split(r"(?m)^(?=# HELP )", text)
+    text = "".join(b for b in blocks if not b.startswith(("# HELP kinspect_build_info", "# HELP process_",
+                                                           "# HELP python_")))
     return CREATED.sub(r"\1 T", text), [float(v) for _, v in CREATED.findall(text)]
 
 
