@@ -301,7 +301,13 @@ class Session:
             events.append(failure)
         if forward is not None and held:
             sends = iter(held)
-            forward = [next(sends) if chunk is None else chunk for chunk in forward]
+            spliced: list = []
+            for chunk in forward:
+                if chunk is None:
+                    spliced += next(sends)  # a held frame: its new size prefix, then its bytes (no joining copy)
+                else:
+                    spliced.append(chunk)
+            forward = spliced
         return Output(forward, events)
 
     def broker_ended(self) -> bytes:
@@ -324,7 +330,7 @@ class Session:
         return pending.mode, pending
 
     def _response(self, offset, size, frame, complete, pending: _Pending | None, mode, now, events):
-        """Report one response; return the bytes to send for a held one."""
+        """Report one response; return the chunks to send for a held one (size prefix, frame)."""
         if pending is None:
             if len(frame) < 4:
                 events.append(self._problem(now, "decode_error", "response",
@@ -351,7 +357,7 @@ class Session:
                     now, "transform_failed", "response",
                     f"could not rewrite a response of api {pending.api_key} v{pending.api_version}: "
                     f"{type(exc).__name__}: {exc}", api_key=pending.api_key, api_version=pending.api_version, size=size))
-            out = _CORRELATION.pack(len(out)) + out
+            out = (_CORRELATION.pack(len(out)), out)
         if self.broker_inspected and not pending.forgotten:
             if size > self.config.inspect_max_bytes:  # held whole for the transform; observers get its head
                 frame, complete = frame[:HEAD_BYTES], False
