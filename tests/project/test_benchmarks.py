@@ -24,8 +24,12 @@ SMOKE = {
     "bench_native_probe.py": (["--repeat", "1", "--min-time", "0.001", "--no-gc-run"], r"C decode / kio read\s+[\d.]+"),
     "bench_capture.py": (["--rounds", "1"], r"capture \(deque\)\s+[\d.]+ \S*s\s+\(\s*[\d.]+x no-op\)"),
     "bench_analyze.py": (["--sizes", "2000,4000", "--reps", "1", "--warm-rows", "1000"], r"time\(4,000\) / time\(2,000\)"),
-    "bench_proxy.py": (["--quick", "--reps", "1", "--records", "2000", "--paths", "direct,kinspect-passthrough"],
-                       r"produce MB/s\s+[\d.]+\s+[\d.]+ \([\d.]+%\)"),
+    # bulk table, a small-request row with the proxy's CPU per request, the idle-memory figure
+    "bench_proxy.py": (["--quick", "--reps", "1", "--records", "2000", "--small-requests", "20", "--idle", "200",
+                        "--paths", "direct,kinspect-passthrough"],
+                       r"produce MB/s\s+[\d.]+\s+[\d.]+ \([\d.]+%\)[\s\S]*"
+                       r"apiversions/serial\s+kinspect-passthrough\s+\d+\s+[\d.]+\s[\s\S]*"
+                       r"idle memory: 200 idle connections through kinspect .* [\d.]+ KiB per connection"),
 }
 
 
