@@ -46,9 +46,10 @@ CPU time: the proxy's threads' time on a CPU from /proc/<pid>/task/*/schedstat (
 resolution) between the first request and the last response of a phase; utime+stime from
 /proc/<pid>/stat (10 ms ticks) is kept beside it in the JSON as a cross-check.
 
-Pinning (--pin, the default on 2 or more CPUs): the proxy runs under `taskset` on the last
-CPU, the broker, the clients and this script on the others; the output says what was pinned.
-docs/performance.md compares pinned and unpinned runs.
+Pinning (--pin; off by default): the proxy runs under `taskset` on the last CPU, the broker,
+the clients and this script on the others; the output says what was pinned. Pinned runs have
+a smaller spread but a different cost: every hop becomes a cross-CPU wake-up, which triples
+haproxy's kernel time per request (docs/performance.md compares both ways).
 
 Idle memory: --idle N connections through kinspect (metrics on), each after one ApiVersions
 exchange, then idle; RSS per connection = RSS growth / N. RLIMIT_NOFILE is raised for this
@@ -102,7 +103,12 @@ import profile_summary  # noqa: E402
 import small_requests  # noqa: E402
 from proc_cpu import CpuMeter, pin_command, pin_self, raise_nofile  # noqa: E402
 
-PIN_DEFAULT = True  # see docs/performance.md: pinning measured against not pinning, once
+HAPROXY_THREADS = 1  # kinspect forwards on one event-loop thread: haproxy gets one thread too (--haproxy-threads)
+# Pinning measured against not pinning, once (docs/performance.md): pinned, the spread of CPU per
+# request fell (median 30% -> 12% one at a time) but every hop became a cross-CPU wake-up that
+# tripled haproxy's kernel time per request, so ratios to haproxy shrank (3.0x -> 1.7x): pinning
+# measures another set-up, hence off unless asked for.
+PIN_DEFAULT = False
 PATHS = ["direct", "kinspect-passthrough", "kinspect-nometrics", "kinspect-capture", "kinspect-rewrite", "haproxy"]
 KINSPECT_PATHS = ["kinspect-passthrough", "kinspect-nometrics", "kinspect-capture", "kinspect-rewrite"]
 TANSU_NODE_ID = 111
@@ -235,6 +241,7 @@ def kinspect_command() -> list[str]:
 HAPROXY_CONFIG = """\
 global
     maxconn 4096
+    nbthread {threads}
     log stdout format raw local0 err
 
 defaults
@@ -259,6 +266,7 @@ class Stack:
                  proxy_cpus: set[int] | None = None) -> None:
         self.path = path
         self.proxy_cpus = proxy_cpus
+        self.haproxy_threads = HAPROXY_THREADS
         self.procs = procs
         self.workdir = workdir
         self.tag = tag
@@ -301,7 +309,8 @@ class Stack:
             (port,) = distinct_free_ports(1)
             self.broker = self.procs.start_broker(advertised_port=port)
             config = self.workdir / f"{self.tag}-haproxy.cfg"
-            config.write_text(HAPROXY_CONFIG.format(host=HOST, port=port, broker=self.broker.bootstrap))
+            config.write_text(HAPROXY_CONFIG.format(host=HOST, port=port, broker=self.broker.bootstrap,
+                                                    threads=self.haproxy_threads))
             cmd = [haproxy, "-db", "-f", str(config)]
         else:
             raise ValueError(path)
@@ -619,6 +628,8 @@ def measure_small(port: int, cpu_pid: int | None, settings: dict, small: dict) -
                 "requests": n, "seconds": result["seconds"], "req_s": n / result["seconds"],
                 "cpu_us_per_req": None if cpu is None else 1e6 * cpu / n,
                 "stat_cpu_us_per_req": None if result["meter"]["cpu_s"] is None else 1e6 * result["meter"]["cpu_s"] / n,
+                "user_us_per_req": None if result["meter"]["user_s"] is None else 1e6 * result["meter"]["user_s"] / n,
+                "system_us_per_req": None if result["meter"]["system_s"] is None else 1e6 * result["meter"]["system_s"] / n,
                 "p50_ms": percentile(lat, 50), "p99_ms": percentile(lat, 99),
             }
     return out
@@ -698,6 +709,11 @@ def cpu_per_mb_report(results: dict[str, list[dict]], paths: list[str]) -> tuple
     return lines, summary
 
 
+def user_sys(fig: dict) -> str:
+    user, system = fig.get("user_us_per_req"), fig.get("system_us_per_req")
+    return "-" if user is None or system is None else f"{user:.0f}/{system:.0f}"
+
+
 def small_report(results: dict[str, list[dict]], paths: list[str], settings: dict) -> tuple[list[str], dict]:
     """Per small-request workload: req/s, proxy CPU per request, its ratio to haproxy, spread, added latency."""
     summary: dict = {}
@@ -708,7 +724,8 @@ def small_report(results: dict[str, list[dict]], paths: list[str], settings: dic
             if not cells:
                 continue
             fig = {"reps": len(cells)}
-            for field in ("req_s", "cpu_us_per_req", "stat_cpu_us_per_req", "p50_ms", "p99_ms"):
+            for field in ("req_s", "cpu_us_per_req", "stat_cpu_us_per_req", "user_us_per_req", "system_us_per_req",
+                          "p50_ms", "p99_ms"):
                 values = [c[field] for c in cells if c.get(field) is not None]
                 fig[field] = statistics.median(values) if values else None
                 fig[field + "_spread_pct"] = spread_pct(values) if values else None
@@ -718,8 +735,9 @@ def small_report(results: dict[str, list[dict]], paths: list[str], settings: dic
     lines = [f"small requests: {settings['connections']} connections x {settings['small_requests']} requests, "
              f"serial = one at a time per connection, pipelined = {settings['in_flight']} in flight; "
              f"CPU = the proxy's CPU time per request; spread = (max - min) / median of CPU over reps; "
+             f"user/sys = the same split into user and system time (/proc/<pid>/stat, 10 ms ticks); "
              f"added = p50/p99 round trip minus direct's, ms"]
-    header = ["workload", "variant", "req/s", "CPU us/req", "vs haproxy", "spread", "p50/p99 added ms"]
+    header = ["workload", "variant", "req/s", "CPU us/req", "vs haproxy", "spread", "user/sys us", "p50/p99 added ms"]
     rows = []
     for phase in phases:
         by_path = summary.get(phase, {})
@@ -741,7 +759,7 @@ def small_report(results: dict[str, list[dict]], paths: list[str], settings: dic
                 added = "n/a"
             rows.append([phase, p, f"{fig['req_s']:.0f}", "-" if cpu is None else f"{cpu:.1f}",
                          "-" if fig["ratio_to_haproxy"] is None else f"{fig['ratio_to_haproxy']:.2f}x",
-                         fmt_spread(fig["cpu_us_per_req_spread_pct"]), added])
+                         fmt_spread(fig["cpu_us_per_req_spread_pct"]), user_sys(fig), added])
     lines += render_table(header, rows)
     lines.append("direct's own p50 / p99 in brackets")
     # One line per variant: CPU per request across every workload (geometric mean of the ratios).
@@ -957,9 +975,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--in-flight", type=int, default=32, help="requests in flight per pipelined connection (default 32)")
     p.add_argument("--idle", type=int, metavar="N",
                    help="idle connections held through kinspect for the memory figure (default 10000, --quick 1000; 0: skip)")
+    p.add_argument("--haproxy-threads", type=int, default=HAPROXY_THREADS,
+                   help="haproxy's nbthread (default 1, as kinspect forwards on one thread)")
     p.add_argument("--pin", action=argparse.BooleanOptionalAction, default=None,
                    help="pin the proxy to the last CPU and broker, clients and this script to the others "
-                        "(default: on when the machine has 2 or more CPUs)")
+                        "(default off: see docs/performance.md)")
     return p.parse_args(argv)
 
 
@@ -980,6 +1000,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.idle is not None:
         settings["idle"] = args.idle
     settings["connections"], settings["in_flight"] = args.connections, args.in_flight
+    global HAPROXY_THREADS
+    HAPROXY_THREADS = settings["haproxy_threads"] = args.haproxy_threads
     cpus = sorted(os.sched_getaffinity(0))
     pin = args.pin if args.pin is not None else PIN_DEFAULT and len(cpus) >= 2
     if pin and len(cpus) < 2:

@@ -24,6 +24,18 @@ def cpu_seconds(pid: int | None) -> float | None:
         return None
 
 
+def user_system_seconds(pid: int | None) -> tuple[float, float] | None:
+    """(user, system) CPU time of a whole process from /proc/<pid>/stat: Python and C code vs syscalls."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+        return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def run_seconds(pid: int | None) -> float | None:
     """Time on a CPU of the process's live threads, in ns resolution (/proc/<pid>/task/*/schedstat).
 
@@ -49,16 +61,20 @@ class CpuMeter:
 
     def __init__(self, pid: int | None) -> None:
         self.pid = pid
-        self.t0 = self.r0 = None
+        self.us0 = self.r0 = None
 
     def start(self) -> "CpuMeter":
-        self.t0, self.r0 = cpu_seconds(self.pid), run_seconds(self.pid)
+        self.us0, self.r0 = user_system_seconds(self.pid), run_seconds(self.pid)
         return self
 
     def stop(self) -> dict:
-        t1, r1 = cpu_seconds(self.pid), run_seconds(self.pid)
+        us1, r1 = user_system_seconds(self.pid), run_seconds(self.pid)
+        if self.us0 is None or us1 is None:
+            user = system = None
+        else:
+            user, system = us1[0] - self.us0[0], us1[1] - self.us0[1]
         return {
-            "cpu_s": None if self.t0 is None or t1 is None else t1 - self.t0,
+            "cpu_s": None if user is None else user + system, "user_s": user, "system_s": system,
             "run_s": None if self.r0 is None or r1 is None else r1 - self.r0,
         }
 
