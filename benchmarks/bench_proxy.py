@@ -1041,7 +1041,7 @@ def main(argv: list[str] | None = None) -> int:
             settings["idle_requested"] = settings["idle"]
             settings["idle"] = max(0, (limit - 200) // 2)
             idle_note += (f"; the machine does not allow {settings['idle_requested']} idle connections "
-                          f"through kinspect: measuring {settings['idle']}")
+                          f"through kinspect (each takes 2 descriptors there): measuring {settings['idle']}")
 
     codec = Codec()
     small = small_requests.workloads(codec, SMALL_TOPIC) if settings["small"] else None

@@ -119,10 +119,12 @@ def raise_nofile(wanted: int) -> tuple[int, str]:
             resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, wanted))
             return wanted, f"RLIMIT_NOFILE raised from {soft}/{hard} to {wanted}/{wanted} (soft/hard)"
         except (ValueError, OSError):
-            pass  # not privileged: the hard limit stays
+            pass  # not privileged (no CAP_SYS_RESOURCE): the hard limit stays
     new = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if new == soft:
+        return soft, f"RLIMIT_NOFILE is {soft} (the hard limit, which cannot be raised here)"
     resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
-    return new, f"RLIMIT_NOFILE soft limit raised from {soft} to {new} (hard limit {hard})"
+    return new, f"RLIMIT_NOFILE soft limit raised from {soft} to {new} (hard limit {hard}, which cannot be raised here)"
 
 
 def pin_self(cpus: set[int]) -> None:
