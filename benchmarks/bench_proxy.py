@@ -36,8 +36,8 @@ Bulk load, in every cell (one path, one repetition):
 Small-request load (benchmarks/small_requests.py), in every cell: raw-socket clients send
 frames built once with kinspect's own codec (only the correlation id changes), so the load
 is cheap and the same on every path: ApiVersions v3, Metadata v12 (one topic), Produce v9
-(acks=1, one 100-byte record per request, as with linger.ms=0) and Fetch v12 (a few small
-batches per response), each on --connections connections with one request at a time
+(acks=1, one 100-byte record per request, as with linger.ms=0) and Fetch v12 (of a topic
+holding 5 such records: about 900 bytes of batches per response), each on --connections connections with one request at a time
 ("serial") then --in-flight pipelined. Each phase reports requests/s, the proxy's CPU time
 per request, its ratio to haproxy's, the spread over repetitions and the p50/p99 round trip
 added to direct's.
@@ -584,14 +584,14 @@ def measure_produce_latency(bootstrap: str, topic: str, records: int, size: int,
 # ------------------------------------------------------------------ one cell
 
 
-SMALL_TOPIC = "bench-small"
+SMALL_TOPIC, SMALL_FETCH_TOPIC = "bench-small", "bench-small-fetch"
 SMALL_WARMUP = 10  # requests per connection before each workload's timed phases
 
 
 def run_cell(stack: Stack, settings: dict, api_versions: RawRequests, metadata: RawRequests,
              small: dict | None) -> dict:
     topic, warm_topic, latency_topic = "bench", "bench-warm", "bench-latency"
-    create_topics(stack.broker.bootstrap, [topic, warm_topic, latency_topic, SMALL_TOPIC])
+    create_topics(stack.broker.bootstrap, [topic, warm_topic, latency_topic, SMALL_TOPIC, SMALL_FETCH_TOPIC])
     port = int(stack.bootstrap.rpartition(":")[2])
     cpu_pid = stack.proxy_pid
     cell = {}
@@ -615,6 +615,7 @@ def measure_small(port: int, cpu_pid: int | None, settings: dict, small: dict) -
     """Every small-request workload, one at a time then pipelined, on `connections` connections each."""
     out = {}
     conns, per_conn = settings["connections"], settings["small_requests"]
+    small_requests.run_load(port, small["prefill"], 1, small_requests.FETCH_RECORDS, 1)
     for name in SMALL_WORKLOADS:
         workload = small[name]
         # Warm-up: the proxy's first frames of this kind (and, for fetch, records to read).
@@ -1044,7 +1045,7 @@ def main(argv: list[str] | None = None) -> int:
                           f"through kinspect (each takes 2 descriptors there): measuring {settings['idle']}")
 
     codec = Codec()
-    small = small_requests.workloads(codec, SMALL_TOPIC) if settings["small"] else None
+    small = small_requests.workloads(codec, SMALL_TOPIC, SMALL_FETCH_TOPIC) if settings["small"] else None
     raw_total = {"apiversions": settings["apiversions"] + RAW_WARMUP, "metadata": settings["metadata"] + RAW_WARMUP}
     api_versions = RawRequests(codec, 18, 3, {"ClientSoftwareName": "bench", "ClientSoftwareVersion": "1"},
                                raw_total["apiversions"])

@@ -20,7 +20,9 @@ from kinspect.protocol.records import crc32c_py
 HOST = "127.0.0.1"
 CLIENT_ID = "bench-small"
 RECORD_SIZE = 100
-FETCH_PARTITION_MAX_BYTES = 1024  # a few 100-byte batches per fetch response
+FETCH_PARTITION_MAX_BYTES = 1024
+FETCH_RECORDS = 5  # records in the fetched topic: Tansu answers with all of them (it ignores the max bytes)
+FETCH_MAX_WAIT_MS = 100  # Tansu answers MaxWaitMs=0 with no partitions at all; with records waiting it answers at once
 
 
 class LoadError(RuntimeError):
@@ -76,6 +78,11 @@ class Workload:
         errors = sorted(set(_error_codes(decoded.body)) - {0})
         if errors:
             raise LoadError(f"{self.name}: the broker answered with error code(s) {errors}")
+        if self.api_key == 1:  # a fetch must bring records back, or it measures empty answers
+            records = sum(len(p.get("Records") or b"") for t in decoded.body.get("Responses", [])
+                          for p in t.get("Partitions", []))
+            if not records:
+                raise LoadError(f"{self.name}: the fetch response holds no records")
 
 
 def _error_codes(value):
@@ -90,8 +97,21 @@ def _error_codes(value):
             yield from _error_codes(item)
 
 
-def workloads(codec: Codec, topic: str) -> dict[str, Workload]:
-    """The four small-request workloads against one 1-partition topic."""
+def _produce(name: str, codec: Codec, topic: str, now_ms: int) -> Workload:
+    # acks=1 and linger.ms=0 as a client sends them: one 100-byte record per request
+    return Workload(name, codec, 0, 9,
+                    {"TransactionalId": None, "Acks": 1, "TimeoutMs": 30000,
+                     "TopicData": [{"Name": topic, "PartitionData": [
+                         {"Index": 0, "Records": record_batch(b"v" * RECORD_SIZE, now_ms)}]}]})
+
+
+def workloads(codec: Codec, topic: str, fetch_topic: str) -> dict[str, Workload]:
+    """The four small-request workloads (1-partition topics), and `prefill`: what fills `fetch_topic` first.
+
+    Fetch reads `fetch_topic`, which holds FETCH_RECORDS records of RECORD_SIZE bytes
+    (run `prefill` once, FETCH_RECORDS requests, before the fetch phases): a small batch
+    set per response, the same size on every path and repetition.
+    """
     now_ms = int(time.time() * 1000)
     return {
         "apiversions": Workload("apiversions", codec, 18, 3,
@@ -99,16 +119,13 @@ def workloads(codec: Codec, topic: str) -> dict[str, Workload]:
         "metadata": Workload("metadata", codec, 3, 12,
                              {"Topics": [{"TopicId": b"\x00" * 16, "Name": topic}], "AllowAutoTopicCreation": False,
                               "IncludeTopicAuthorizedOperations": False}),
-        # acks=1 and linger.ms=0 as a client sends them: one 100-byte record per request
-        "produce": Workload("produce", codec, 0, 9,
-                            {"TransactionalId": None, "Acks": 1, "TimeoutMs": 30000,
-                             "TopicData": [{"Name": topic, "PartitionData": [
-                                 {"Index": 0, "Records": record_batch(b"v" * RECORD_SIZE, now_ms)}]}]}),
-        # a consumer re-reading the head of the partition: a few small batches per response
+        "produce": _produce("produce", codec, topic, now_ms),
+        "prefill": _produce("prefill", codec, fetch_topic, now_ms),
+        # a consumer re-reading a partition of a few small batches
         "fetch": Workload("fetch", codec, 1, 12,
-                          {"ReplicaId": -1, "MaxWaitMs": 0, "MinBytes": 1, "MaxBytes": 64 * 1024,
+                          {"ReplicaId": -1, "MaxWaitMs": FETCH_MAX_WAIT_MS, "MinBytes": 1, "MaxBytes": 64 * 1024,
                            "IsolationLevel": 0, "SessionId": 0, "SessionEpoch": -1,
-                           "Topics": [{"Topic": topic, "Partitions": [
+                           "Topics": [{"Topic": fetch_topic, "Partitions": [
                                {"Partition": 0, "CurrentLeaderEpoch": -1, "FetchOffset": 0, "LastFetchedEpoch": -1,
                                 "LogStartOffset": -1, "PartitionMaxBytes": FETCH_PARTITION_MAX_BYTES}]}],
                            "ForgottenTopicsData": [], "RackId": ""}),
