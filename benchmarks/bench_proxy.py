@@ -618,7 +618,7 @@ def measure_small(port: int, cpu_pid: int | None, settings: dict, small: dict) -
     small_requests.run_load(port, small["prefill"], 1, small_requests.FETCH_RECORDS, 1)
     for name in SMALL_WORKLOADS:
         workload = small[name]
-        # Warm-up: the proxy's first frames of this kind (and, for fetch, records to read).
+        # Warm-up: the proxy's first frames of this kind, on connections of their own.
         small_requests.run_load(port, workload, conns, SMALL_WARMUP, 1)
         for mode, in_flight in (("serial", 1), ("pipelined", settings["in_flight"])):
             result = small_requests.run_load(port, workload, conns, per_conn, in_flight, meter=CpuMeter(cpu_pid))
