@@ -70,13 +70,19 @@ def summarize(path: Path) -> dict:
         else:
             parts[LOOP_PART if IO_LEAF.search(frames[-1]) or len(frames) <= 6 else "other"] += n
     pct = (lambda c: [(k, 100.0 * v / total) for k, v in c.most_common()]) if total else (lambda c: [])
-    return {"file": str(path), "samples": total, "parts": pct(parts), "self": pct(own), "inclusive": pct(inclusive)}
+    python = total - parts[LOOP_PART]
+    python_parts = [(k, 100.0 * v / python) for k, v in parts.most_common() if k != LOOP_PART] if python else []
+    return {"file": str(path), "samples": total, "parts": pct(parts), "python_samples": python,
+            "python_parts": python_parts, "self": pct(own), "inclusive": pct(inclusive)}
 
 
 def render(summary: dict, top: int = 15) -> str:
     out = [f"{summary['file']}: {summary['samples']} samples"]
-    out.append("  by part of the proxy:")
+    out.append("  by part of the proxy (py-spy counts a thread waiting for a core as busy: the I/O share is")
+    out.append("  overstated on a loaded machine; see docs/performance.md):")
     out += [f"    {p:5.1f}%  {k}" for k, p in summary["parts"]]
+    out.append(f"  the {summary['python_samples']} samples in Python code, by part:")
+    out += [f"    {p:5.1f}%  {k}" for k, p in summary["python_parts"]]
     out.append(f"  top {top} functions by own samples:")
     out += [f"    {p:5.1f}%  {k}" for k, p in summary["self"][:top]]
     out.append(f"  top {top} functions by inclusive samples (below the event loop):")
