@@ -22,6 +22,7 @@ from kinspect.upgrade.inventory import UNKNOWN, Inventory
 from kinspect.upgrade.targets import PRODUCE, Target, incompatible
 
 UNSUPPORTED_VERSION = 35
+API_VERSIONS = 18
 OTHER = "other"
 
 METRIC_NAMES = {
@@ -47,7 +48,7 @@ class _Software:
 class InventoryObserver:
     """Keeps the client inventory from Request and Response events and counts it for Prometheus."""
 
-    needs_bodies = True  # Produce record magics come from the request's scan
+    needs_bodies = True  # for dispatchers that do not ask wants_body()
 
     def __init__(self, targets: list[Target] = (), max_unknown_series: int = 200, label_overflow=None,
                  max_connections: int = 10000, api_name=None) -> None:
@@ -61,7 +62,11 @@ class InventoryObserver:
         self._incompatible: dict[tuple, list] = {}  # (target, api key, version, software) -> [labels, count]
         self._software_series = 0
         self._incompatible_series = 0
-        self._need_magics = any(t.min_record_magic > 0 for t in self.targets)
+
+    @staticmethod
+    def wants_body(api_key: int, version: int, direction: str) -> bool:
+        """Produce requests (their record magics) and ApiVersions responses (KIP-511's error 35) only."""
+        return api_key == PRODUCE if direction == "request" else api_key == API_VERSIONS
 
     # ------------------------------------------------------------------ events
 
@@ -94,7 +99,9 @@ class InventoryObserver:
                 self._incompatible_request(target, api_key, version, counts.labels[0], e.api_name)
 
     def _response(self, e: Response) -> None:
-        if not e.complete:
+        # A broker answers an ApiVersions version it lacks with error 35 and a v0 body (KIP-511);
+        # other apis at a version it lacks get the connection closed, not an error code.
+        if e.api_key != API_VERSIONS or not e.complete:
             return
         try:
             codes = e.scan().error_codes
