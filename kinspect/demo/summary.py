@@ -36,6 +36,7 @@ class SummaryObserver:
     Tagged fields are read from the events' scans, which are computed once per event and
     shared with the MetricsObserver; header tag sections are read as the metrics read them.
     """
+    event_types = (Request, Response, Problem)
 
     needs_bodies = True
 

@@ -57,6 +57,7 @@ def _matches(selector, api_name: str | None, api_key: int) -> bool:
 
 
 class DebugLog:
+    event_types = (Request, Exchange)
     needs_bodies = True
 
     def __init__(

@@ -47,6 +47,7 @@ class _Software:
 
 class InventoryObserver:
     """Keeps the client inventory from Request and Response events and counts it for Prometheus."""
+    event_types = (Request, Response)
 
     needs_bodies = True  # for dispatchers that do not ask wants_body()
 

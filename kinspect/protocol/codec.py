@@ -295,6 +295,22 @@ class Codec:
             hv = self.request_header_version(api_key, api_version)
         except UnknownApiError:
             hv = 1
+        if hv >= 1:
+            # The common case read inline, as the compiled header would (every request pays this):
+            # a ClientId that is null or valid UTF-8 within the frame, then (v2) an empty tag section.
+            length = (frame[8] << 8 | frame[9]) if len(frame) >= 10 else -2
+            if length >= 0x8000:
+                length -= 0x10000
+            end = 10 + max(length, 0)
+            if length >= -1 and end <= len(frame) and (hv == 1 or (end < len(frame) and frame[end] == 0)):
+                try:
+                    client_id = None if length == -1 else frame[10:end].decode("utf-8")
+                except UnicodeDecodeError:
+                    client_id = False  # let the compiled header say what is wrong
+                if client_id is not False:
+                    fields = {"RequestApiKey": api_key, "RequestApiVersion": api_version,
+                              "CorrelationId": correlation_id, "ClientId": client_id}
+                    return RequestHeader(api_key, api_version, correlation_id, client_id, hv, end + (hv == 2), fields)
         compiled = self.header("RequestHeader", hv)
         fields, end = compiled.decode(frame, 0, whole=False)
         return RequestHeader(api_key, api_version, correlation_id, fields.get("ClientId"), hv, end, fields)

@@ -5,6 +5,10 @@ from __future__ import annotations
 import logging
 from typing import Iterable, Protocol
 
+from kinspect.session import Exchange, Problem, Request, Response
+
+EVENT_TYPES = (Request, Response, Exchange, Problem)
+
 log = logging.getLogger("kinspect.proxy")
 
 
@@ -13,6 +17,8 @@ class Observer(Protocol):
     # inspect.inspect_max_bytes). An observer without the attribute is assumed to. An
     # observer may instead say it per frame kind: wants_body(api_key, version, direction).
     needs_bodies: bool
+    # The event types it reads (optional): the dispatcher hands it only those.
+    event_types: tuple
 
     def on_event(self, event) -> None: ...
 
@@ -23,6 +29,7 @@ class Dispatcher:
     def __init__(self, observers: Iterable[Observer] = ()) -> None:
         self.observers = list(observers)
         self.failures = 0
+        self._route()
 
     def __bool__(self) -> bool:
         return bool(self.observers)
@@ -44,12 +51,25 @@ class Dispatcher:
             return False
         return lambda api_key, version, direction: any(p(api_key, version, direction) for p in predicates)
 
+    def _route(self) -> dict:
+        """Event type -> the observers that take it (`event_types`; an observer that does not say takes all)."""
+        routes: dict = {kind: [] for kind in EVENT_TYPES}
+        for observer in self.observers:
+            for kind in getattr(observer, "event_types", EVENT_TYPES):
+                routes[kind].append(observer.on_event)
+        self._routes, self._routed = routes, list(self.observers)
+        return routes
+
     def dispatch(self, events: list) -> None:
+        routes = self._routes
+        if self._routed != self.observers:  # observers were added or removed since
+            routes = self._route()
         for event in events:
-            for observer in self.observers:
+            for on_event in routes.get(type(event), ()):
                 try:
-                    observer.on_event(event)
+                    on_event(event)
                 except Exception:  # an observer's bug must never reach the relay
                     self.failures += 1
                     if self.failures <= 10:
-                        log.exception("observer %r failed on %s", observer, type(event).__name__)
+                        log.exception("observer %r failed on %s", getattr(on_event, "__self__", on_event),
+                                      type(event).__name__)
