@@ -64,6 +64,18 @@ def _chosen(argv: list[str]) -> str | None:
     return first if first in COMMANDS else None
 
 
+def _extras_needed(args: argparse.Namespace) -> tuple[str, ...]:
+    """The extras this run needs: the command's own, and the proxy extra (pyarrow) when the proxy captures."""
+    extras = COMMANDS[args.command][2]
+    if args.command == "proxy":
+        from kinspect.config import load_config
+
+        # Capture writes Parquet from a thread: without pyarrow it would fail only at the first row.
+        if getattr(args, "capture_dir", None) is not None or load_config(args.config).capture.enabled:
+            extras += ("proxy",)
+    return extras
+
+
 def main(argv: list[str] | None = None) -> int:
     from kinspect.cli.common import MODULE_EXTRA, missing_extra_message, missing_modules, native_codec_notice
 
@@ -75,19 +87,18 @@ def main(argv: list[str] | None = None) -> int:
         extra = MODULE_EXTRA[exc.module]
         print(missing_extra_message(exc.command, (extra,), [exc.module]), file=sys.stderr)
         return 2
-    extras = COMMANDS[args.command][2]
-    missing = missing_modules(*extras)
-    if missing:
-        print(missing_extra_message(args.command, extras, missing), file=sys.stderr)
-        return 2
-    notice = native_codec_notice()
-    if notice:
-        print(notice, file=sys.stderr)
-
     from kinspect.config import ConfigError
     from kinspect.protocol.errors import SpecError
 
     try:
+        extras = _extras_needed(args)
+        missing = missing_modules(*extras)
+        if missing:
+            print(missing_extra_message(args.command, extras, missing), file=sys.stderr)
+            return 2
+        notice = native_codec_notice()
+        if notice:
+            print(notice, file=sys.stderr)
         return args.run(args)
     except (SpecError, ConfigError) as exc:
         print(f"kinspect: {exc}", file=sys.stderr)

@@ -23,6 +23,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "kinspect.cli.main", *args], capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.integration
 def test_decode_a_recorded_connection():
     requests = sorted((TRAFFIC / "kafka_python").glob("*.requests.bin"))[0]
     responses = requests.with_name(requests.name.replace("requests", "responses"))
@@ -58,6 +59,7 @@ def test_decode_renders_uuid_bytes_and_records(capsys):
     assert found == {"records", "uuid"}
 
 
+@pytest.mark.integration
 def test_decode_reports_bad_frames_and_fails(tmp_path):
     bad = tmp_path / "bad.bin"
     good_header = struct.pack(">hhih", 3, 12, 1, 3) + b"abc" + b"\x00"
@@ -69,6 +71,7 @@ def test_decode_reports_bad_frames_and_fails(tmp_path):
     assert "1 failed to decode" in result.stderr
 
 
+@pytest.mark.integration
 def test_decode_reports_a_roundtrip_difference(tmp_path):
     # A bool written as 2 decodes as true but re-encodes as 1: reported, exit status 1.
     body = b"\x00\x00\x00\x01" + b"\x00\x01a" + b"\x02"  # Metadata v4: 1 topic "a", AllowAutoTopicCreation = 2
@@ -82,6 +85,7 @@ def test_decode_reports_a_roundtrip_difference(tmp_path):
     assert record["roundtrip"]["first_difference"] == len(frame) - 1
 
 
+@pytest.mark.integration
 def test_decode_missing_file():
     result = _run("decode", "/nonexistent/requests.bin")
     assert result.returncode == 2 and "No such file" in result.stderr
@@ -123,6 +127,7 @@ def test_config_errors_name_the_key(tmp_path, capsys):
     assert "specs.directories must be list[str]" in capsys.readouterr().err
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(not SHARED.is_dir(), reason="the Apache inputs live beside the checkout")
 def test_specs_import_command(tmp_path):
     result = _run("specs", "import", f"3.9.2={SHARED / '3.9.2'}", str(SHARED / "4.3.1"), "--out", str(tmp_path))

@@ -61,11 +61,17 @@ def source(tmp_path_factory) -> Path:
     return dest
 
 
+def checkout(source: Path, where: Path) -> Path:
+    """A fresh copy of the clone for one install: pip builds a directory in place (build/, *.egg-info),
+    and what one install leaves there must not serve the next."""
+    return Path(shutil.copytree(source, where / "kinspect"))
+
+
 @pytest.fixture(scope="module")
 def dist(source, tmp_path_factory) -> dict[str, Path]:
     """`python -m build`: an sdist, then a wheel built from that sdist (both isolated builds)."""
     out = tmp_path_factory.mktemp("dist")
-    run([sys.executable, "-m", "build", "--outdir", out], cwd=source)
+    run([sys.executable, "-m", "build", "--outdir", out], cwd=checkout(source, tmp_path_factory.mktemp("build")))
     (sdist,) = out.glob("kinspect-*.tar.gz")
     (wheel,) = out.glob("kinspect-*.whl")
     return {"sdist": sdist, "wheel": wheel}
@@ -110,6 +116,10 @@ def test_wheel_install_runs_the_base_commands_and_hints_the_extras(dist, tmp_pat
     assert analyze.returncode == 2 and analyze.stdout == ""
     assert stderr_lines(analyze) == [
         "kinspect analyze: pyspark, pyarrow not installed (the pipeline extra): pip install 'kinspect[pipeline]'"]
+    capture = run(["kinspect", "proxy", "--upstream", "127.0.0.1:9", "--capture-dir", tmp_path / "captures"],
+                  env=env, cwd=tmp_path, ok=False)
+    assert capture.returncode == 2 and stderr_lines(capture) == [
+        "kinspect proxy: pyarrow not installed (the proxy extra): pip install 'kinspect[proxy]'"]
     demo = run(["kinspect", "demo"], env=env, cwd=tmp_path, ok=False)
     (line,) = stderr_lines(demo)
     assert demo.returncode == 2 and line.endswith(" extra): pip install 'kinspect[proxy,demo]'"), line
@@ -124,7 +134,7 @@ def test_wheel_install_runs_the_base_commands_and_hints_the_extras(dist, tmp_pat
 
 def test_pip_install_dot_pipeline(source, tmp_path):
     venv, env = fresh_venv(tmp_path / "venv")
-    run(["pip", "install", "--quiet", ".[pipeline]"], cwd=source, env=env)
+    run(["pip", "install", "--quiet", ".[pipeline]"], cwd=checkout(source, tmp_path), env=env)
     run([venv / "bin" / "python", "-c", "import pyspark, pyarrow, uvloop, prometheus_client, structlog"], env=env)
     native = run([venv / "bin" / "python", "-c",
                   "from kinspect.protocol.wire_program import native_available; print(native_available())"],
@@ -144,10 +154,11 @@ def test_pip_install_dot_pipeline(source, tmp_path):
 def test_pip_install_dot_without_a_compiler(source, tmp_path):
     """No C compiler (CC=/bin/false): the install succeeds without the extension, and kinspect says so once."""
     venv, env = fresh_venv(tmp_path / "venv")
-    run(["pip", "install", "--quiet", "."], cwd=source, env={**env, "CC": "/bin/false", "CXX": "/bin/false"})
+    run(["pip", "install", "--quiet", "."], cwd=checkout(source, tmp_path),
+        env={**env, "CC": "/bin/false", "CXX": "/bin/false"})
     site = next((venv / "lib").glob("python3*/site-packages"))
     assert (site / "kinspect" / "cli" / "main.py").is_file()
-    assert not list((site / "kinspect" / "protocol").glob("_wire*")), "the C codec was built after all"
+    assert not list((site / "kinspect" / "protocol").glob("_wire*.so")), "the C codec was built after all"
     decoded = run(["kinspect", "decode", REQUESTS, RESPONSES, "-o", tmp_path / "out.jsonl"], env=env, cwd=tmp_path)
     assert "0 failed to decode" in decoded.stderr
     assert decoded.stderr.count(NOTICE) == 1
@@ -163,7 +174,7 @@ def test_pipx_install_dot(source, tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(PIPX_HOME=str(home), PIPX_BIN_DIR=str(bin_dir), PIPX_MAN_DIR=str(tmp_path / "man"),
                PIPX_DEFAULT_PYTHON=sys.executable, PATH=f"{bin_dir}{os.pathsep}{env['PATH']}")
-    run([sys.executable, "-m", "pipx", "install", "."], cwd=source, env=env)
+    run([sys.executable, "-m", "pipx", "install", "."], cwd=checkout(source, tmp_path), env=env)
     kinspect = bin_dir / "kinspect"
     assert kinspect.exists()
     assert " Metadata " in run([kinspect, "specs", "list"], env=env, cwd=tmp_path).stdout
