@@ -19,6 +19,7 @@ needs no atheris: tests/test_fuzz_regressions.py replays crashes through it.
 
 from __future__ import annotations
 
+import os
 import struct
 import sys
 from pathlib import Path
@@ -259,9 +260,20 @@ def check(data: bytes) -> None:
         _MODES[data[0] % 4](bytes(data[1:]))
 
 
+def prepare_artifact_dirs(argv: list[str]) -> None:
+    """Create the folder of -artifact_prefix=DIR/ (libFuzzer writes crashes there but never makes it)."""
+    for arg in argv:
+        if arg.startswith("-artifact_prefix="):
+            prefix = arg.split("=", 1)[1]
+            folder = prefix if prefix.endswith("/") else os.path.dirname(prefix)
+            if folder:
+                os.makedirs(folder, exist_ok=True)
+
+
 def main() -> None:
     import atheris
 
+    prepare_artifact_dirs(sys.argv)
     atheris.Setup(sys.argv, check)
     atheris.Fuzz()
 

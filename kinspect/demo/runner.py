@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import signal
 import socket
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +22,7 @@ from kinspect.logs import configure_logging, reset_logging
 
 HOST = "127.0.0.1"  # the demo listens on loopback only
 WORKDIR_MARK = ".kinspect-demo-workdir"  # only a directory holding it (or an empty one) is ever wiped
+WORKDIR_LOCK = ".kinspect-demo.lock"  # held by the running demo: a second one in the same folder is refused
 SHUTDOWN_GRACE = 2.0  # seconds in-flight requests get at Ctrl-C
 CAPTURE_FILE_SECONDS = 5.0  # a capture file is finished this long after its first row, so one is soon there to read
 WORKLOAD_STOP_WAIT = 10.0  # seconds a cancelled workload gets to notice before the proxy closes under it
@@ -80,25 +83,63 @@ def choose_ports(port_base: int | None) -> DemoPorts:
 
 
 def prepare_workdir(path: Path) -> Path:
-    """Empty the workdir (creating it); refuse a non-empty directory the demo did not make."""
+    """Lock the workdir for this run and empty it (creating it); refuse a non-empty directory the demo did not make.
+
+    The lock (flock on WORKDIR_LOCK, held until release_workdir or the process ends) stops a
+    second demo from emptying the folder of one that is running and writing into its captures.
+    """
     path = path.resolve()
     if path.exists():
         if not path.is_dir():
             raise DemoError(f"workdir {path} exists and is not a directory")
-        entries = list(path.iterdir())
+        entries = [e for e in path.iterdir() if e.name != WORKDIR_LOCK]
         if entries and not (path / WORKDIR_MARK).is_file():
             raise DemoError(f"workdir {path} is not empty and was not made by kinspect demo; "
                             f"choose another --workdir or remove it")
-        import shutil
-
-        for entry in entries:
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
     path.mkdir(parents=True, exist_ok=True)
+    _lock_workdir(path)
+    import shutil
+
+    for entry in path.iterdir():
+        if entry.name == WORKDIR_LOCK:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
     (path / WORKDIR_MARK).write_text("made by `kinspect demo`; wiped at each run\n")
     return path
+
+
+_LOCKS: dict[Path, object] = {}  # workdir -> its open lock file, for as long as this process runs the demo
+
+
+def _lock_workdir(path: Path) -> None:
+    if path in _LOCKS:
+        return
+    import fcntl
+
+    handle = open(path / WORKDIR_LOCK, "a+", encoding="utf-8")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise DemoError(f"workdir {path} is in use by a running kinspect demo ({holder}); "
+                        f"stop it, or give this one another --workdir") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()}\n")
+    handle.flush()
+    _LOCKS[path] = handle
+
+
+def release_workdir(path: Path) -> None:
+    """Let another demo use the workdir (the lock also ends with the process)."""
+    handle = _LOCKS.pop(path.resolve(), None)
+    if handle is not None:
+        handle.close()
 
 
 # ----------------------------------------------------------------------------- config
@@ -164,7 +205,7 @@ def run_demo(options: DemoOptions) -> int:
         demo = _Demo(options, app, summary, tansu, workdir, log_path)
         return asyncio.run(demo.run())
     except (DemoError, BrokerError, OSError, ValueError) as exc:
-        say(f"kinspect demo: cannot start: {exc}")
+        print(f"kinspect demo: cannot start: {exc}", file=sys.stderr, flush=True)
         return 2
     except KeyboardInterrupt:
         say("kinspect demo: interrupted while starting")
@@ -179,6 +220,7 @@ def run_demo(options: DemoOptions) -> int:
         if log_file is not None:
             reset_logging()
             log_file.close()
+        release_workdir(options.workdir)
 
 
 class _Demo:
@@ -239,7 +281,14 @@ class _Demo:
             ("debug log", f"{self.log_path} (JSON lines; kafka.request: every decoded request)"),
             ("captures", captures),
             ("broker", f"tansu pid {self.tansu.pid} on {HOST}:{self.tansu.port} (log {self.tansu.log_path})"),
+            ("next step", self.next_step()),
         ]
+
+    def next_step(self) -> str:
+        """How to analyze these captures: `make analyze` in a checkout (docs/analyze.md)."""
+        default = Path.cwd() / ".kinspect-demo"
+        make = "make analyze" if self.workdir == default.resolve() else f"make analyze DEMO_WORKDIR={self.workdir}"
+        return f"{make}  (the Spark report on these captures, written to {self.workdir / 'report'}/report.html)"
 
     async def _workload(self) -> tuple[WorkloadResult | None, str | None]:
         """Run the blocking client in a daemon thread; a stop request cancels it."""

@@ -104,8 +104,8 @@ class Gate:
 
 
 def _readme_schema_table() -> str:
-    text = (ROOT / "README.md").read_text()
-    start = text.index("### Capture schema")
+    text = (ROOT / "docs" / "capture.md").read_text()  # the README's reference moved to docs/
+    start = text.index("## Capture schema")
     end = text.find("\n## ", start)
     return text[start:end if end != -1 else len(text)]
 

@@ -198,12 +198,14 @@ def http_json(url: str) -> dict:
 # ------------------------------------------------------------------------- static checks
 
 
+@pytest.mark.integration
 def test_promtool_check_config():
     r = run_promtool("check", "config", str(PROM_CONFIG))
     assert r.returncode == 0, r.stdout + r.stderr
     assert "1 rule files found" in r.stdout + r.stderr
 
 
+@pytest.mark.integration
 def test_promtool_check_config_with_kubernetes_job_uncommented(tmp_path):
     """The commented pod job is valid once uncommented."""
     text = PROM_CONFIG.read_text(encoding="utf-8")
@@ -226,6 +228,7 @@ def test_promtool_check_config_with_kubernetes_job_uncommented(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+@pytest.mark.integration
 def test_promtool_check_rules():
     r = run_promtool("check", "rules", str(ALERTS))
     assert r.returncode == 0, r.stdout + r.stderr
@@ -244,6 +247,7 @@ def test_rules_cover_the_required_alerts():
     assert body.count("summary:") == len(exprs) and body.count("description:") == len(exprs)
 
 
+@pytest.mark.integration
 def test_dashboard_exprs_parse_with_promtool(tmp_path):
     exprs = dashboard_exprs(load_dashboard())
     assert exprs
@@ -259,6 +263,7 @@ def test_dashboard_exprs_parse_with_promtool(tmp_path):
     assert f"SUCCESS: {len(exprs)} rules found" in r.stdout
 
 
+@pytest.mark.integration
 def test_rule_exprs_reparse_with_promtool(tmp_path):
     """The extractor used below sees the same expressions promtool accepts."""
     exprs = rule_exprs()
@@ -334,6 +339,7 @@ def test_dashboard_panels():
         assert "_bucket" in p["targets"][0]["expr"] and "by (le)" in p["targets"][0]["expr"]
 
 
+@pytest.mark.integration
 def test_dashboard_is_generated(tmp_path):
     out = tmp_path / "dashboard.json"
     for _ in range(2):  # twice: the output must not change from one run to the next
@@ -501,12 +507,14 @@ def prometheus(metrics_endpoint, tmp_path_factory):
         log.close()
 
 
+@pytest.mark.integration
 def test_prometheus_scrapes_endpoint(prometheus):
     r = prometheus.query(f'up{{job="{prometheus.job}"}}')
     assert r["status"] == "success"
     assert [s["value"][1] for s in r["data"]["result"]] == ["1"]
 
 
+@pytest.mark.integration
 def test_prometheus_accepts_dashboard_exprs(prometheus):
     failures = []
     for where, expr in dashboard_exprs(load_dashboard()):
@@ -516,12 +524,14 @@ def test_prometheus_accepts_dashboard_exprs(prometheus):
     assert not failures, failures
 
 
+@pytest.mark.integration
 def test_prometheus_accepts_rule_exprs(prometheus):
     for alert, expr in rule_exprs():
         r = prometheus.query(expr)
         assert r.get("status") == "success", (alert, expr, r)
 
 
+@pytest.mark.integration
 def test_prometheus_loads_and_evaluates_rules(prometheus):
     alerts = [a for a, _ in rule_exprs()]
     deadline = time.monotonic() + 15
@@ -535,6 +545,7 @@ def test_prometheus_loads_and_evaluates_rules(prometheus):
     assert sorted(r["name"] for r in rules) == sorted(alerts)
 
 
+@pytest.mark.integration
 def test_dashboard_metrics_exist_in_scrape(prometheus, metrics_endpoint):
     """The series that this traffic must produce, and that the dashboard and rules use, are scraped."""
     deadline = time.monotonic() + 20

@@ -123,6 +123,21 @@ def test_client_reset_mid_response(rig: RewriteRig, codec: Codec):
     assert_no_leaks(rig, fds)
 
 
+def unsent_until_acked(conn: socket.socket, timeout: float = 10.0) -> None:
+    """Wait until the peer has acknowledged every byte sent on conn (Linux SIOCOUTQ: bytes not yet acked)."""
+    import fcntl
+    import termios
+
+    deadline = time.monotonic() + timeout
+    buf = bytearray(4)
+    while True:
+        fcntl.ioctl(conn.fileno(), termios.TIOCOUTQ, buf)
+        if struct.unpack("i", buf)[0] == 0:
+            return
+        assert time.monotonic() < deadline, "the peer did not read what was sent"
+        time.sleep(0.005)
+
+
 def test_broker_reset_mid_response(codec: Codec):
     """The broker sends half a response and resets: the client gets exactly that half, then the close;
     the request is reported unanswered; nothing is left behind."""
@@ -132,7 +147,7 @@ def test_broker_reset_mid_response(codec: Codec):
         frame = recv_frame(conn)
         result["request"] = frame
         conn.sendall(struct.pack(">i", len(response)) + response[: len(response) // 2])
-        time.sleep(0.2)
+        unsent_until_acked(conn)  # a reset drops what is still in the send queue
         conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RST)
 
     broker = ScriptedBroker(script)
