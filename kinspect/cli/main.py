@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from kinspect import __version__
-from kinspect.cli import analyze_command, decode_command, demo_command, proxy_command, specs_command
+from kinspect.cli import analyze_command, capture_command, decode_command, demo_command, proxy_command, specs_command
 from kinspect.config import ConfigError
 from kinspect.protocol.errors import SpecError
 
@@ -20,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     proxy_command.add_parser(commands)
     analyze_command.add_parser(commands)
     demo_command.add_parser(commands)
+    capture_command.add_parser(commands)
     return parser
 
 
