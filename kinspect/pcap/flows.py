@@ -72,13 +72,14 @@ class _Undecided:
 class FlowTable:
     """Feeds segments to flows; calls sink.frame_events / sink.stream_note / sink.flow_closed."""
 
-    def __init__(self, codec, session_config, sink, ports=(), *, head_bytes: int = 512) -> None:
+    def __init__(self, codec, session_config, sink, ports=(), *, head_bytes: int = 512, on_frame=None) -> None:
         self.codec = codec
         self.config = session_config
         self.check = HeaderCheck(codec, session_config.max_frame_bytes)
         self.sink = sink
         self.ports = frozenset(ports)
         self.head_bytes = head_bytes
+        self.on_frame = on_frame  # called with (flow, direction, item) for every frame, before the session sees it
         self.flows: dict[tuple, Flow] = {}
         self.undecided: dict[tuple, _Undecided] = {}
         self.ignored: set[tuple] = set()
@@ -222,6 +223,8 @@ class FlowTable:
             if kind == "frame":
                 _, offset, size, data, complete, time = item
                 stats.frames += 1
+                if self.on_frame is not None:
+                    self.on_frame(flow, direction, item)
                 sink.frame_events(flow, direction, offset, time, feed(size, data, complete, time))
             else:
                 if kind == "gap":
