@@ -84,7 +84,7 @@ def record(path: Path, mb: float) -> int:
 
 
 class _Nothing:
-    def frame_events(self, flow, direction, offset, time, events):
+    def frame_events(self, flow, direction, offset, time, events, frame):
         pass
 
     def stream_note(self, flow, direction, item):

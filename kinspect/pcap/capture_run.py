@@ -29,7 +29,7 @@ class _CaptureSink:
         while writer.queue_depth >= writer.queue_rows - 1 or writer.queued_bytes > writer.queue_bytes // 2:
             time.sleep(_WAIT)
 
-    def frame_events(self, flow, direction, offset, time_, events) -> None:
+    def frame_events(self, flow, direction, offset, time_, events, frame) -> None:
         for event in events:
             if type(event) is Exchange:
                 self._room()

@@ -36,8 +36,8 @@ class _JsonSink:
         else:
             self.out.write(text)
 
-    def frame_events(self, flow, direction, offset, time, events) -> None:
-        self._write(flow, self.builder.frame_records(flow, direction, offset, time, events))
+    def frame_events(self, flow, direction, offset, time, events, frame) -> None:
+        self._write(flow, self.builder.frame_records(flow, direction, offset, time, events, frame))
 
     def stream_note(self, flow, direction, item) -> None:
         if item[0] != "resync":

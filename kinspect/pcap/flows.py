@@ -225,7 +225,7 @@ class FlowTable:
                 stats.frames += 1
                 if self.on_frame is not None:
                     self.on_frame(flow, direction, item)
-                sink.frame_events(flow, direction, offset, time, feed(size, data, complete, time))
+                sink.frame_events(flow, direction, offset, time, feed(size, data, complete, time), data)
             else:
                 if kind == "gap":
                     stats.gaps += 1

