@@ -8,13 +8,18 @@ from kinspect.pcap.feed import FlowFeeder
 from kinspect.pcap.framing import StreamFramer
 from kinspect.pcap.reader import TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN, PacketReader, Segment, address
 from kinspect.pcap.reassembly import Reassembler
-from kinspect.pcap.resync import FOUND, HeaderCheck, scan
+from kinspect.pcap.resync import HeaderCheck, Resync
 
 REQUEST, RESPONSE = "request", "response"
 # A flow whose direction is unknown (no SYN, no --port) holds this much before guessing.
 HOLD_SEGMENTS, HOLD_BYTES = 64, 256 * 1024
 # A closed flow stays open for this many more packets: a reordered segment may still come.
 CLOSE_AFTER_PACKETS = 64
+# Segments held back because they acknowledge bytes of the other direction not yet seen (see _apply).
+HOLD_CAUSAL = 64
+# Resync candidates up to this size are accepted only whole and decoded (resync.HeaderCheck).
+WHOLE_CHECK_BYTES = 4 * 1024 * 1024
+_OTHER = {"request": "response", "response": "request"}
 
 
 @dataclass
@@ -46,6 +51,7 @@ class Flow:
     fins: set = field(default_factory=set, repr=False)
     closing_at: int | None = None  # packet number after which the flow is finished
     reset: bool = False  # ended by a RST: bytes a side had queued may never have been sent
+    held: dict = field(default_factory=lambda: {"request": [], "response": []}, repr=False)
     last_time: float = 0.0
 
     @property
@@ -75,7 +81,8 @@ class FlowTable:
     def __init__(self, codec, session_config, sink, ports=(), *, head_bytes: int = 512, on_frame=None) -> None:
         self.codec = codec
         self.config = session_config
-        self.check = HeaderCheck(codec, session_config.max_frame_bytes)
+        self.check = HeaderCheck(codec, session_config.max_frame_bytes,
+                                 min(session_config.inspect_max_bytes, WHOLE_CHECK_BYTES))
         self.sink = sink
         self.ports = frozenset(ports)
         self.head_bytes = head_bytes
@@ -169,7 +176,7 @@ class FlowTable:
         sides: dict[tuple, bytearray] = {}
         for s in held.segments:
             sides.setdefault((s.src, s.sport), bytearray()).extend(s.data)
-        readers = [side for side, data in sides.items() if scan(self.check, data, 0, REQUEST, {})[0] == FOUND]
+        readers = [side for side, data in sides.items() if Resync(self.check, REQUEST, {}).find(data)[0] is not None]
         here, there = (seg.src, seg.sport), (seg.dst, seg.dport)
         if len(readers) == 1:
             client = readers[0]
@@ -184,6 +191,29 @@ class FlowTable:
 
     def _apply(self, flow: Flow, seg: Segment) -> None:
         direction = REQUEST if (seg.src, seg.sport) == flow.client else RESPONSE
+        held = flow.held[direction]
+        if seg.data and seg.flags & TCP_ACK:
+            # A segment that acknowledges bytes of the other direction the capture has not delivered
+            # yet was sent after them: a capture that reordered packets would otherwise show a
+            # response before its request. It waits (a bounded while) for those bytes.
+            if held or self._ahead(flow, direction, seg.ack):
+                held.append(seg)
+                if len(held) <= HOLD_CAUSAL:
+                    return
+                self._release(flow, direction, force=True)
+                return
+        self._process(flow, direction, seg)
+
+    def _ahead(self, flow: Flow, direction: str, ack: int) -> bool:
+        other = flow.streams[_OTHER[direction]][0]
+        return other.isn is not None and other._offset(ack) > other.next
+
+    def _release(self, flow: Flow, direction: str, force: bool = False) -> None:
+        held = flow.held[direction]
+        while held and (force or not self._ahead(flow, direction, held[0].ack)):
+            self._process(flow, direction, held.pop(0))
+
+    def _process(self, flow: Flow, direction: str, seg: Segment) -> None:
         reassembler, framer, out = flow.streams[direction]
         flow.last_time = seg.time
         flags = seg.flags
@@ -196,10 +226,15 @@ class FlowTable:
             reassembler.push(seg.seq, seg.data, seg.missing, seg.time)
             if out:
                 self._emit(flow, direction, out)
+            if flow.held[_OTHER[direction]]:
+                self._release(flow, _OTHER[direction])
+        if flags & TCP_ACK:
+            flow.streams[RESPONSE if direction == REQUEST else REQUEST][0].ack(seg.ack)
         if flags & TCP_RST:
             flow.reset = True
             self._schedule_close(flow)
         elif flags & TCP_FIN:
+            reassembler.fin(seg.seq, len(seg.data) + seg.missing)
             flow.fins.add(direction)
             if len(flow.fins) == 2:
                 self._schedule_close(flow)
@@ -239,6 +274,9 @@ class FlowTable:
 
     def _close(self, flow: Flow) -> None:
         time = flow.last_time
+        while flow.held[REQUEST] or flow.held[RESPONSE]:
+            for direction in (REQUEST, RESPONSE):
+                self._release(flow, direction, force=True)
         for direction in (REQUEST, RESPONSE):
             reassembler, framer, out = flow.streams[direction]
             reassembler.flush(time)

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import struct
 
-from kinspect.pcap.resync import FOUND, NEED_MORE, HeaderCheck, scan
+from kinspect.pcap.resync import HeaderCheck, Resync
 
 _SIZE = struct.Struct(">i")
-# While out of sync, at most this many bytes wait for a decision (a header straddling packets);
-# anything older is discarded and reported.
-MAX_UNSYNCED_HOLD = 64 * 1024
 
 
 class StreamFramer:
@@ -24,7 +21,7 @@ class StreamFramer:
     """
 
     __slots__ = ("direction", "check", "outstanding", "max_frame_bytes", "keep_limit", "head_bytes", "out",
-                 "synced", "_buf", "_buf_offset", "_skip", "_skip_time")
+                 "synced", "_buf", "_buf_offset", "_skip", "_resync")
 
     def __init__(self, direction: str, check: HeaderCheck, outstanding: dict, out: list, *, synced: bool,
                  keep_limit: int, head_bytes: int = 512) -> None:
@@ -39,6 +36,7 @@ class StreamFramer:
         self._buf = bytearray()
         self._buf_offset = 0  # stream offset of _buf[0]
         self._skip = 0  # bytes of a large frame (head already emitted) still to pass over
+        self._resync = Resync(check, direction, outstanding)
 
     def data(self, offset: int, data: bytes, time: float) -> None:
         if self._skip:
@@ -54,7 +52,7 @@ class StreamFramer:
         if self.synced:
             self._frames(time)
         else:
-            self._resync(time)
+            self._regain(time)
 
     def gap(self, offset: int, missing: int, time: float) -> None:
         self.out.append(("gap", offset, missing, time))
@@ -76,6 +74,7 @@ class StreamFramer:
                 return
         self._drop(len(buf), time)
         self.synced = False
+        self._resync.reset()
 
     def finish(self, time: float) -> None:
         """The flow ended: whatever is held is an incomplete frame or unsynced bytes."""
@@ -88,6 +87,7 @@ class StreamFramer:
             self.out.append(("discarded", self._buf_offset, count, time))
             del self._buf[:count]
             self._buf_offset += count
+            self._resync.dropped(count)
 
     def _frames(self, time: float) -> None:
         buf, out = self._buf, self.out
@@ -100,6 +100,7 @@ class StreamFramer:
             if size < 0 or size > self.max_frame_bytes:
                 # Not a Kafka size: framing is lost here (non-Kafka bytes, or a gap we did not see).
                 self.synced = False
+                self._resync.reset()
                 break
             if size > self.keep_limit:
                 head = min(self.head_bytes, size)
@@ -124,7 +125,7 @@ class StreamFramer:
             del buf[:pos]
             self._buf_offset += pos
         if not self.synced:
-            self._resync(time)
+            self._regain(time)
 
     @staticmethod
     def _note(frame: bytes, requests: bool, outstanding: dict) -> None:
@@ -138,17 +139,14 @@ class StreamFramer:
         elif len(frame) >= 4:
             outstanding.pop(_SIZE.unpack_from(frame, 0)[0], None)
 
-    def _resync(self, time: float) -> None:
-        buf = self._buf
-        verdict, pos = scan(self.check, buf, 0, self.direction, self.outstanding)
-        if verdict == FOUND:
-            self._drop(pos, time)
-            self.synced = True
-            self.out.append(("resync", self._buf_offset, time))
-            self._frames(time)
+    def _regain(self, time: float) -> None:
+        found, keep_from = self._resync.find(self._buf)
+        if found is None:
+            # Keep at most one candidate frame's worth of bytes waiting for a decision.
+            self._drop(max(keep_from, len(self._buf) - self.check.whole_check_bytes - 64), time)
             return
-        if verdict == NEED_MORE:
-            keep_from = max(pos, len(buf) - MAX_UNSYNCED_HOLD)
-        else:
-            keep_from = len(buf)
-        self._drop(keep_from, time)
+        self._drop(found, time)
+        self._resync.reset()
+        self.synced = True
+        self.out.append(("resync", self._buf_offset, time))
+        self._frames(time)

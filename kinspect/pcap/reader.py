@@ -44,6 +44,7 @@ class Segment:
     dst: bytes
     dport: int
     seq: int
+    ack: int
     flags: int
     data: bytes
     missing: int
@@ -139,5 +140,5 @@ class PacketReader:
             sent = ip.len if type(ip) is dpkt.ip.IP else (ip.plen + 40 if ip.plen else 0)
             missing = sent - len(ip) if sent else 0
             self.segments_read += 1
-            yield Segment(float(ts), ip.src, tcp.sport, ip.dst, tcp.dport, tcp.seq, tcp.flags, data,
+            yield Segment(float(ts), ip.src, tcp.sport, ip.dst, tcp.dport, tcp.seq, tcp.ack, tcp.flags, data,
                           missing if missing > 0 else 0)

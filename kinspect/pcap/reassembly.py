@@ -17,7 +17,7 @@ class Reassembler:
     """
 
     __slots__ = ("sink", "isn", "next", "pending", "pending_bytes", "max_pending_bytes", "max_pending_segments",
-                 "started_mid", "retransmitted", "gap_bytes", "gaps")
+                 "started_mid", "retransmitted", "gap_bytes", "gaps", "acked", "fin_at")
 
     def __init__(self, sink, max_pending_bytes: int = 1024 * 1024, max_pending_segments: int = 256) -> None:
         self.sink = sink  # has data(offset, bytes, time) and gap(offset, count, time)
@@ -31,6 +31,8 @@ class Reassembler:
         self.retransmitted = 0
         self.gap_bytes = 0
         self.gaps = 0
+        self.acked = 0  # the peer acknowledged every byte before this offset
+        self.fin_at: int | None = None  # offset of the FIN: the stream's end
 
     def syn(self, seq: int) -> None:
         if self.isn is None:
@@ -114,7 +116,25 @@ class Reassembler:
         self.next = first
         self._drain()
 
+    def ack(self, seq: int) -> None:
+        """The peer acknowledged up to seq: those bytes were sent, captured or not."""
+        if self.isn is not None:
+            off = self._offset(seq)
+            if off > self.acked:
+                self.acked = off
+
+    def fin(self, seq: int, length: int) -> None:
+        if self.isn is not None:
+            self.fin_at = self._offset(seq) + length
+
     def flush(self, time: float) -> None:
-        """The flow ended: every hole still open is a gap."""
+        """The flow ended: every hole still open is a gap, up to the FIN or the peer's last ACK."""
         while self.pending:
             self._give_up(time)
+        end = self.fin_at if self.fin_at is not None else self.acked
+        if end > self.next:  # the last segments were sent (acknowledged) but not captured
+            hole = end - self.next
+            self.gaps += 1
+            self.gap_bytes += hole
+            self.sink.gap(self.next, hole, time)
+            self.next = end

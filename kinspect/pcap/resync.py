@@ -12,7 +12,6 @@ _REQUEST_PREFIX = struct.Struct(">ihhih")  # size, api key, api version, correla
 _RESPONSE_PREFIX = struct.Struct(">ii")  # size, correlation id
 MAX_CLIENT_ID = 1024  # longer client ids are legal but not plausible enough to regain sync on
 MIN_REQUEST = 10  # api key, version, correlation id, client id length
-FOUND, NEED_MORE = "found", "need_more"
 
 
 def _printable(data: bytes) -> bool:
@@ -23,15 +22,19 @@ class HeaderCheck:
     """Says whether a frame header can start at a position: a size in range, then a header the codec accepts.
 
     Requests: an api key and version the specs know, a plausible client id, a header the
-    codec decodes and, when the whole frame is at hand, a body that decodes. Responses: the
-    correlation id of an outstanding request, and a body that decodes as its answer when
-    the whole frame is at hand.
+    codec decodes and a body that decodes. Responses: the correlation id of an outstanding
+    request and a body that decodes as its answer. The whole frame is waited for (None
+    until then), so a candidate can be at most whole_check_bytes long.
     """
 
-    def __init__(self, codec: Codec, max_frame_bytes: int) -> None:
+    def __init__(self, codec: Codec, max_frame_bytes: int, whole_check_bytes: int = 1024 * 1024) -> None:
         self.codec = codec
         self.registry = codec.registry
         self.max_frame_bytes = max_frame_bytes
+        # A candidate frame is only accepted once it is whole and its body decodes: a header alone
+        # matches by chance inside record data too often. Larger frames cannot be candidates (a
+        # stretch without sync is discarded up to the next frame of at most this size).
+        self.whole_check_bytes = whole_check_bytes
 
     def request_at(self, buf, pos: int) -> bool | None:
         """True/False, or None when the buffer ends before the header does."""
@@ -50,12 +53,14 @@ class HeaderCheck:
                 return None
             if not _printable(bytes(buf[pos + 14 : pos + 14 + client_len])):
                 return False
+        if size > self.whole_check_bytes:
+            return False
         have = min(end - pos - 4, size)
-        frame = bytes(buf[pos + 4 : pos + 4 + have])
+        if have < size:
+            return None
+        frame = bytes(buf[pos + 4 : pos + 4 + size])
         try:
-            self.codec.decode_request_header(frame)
-            if have == size:
-                self.codec.decode_request(frame)
+            self.codec.decode_request(frame)
         except DecodeError:
             return False
         except Exception:  # a header the codec cannot read at all is no header
@@ -73,64 +78,92 @@ class HeaderCheck:
         request = outstanding.get(correlation_id)
         if request is None:
             return False
-        if end - pos - 4 >= size:
-            api_key, version = request
-            if self.registry.message(api_key, "response", version) is not None:
-                try:
-                    self.codec.decode_response(bytes(buf[pos + 4 : pos + 4 + size]), api_key, version)
-                except DecodeError:
-                    return False
-                except Exception:
-                    return False
+        if size > self.whole_check_bytes:
+            return False
+        if end - pos - 4 < size:
+            return None
+        api_key, version = request
+        if self.registry.message(api_key, "response", version) is not None:
+            try:
+                self.codec.decode_response(bytes(buf[pos + 4 : pos + 4 + size]), api_key, version)
+            except DecodeError:
+                return False
+            except Exception:
+                return False
         return True
 
 
-def scan(check: HeaderCheck, buf, start: int, direction: str, outstanding: dict) -> tuple[str | None, int]:
-    """The first plausible header at or after start: (FOUND, pos), (NEED_MORE, pos) or (None, len(buf)).
-
-    NEED_MORE: the bytes from pos on may start a header but the buffer ends too soon to tell.
-    A candidate whose next frame's size prefix is already in the buffer must have a size in
-    range there too, which rules out most chance matches inside a body.
-    """
-    end = len(buf)
-    limit = check.max_frame_bytes
-    if direction == "response" and len(outstanding) <= 32:
-        return _scan_responses(check, buf, start, outstanding)
-    test = check.request_at if direction == "request" else (lambda b, p: check.response_at(b, p, outstanding))
-    pos = start
-    while pos < end:
-        verdict = test(buf, pos)
-        if verdict is None:
-            return NEED_MORE, pos
-        if verdict and _confirmed(buf, pos, limit):
-            return FOUND, pos
-        pos += 1
-    return None, end
-
-
 def _confirmed(buf, pos: int, limit: int) -> bool:
+    """A candidate whose next frame's size prefix is already at hand must have a size in range there too."""
     after = pos + 4 + _SIZE.unpack_from(buf, pos)[0]
     if after + 4 > len(buf):
         return True
     return 0 <= _SIZE.unpack_from(buf, after)[0] <= limit
 
 
-def _scan_responses(check: HeaderCheck, buf, start: int, outstanding: dict) -> tuple[str | None, int]:
-    """Responses start with a known correlation id: look for those four bytes rather than try every offset."""
-    end = len(buf)
-    data = bytes(buf) if not isinstance(buf, bytes) else buf
-    needles = [cid.to_bytes(4, "big", signed=True) for cid in outstanding]
-    pos = start
-    while True:
-        hits = [h for h in (data.find(n, pos + 4) for n in needles) if h >= 0]
-        if not hits:
-            # A header may straddle the end: keep the last 7 bytes undecided.
-            tail = max(start, end - 7)
-            return (NEED_MORE, tail) if tail < end else (None, end)
-        pos = min(hits) - 4
-        verdict = check.response_at(data, pos, outstanding)
-        if verdict is None:
-            return NEED_MORE, pos
-        if verdict and _confirmed(data, pos, check.max_frame_bytes):
-            return FOUND, pos
-        pos += 1
+class Resync:
+    """Looks for the next plausible frame header in a growing buffer, examining each position once.
+
+    Positions that cannot be decided yet (too few bytes: a header cut by the end, or a
+    candidate frame not whole yet) are kept and looked at again as bytes arrive; the first
+    position that proves to be a frame wins, even over an undecided one before it (a whole,
+    decoded frame is better evidence than a header that may sit inside a record).
+    """
+
+    __slots__ = ("check", "direction", "outstanding", "scanned", "undecided")
+
+    def __init__(self, check: HeaderCheck, direction: str, outstanding: dict) -> None:
+        self.check = check
+        self.direction = direction
+        self.outstanding = outstanding
+        self.scanned = 0  # every position before this was examined
+        self.undecided: list[int] = []
+
+    def reset(self) -> None:
+        self.scanned = 0
+        self.undecided = []
+
+    def _test(self, buf, pos: int):
+        if self.direction == "request":
+            return self.check.request_at(buf, pos)
+        return self.check.response_at(buf, pos, self.outstanding)
+
+    def _positions(self, buf, start: int):
+        end = len(buf)
+        if self.direction == "request" or len(self.outstanding) > 32:
+            return range(start, end)
+        # A response starts with a correlation id in flight: look for those four bytes only.
+        hits = set()
+        for cid in self.outstanding:
+            needle = cid.to_bytes(4, "big", signed=True)
+            at = buf.find(needle, start + 4)
+            while at >= 0:
+                hits.add(at - 4)
+                at = buf.find(needle, at + 1)
+        hits.update(range(max(start, end - 7), end))  # too short to tell yet
+        return sorted(hits)
+
+    def find(self, buf) -> tuple[int | None, int]:
+        """(position of a frame, or None; the first byte still worth keeping)."""
+        limit = self.check.max_frame_bytes
+        still: list[int] = []
+        for pos in self.undecided:
+            verdict = self._test(buf, pos)
+            if verdict is None:
+                still.append(pos)
+            elif verdict and _confirmed(buf, pos, limit):
+                return pos, pos
+        for pos in self._positions(buf, self.scanned):
+            verdict = self._test(buf, pos)
+            if verdict is None:
+                still.append(pos)
+            elif verdict and _confirmed(buf, pos, limit):
+                return pos, pos
+        self.scanned = len(buf)
+        self.undecided = still
+        return None, (still[0] if still else len(buf))
+
+    def dropped(self, count: int) -> None:
+        """The buffer lost its first count bytes."""
+        self.scanned = max(0, self.scanned - count)
+        self.undecided = [p - count for p in self.undecided if p >= count]

@@ -19,9 +19,10 @@ TCPDUMP = shutil.which("tcpdump") or "/usr/bin/tcpdump"
 class Tcpdump:
     """tcpdump -i lo -w FILE port P: started once it says it listens, stopped by SIGINT once its file is whole."""
 
-    def __init__(self, path: Path, port: int, *, extra: tuple = (), snaplen: int = 0) -> None:
+    def __init__(self, path: Path, port: int, *, interface: str = "lo", extra: tuple = (), snaplen: int = 0) -> None:
         self.path = path
-        self.cmd = [TCPDUMP, "-i", "lo", "-B", "262144", "-s", str(snaplen), "-w", str(path), *extra, "tcp", "port", str(port)]
+        self.cmd = [TCPDUMP, "-i", interface, "--immediate-mode", "-U", "-B", "262144", "-s", str(snaplen), "-w", str(path), *extra,
+                    "tcp", "port", str(port)]
         self.stderr = path.with_suffix(".tcpdump.log")
         self.proc: subprocess.Popen | None = None
 
@@ -40,7 +41,16 @@ class Tcpdump:
                 raise RuntimeError(f"tcpdump did not {what} within {timeout} s: {self.stderr.read_text(errors='replace')}")
             time.sleep(0.05)
 
+    def _settled(self) -> bool:
+        """The file has not grown over the last few looks: tcpdump has written what the kernel gave it."""
+        size = self.path.stat().st_size if self.path.exists() else -1
+        self._sizes = (getattr(self, "_sizes", []) + [size])[-6:]
+        return len(self._sizes) == 6 and len(set(self._sizes)) == 1
+
     def __exit__(self, *exc) -> None:
+        # SIGINT drops what is still in the kernel's ring: first wait until the written file stops growing
+        # (-U writes each packet as it comes).
+        self._wait_for(self._settled, "settle its output file")
         self.proc.send_signal(signal.SIGINT)
         self.proc.wait(timeout=30)
         self._log.close()
