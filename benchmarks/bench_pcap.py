@@ -190,8 +190,9 @@ def measure(label: str, path: Path, port: int, codec: Codec, runs: dict, reps: i
             fn(path, port, codec)
             walls[name].append(time.perf_counter() - t0)
             cpus[name].append(cpu_seconds(children) - c0)
+    load = Path("/proc/loadavg").read_text().split()[0]
     print(f"\n{label}: {mb:.1f} MB of pcap, {packets} packets ({mb * 1e6 / packets:,.0f} bytes each on average), "
-          f"{reps} reps, medians:")
+          f"{reps} reps, medians (load average {load} on {os.cpu_count()} cores):")
     base = statistics.median(walls["kinspect"])
     for name in runs:
         wall, cpu = statistics.median(walls[name]), statistics.median(cpus[name])

@@ -67,12 +67,14 @@ def _endpoint(side: tuple[bytes, int]) -> str:
 class _Undecided:
     """A flow seen without its SYN and not on a --port: its segments wait until one side reads as requests."""
 
-    __slots__ = ("segments", "bytes", "first_time")
+    __slots__ = ("segments", "bytes", "first_time", "sides", "readers")
 
     def __init__(self, first_time: float) -> None:
         self.segments: list[Segment] = []
         self.bytes = 0
         self.first_time = first_time
+        self.sides: dict[tuple, tuple[bytearray, Resync]] = {}  # side -> its bytes so far, a request search
+        self.readers: list[tuple] = []  # sides whose bytes read as requests
 
 
 class FlowTable:
@@ -140,9 +142,10 @@ class FlowTable:
             held = self.undecided.get(key) or self.undecided.get(reverse)
             if held is None:
                 held = self.undecided[key] = self.undecided[reverse] = _Undecided(seg.time)
-            if seg.data:
-                held.segments.append(seg)
-                held.bytes += len(seg.data)
+            if not seg.data:
+                return None
+            held.segments.append(seg)
+            held.bytes += len(seg.data)
             decided = self._read_direction(held, seg)
             if decided is None:
                 return None
@@ -173,11 +176,14 @@ class FlowTable:
 
     def _read_direction(self, held: _Undecided, seg: Segment):
         """(client, broker) and how, once one side's bytes read as requests; None to keep holding."""
-        sides: dict[tuple, bytearray] = {}
-        for s in held.segments:
-            sides.setdefault((s.src, s.sport), bytearray()).extend(s.data)
-        readers = [side for side, data in sides.items() if Resync(self.check, REQUEST, {}).find(data)[0] is not None]
         here, there = (seg.src, seg.sport), (seg.dst, seg.dport)
+        if seg.data and here not in held.readers:
+            # Each side's bytes in arrival order (close enough to decide), searched once each.
+            data, search = held.sides.get(here) or held.sides.setdefault(here, (bytearray(), Resync(self.check, REQUEST, {})))
+            data += seg.data
+            if search.find(data)[0] is not None:
+                held.readers.append(here)
+        readers = held.readers
         if len(readers) == 1:
             client = readers[0]
             return (client, there if client == here else here), "requests"
@@ -295,7 +301,8 @@ class FlowTable:
                 continue
             seg = held.segments[-1]
             held.bytes = HOLD_BYTES  # nothing more will come: decide now
-            (client, broker), how = self._read_direction(held, seg)
+            (client, broker), how = self._read_direction(held, Segment(seg.time, seg.src, seg.sport, seg.dst,
+                                                                       seg.dport, 0, 0, 0, b"", 0))
             flow = self._make_flow(client, broker, how, held.first_time)
             for old in held.segments:
                 self._apply(flow, old)
