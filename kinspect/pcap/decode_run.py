@@ -18,8 +18,8 @@ SPOOL_BYTES = 1024 * 1024  # a flow's records beyond this wait in a temporary fi
 class _JsonSink:
     """Writes records at once (--by time) or spools them per flow and writes flow after flow (--by flow)."""
 
-    def __init__(self, codec, out, by: str) -> None:
-        self.builder = RecordBuilder(codec, DecodeStats())
+    def __init__(self, codec, out, by: str, roundtrip: bool = False) -> None:
+        self.builder = RecordBuilder(codec, DecodeStats(), roundtrip)
         self.out = out
         self.by_flow = by == "flow"
         self.spools: dict[int, object] = {}
@@ -58,7 +58,7 @@ class _JsonSink:
 def run(args, codec) -> int:
     config = load_config(args.config)
     out = args.output.open("w", encoding="utf-8") if args.output else sys.stdout
-    sink = _JsonSink(codec, out, args.by)
+    sink = _JsonSink(codec, out, args.by, args.roundtrip)
     try:
         try:
             stats, reader = inspect_pcap(args.pcap, codec, config.inspect, sink, args.port)
@@ -72,9 +72,12 @@ def run(args, codec) -> int:
     decoded = sink.builder.stats
     for line in summary(stats, reader):
         print(f"kinspect: {line}", file=sys.stderr)
-    print(f"kinspect: {decoded.frames} frames decoded, {decoded.decode_errors} failed to decode", file=sys.stderr)
+    line = f"{decoded.frames} frames decoded, {decoded.decode_errors} failed to decode"
+    if args.roundtrip:
+        line += f", {decoded.roundtrip_mismatches} re-encoded differently"
+    print(f"kinspect: {line}", file=sys.stderr)
     if not stats.frames:
         print(f"kinspect: {args.pcap}: no Kafka frames found"
               + (f" on port {', '.join(map(str, args.port))}" if args.port else ""), file=sys.stderr)
         return 1
-    return 1 if decoded.decode_errors else 0
+    return 0 if decoded.ok else 1

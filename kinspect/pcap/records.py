@@ -13,9 +13,10 @@ _FRAME_PROBLEMS = ("unpaired_response", "decode_error", "sasl_tokens", "frame_to
 class RecordBuilder:
     """Builds decode records; each carries the flow, its connection number and the packet time."""
 
-    def __init__(self, codec, stats: DecodeStats | None = None) -> None:
+    def __init__(self, codec, stats: DecodeStats | None = None, roundtrip: bool = False) -> None:
         self.codec = codec
         self.stats = stats if stats is not None else DecodeStats()
+        self.roundtrip = roundtrip  # re-encode every whole frame and compare, as `kinspect decode --roundtrip`
 
     @staticmethod
     def _where(flow, time: float) -> dict:
@@ -28,11 +29,11 @@ class RecordBuilder:
         for event in events:
             kind = type(event)
             if kind is Request:
-                record, _ = _request_record(self.codec, event.frame, offset, False, self.stats)
+                record, _ = _request_record(self.codec, event.frame, offset, self.roundtrip and event.complete, self.stats)
                 self._limit(record, event)
             elif kind is Response:
                 record = _response_record(self.codec, event.frame, offset, event.api_key, event.api_version,
-                                          False, self.stats)
+                                          self.roundtrip and event.complete, self.stats)
                 self._limit(record, event)
             elif kind is Problem and event.kind in _FRAME_PROBLEMS:
                 self.stats.frames += 1
