@@ -12,12 +12,17 @@ $(STAMP): pyproject.toml $(wildcard setup.py)
 	$(PY) -m pip install --quiet -e '.[test,proxy,pipeline]'
 	touch $(STAMP)
 
-# Debian's prometheus package gives the tests promtool and a real Prometheus (installed when root).
+# Debian's prometheus package gives the tests promtool and a real Prometheus (installed when root);
+# tcpdump and tshark (with editcap) record and check the captures of tests/pcap.
 SYSDEPS := $(VENV)/.sysdeps
 $(SYSDEPS):
 	@if ! command -v promtool >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; \
 	  else echo "promtool is missing: install Debian's prometheus package (as root: apt-get install prometheus)" >&2; exit 1; fi; \
+	fi
+	@if ! command -v tcpdump >/dev/null 2>&1 || ! command -v tshark >/dev/null 2>&1 || ! command -v editcap >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tcpdump tshark >/dev/null; \
+	  else echo "tcpdump/tshark are missing: install Debian's tcpdump and tshark packages (as root)" >&2; exit 1; fi; \
 	fi
 	mkdir -p $(VENV) && touch $(SYSDEPS)
 
@@ -28,7 +33,7 @@ test: $(STAMP) $(SYSDEPS)
 
 # Every benchmark, printing ratios against the peers measured in the same run.
 # bench_proxy.py measures haproxy beside kinspect: Debian's haproxy package (installed when root).
-bench: $(STAMP)
+bench: $(STAMP) $(SYSDEPS)
 	@command -v haproxy >/dev/null 2>&1 || test -x /usr/sbin/haproxy || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null; \
 	  else echo "haproxy is missing: install Debian's haproxy package (as root: apt-get install haproxy)" >&2; exit 1; fi; }
