@@ -19,7 +19,6 @@ a 1448-byte MSS, as an Ethernet network carries the same bytes (about 30x the pa
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import shutil
 import statistics
@@ -72,8 +71,8 @@ def record(path: Path, mb: float) -> int:
                 count += 1
                 producer.poll(0)
             assert producer.flush(60) == 0
-            consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "bench.pcap", "client.id": "bench-pcap",
-                                 "auto.offset.reset": "earliest"})
+            consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "bench.pcap",
+                                 "client.id": "bench-pcap", "auto.offset.reset": "earliest"})
             consumer.subscribe(["bench.pcap"])
             got, deadline = 0, time.monotonic() + 120
             while got < count and time.monotonic() < deadline:
@@ -110,7 +109,8 @@ def resegment(src: Path, dst: Path, mss: int) -> None:
                                     flags=tcp.flags, win=tcp.win, data=payload[start:start + mss])
                 part_ip = dpkt.ip.IP(src=ip.src, dst=ip.dst, p=dpkt.ip.IP_PROTO_TCP, ttl=64, data=part)
                 part_ip.len = 20 + len(part)
-                writer.writepkt(bytes(dpkt.ethernet.Ethernet(src=eth.src, dst=eth.dst, type=eth.type, data=part_ip)), ts)
+                frame = dpkt.ethernet.Ethernet(src=eth.src, dst=eth.dst, type=eth.type, data=part_ip)
+                writer.writepkt(bytes(frame), ts)
 
 
 class _Nothing:

@@ -179,7 +179,9 @@ class FlowTable:
         here, there = (seg.src, seg.sport), (seg.dst, seg.dport)
         if seg.data and here not in held.readers:
             # Each side's bytes in arrival order (close enough to decide), searched once each.
-            data, search = held.sides.get(here) or held.sides.setdefault(here, (bytearray(), Resync(self.check, REQUEST, {})))
+            if here not in held.sides:
+                held.sides[here] = (bytearray(), Resync(self.check, REQUEST, {}))
+            data, search = held.sides[here]
             data += seg.data
             if search.find(data)[0] is not None:
                 held.readers.append(here)

@@ -29,7 +29,8 @@ class RecordBuilder:
         for event in events:
             kind = type(event)
             if kind is Request:
-                record, _ = _request_record(self.codec, event.frame, offset, self.roundtrip and event.complete, self.stats)
+                roundtrip = self.roundtrip and event.complete
+                record, _ = _request_record(self.codec, event.frame, offset, roundtrip, self.stats)
                 self._limit(record, event)
             elif kind is Response:
                 record = _response_record(self.codec, event.frame, offset, event.api_key, event.api_version,

@@ -1,4 +1,4 @@
-"""One recording for the evidence tests: confluent-kafka, kafka-python and aiokafka at once, through a relay, under tcpdump."""
+"""One recording for the evidence tests: three clients at once, through a recording relay, under tcpdump."""
 
 from __future__ import annotations
 

@@ -21,8 +21,8 @@ class Tcpdump:
 
     def __init__(self, path: Path, port: int, *, interface: str = "lo", extra: tuple = (), snaplen: int = 0) -> None:
         self.path = path
-        self.cmd = [TCPDUMP, "-i", interface, "--immediate-mode", "-U", "-B", "262144", "-s", str(snaplen), "-w", str(path), *extra,
-                    "tcp", "port", str(port)]
+        self.cmd = [TCPDUMP, "-i", interface, "--immediate-mode", "-U", "-B", "262144", "-s", str(snaplen),
+                    "-w", str(path), *extra, "tcp", "port", str(port)]
         self.stderr = path.with_suffix(".tcpdump.log")
         self.proc: subprocess.Popen | None = None
 
@@ -38,7 +38,8 @@ class Tcpdump:
             if self.proc.poll() is not None and what == "start listening":
                 raise RuntimeError(f"tcpdump exited: {self.stderr.read_text(errors='replace')}")
             if time.monotonic() > deadline:
-                raise RuntimeError(f"tcpdump did not {what} within {timeout} s: {self.stderr.read_text(errors='replace')}")
+                log = self.stderr.read_text(errors="replace")
+                raise RuntimeError(f"tcpdump did not {what} within {timeout} s: {log}")
             time.sleep(0.05)
 
     def _settled(self) -> bool:

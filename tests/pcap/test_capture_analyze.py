@@ -1,4 +1,4 @@
-"""`kinspect capture --pcap` of the three-client recording, then `kinspect analyze`: the report reads a pcap like a proxy's capture."""
+"""`kinspect capture --pcap` of the three-client recording, then `kinspect analyze` over what it wrote."""
 
 from __future__ import annotations
 
@@ -7,12 +7,11 @@ import pytest
 
 from kinspect.cli.main import main
 from tests.pcap.helpers import reassemble
-from tests.support.spark import spark  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.integration
 
 
-def test_capture_then_analyze(recorded, spark, tmp_path, capsys):  # noqa: F811
+def test_capture_then_analyze(recorded, spark, tmp_path, capsys):
     from kinspect.analyze.job import analyze
 
     out = tmp_path / "captures"

@@ -51,7 +51,8 @@ def _compare(intact, damaged):
             # Lost after the last byte the capture shows of this direction, with no ACK or FIN after
             # it to tell it was ever sent: no capture reader can know of it.
             after = off >= last
-            assert inside or before or after, f"port {port} {direction}: the frame at {off} ({size} bytes) was lost unreported"
+            assert inside or before or after, \
+                f"port {port} {direction}: the frame at {off} ({size} bytes) was lost unreported"
             lost += 1
     return found, lost
 

@@ -1,4 +1,4 @@
-"""Every frame kinspect reassembles from a tcpdump capture equals the bytes the recording relay saw, in order, per connection."""
+"""Every frame kinspect reassembles from a tcpdump capture equals the relay's bytes, in order, per connection."""
 
 from __future__ import annotations
 

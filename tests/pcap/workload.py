@@ -1,4 +1,4 @@
-"""The three real clients' workloads for the pcap recordings: produce (plain, gzip, acks=0, large values) and consume."""
+"""The three real clients' workloads for the pcap recordings: produce (plain, gzip, acks=0, large values), consume."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Records the small pcaps of tests/data/pcap: recorded Kafka conversations replayed over real loopback TCP under tcpdump.
+"""Records the small pcaps of tests/data/pcap: recorded Kafka conversations replayed over loopback TCP under tcpdump.
 
 Usage (as root, tcpdump and editcap installed)::
 
