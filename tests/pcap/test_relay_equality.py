@@ -53,3 +53,38 @@ def test_frames_equal_the_relays_bytes(recorded):
     assert {"pcap-confluent", "pcap-kafka-python", "pcap-aiokafka"} <= client_ids
     assert exact >= 0.8 * (len(relay)) and frames > 200, (exact, len(relay), frames)
     assert decoded.decode_errors == 0
+
+
+def test_memory_is_bounded_by_the_inspection_limit(recorded):
+    """Frames over inspect_max_bytes are kept by their head only: the peak stays near the limit, not the frames."""
+    import tracemalloc
+
+    from kinspect.config import InspectConfig
+    from kinspect.pcap.pipeline import inspect_pcap
+    from kinspect.protocol.codec import Codec
+
+    class Nothing:
+        def frame_events(self, *args):
+            pass
+
+        stream_note = flow_closed = frame_events
+
+    def sizes(stream: bytes):
+        pos = 0
+        while pos + 4 <= len(stream):
+            size = int.from_bytes(stream[pos:pos + 4], "big")
+            yield size
+            pos += 4 + size
+
+    largest = max(size for pair in _relay_connections(recorded["relay_dir"]) for b in pair for size in sizes(b))
+    limits = InspectConfig()
+    assert largest > 2 * limits.inspect_max_bytes  # the recording has frames worth bounding
+    codec = Codec()
+    tracemalloc.start()
+    try:
+        stats, _ = inspect_pcap(recorded["pcap"], codec, limits, Nothing(), [recorded["port"]])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert stats.frames > 200
+    assert peak < 3 * limits.inspect_max_bytes, peak
