@@ -108,26 +108,22 @@ class PacketReader:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _records(self) -> Iterator[tuple[float, bytes]]:
-        it = iter(self._reader)
+    def segments(self) -> Iterator[Segment]:
+        link = self._link or _raw_ip
+        strip = self._link is not None and self._link not in (dpkt.ip.IP, dpkt.ip6.IP6)  # a link header on top
+        tcp_class, ip4_class = dpkt.tcp.TCP, dpkt.ip.IP
+        records = iter(self._reader)
         while True:
             try:
-                record = next(it)
+                ts, buf = next(records)
             except StopIteration:
                 return
             except (dpkt.NeedData, dpkt.UnpackError, ValueError, OverflowError):
                 self.truncated = True  # the file ends (or breaks) inside a record header
                 return
-            yield record
-
-    def segments(self) -> Iterator[Segment]:
-        link = self._link or _raw_ip
-        tcp_class = dpkt.tcp.TCP
-        for ts, buf in self._records():
             self.packets += 1
             try:
-                ip = link(buf).data if self._link is not None and self._link not in (dpkt.ip.IP, dpkt.ip6.IP6) \
-                    else link(buf)
+                ip = link(buf).data if strip else link(buf)
             except (dpkt.NeedData, dpkt.UnpackError, ValueError, IndexError, KeyError):
                 self.malformed += 1
                 continue
@@ -137,7 +133,7 @@ class PacketReader:
                 continue
             data = tcp.data
             # What the capture cut (snaplen): the IP length says how much was sent.
-            sent = ip.len if type(ip) is dpkt.ip.IP else (ip.plen + 40 if ip.plen else 0)
+            sent = ip.len if type(ip) is ip4_class else (ip.plen + 40 if ip.plen else 0)
             missing = sent - len(ip) if sent else 0
             self.segments_read += 1
             yield Segment(float(ts), ip.src, tcp.sport, ip.dst, tcp.dport, tcp.seq, tcp.ack, tcp.flags, data,
