@@ -12,29 +12,44 @@ from kinspect.pcap.pipeline import inspect_pcap, summary
 from kinspect.pcap.reader import CaptureError
 from kinspect.pcap.records import RecordBuilder
 
-SPOOL_BYTES = 1024 * 1024  # a flow's records beyond this wait in a temporary file, not in memory
+CHUNK_BYTES = 16 * 1024  # a flow's records wait in memory up to this much, then go to the spool file
 
 
 class _JsonSink:
-    """Writes records at once (--by time) or spools them per flow and writes flow after flow (--by flow)."""
+    """Writes records at once (--by time), or spools them and writes them flow after flow (--by flow).
+
+    The spool is one temporary file for all flows: each flow's records gather in a small
+    buffer and are appended as a chunk; the flow keeps the chunks' places. Memory is a buffer
+    per open flow and an index entry per chunk, whatever the capture's size.
+    """
 
     def __init__(self, codec, out, by: str, roundtrip: bool = False) -> None:
         self.builder = RecordBuilder(codec, DecodeStats(), roundtrip)
         self.out = out
         self.by_flow = by == "flow"
-        self.spools: dict[int, object] = {}
+        self.spool = tempfile.TemporaryFile() if self.by_flow else None
+        self.buffers: dict[int, list] = {}  # flow id -> [pending text, its size]
+        self.chunks: dict[int, list[tuple[int, int]]] = {}  # flow id -> (offset, length) in the spool
 
     def _write(self, flow, records) -> None:
         if not records:
             return
         text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
-        if self.by_flow:
-            spool = self.spools.get(flow.id)
-            if spool is None:
-                spool = self.spools[flow.id] = tempfile.SpooledTemporaryFile(SPOOL_BYTES, mode="w+", encoding="utf-8")
-            spool.write(text)
-        else:
+        if not self.by_flow:
             self.out.write(text)
+            return
+        pending = self.buffers.setdefault(flow.id, [[], 0])
+        pending[0].append(text)
+        pending[1] += len(text)
+        if pending[1] >= CHUNK_BYTES:
+            self._spill(flow.id)
+
+    def _spill(self, flow_id: int) -> None:
+        texts, _ = self.buffers.pop(flow_id)
+        data = "".join(texts).encode("utf-8")
+        self.spool.seek(0, 2)
+        self.chunks.setdefault(flow_id, []).append((self.spool.tell(), len(data)))
+        self.spool.write(data)
 
     def frame_events(self, flow, direction, offset, time, events, frame) -> None:
         self._write(flow, self.builder.frame_records(flow, direction, offset, time, events, frame))
@@ -47,12 +62,15 @@ class _JsonSink:
         self._write(flow, self.builder.close_records(flow, events))
 
     def finish(self) -> None:
-        for flow_id in sorted(self.spools):
-            spool = self.spools.pop(flow_id)
-            spool.seek(0)
-            while chunk := spool.read(1 << 20):
-                self.out.write(chunk)
-            spool.close()
+        if not self.by_flow:
+            return
+        for flow_id in list(self.buffers):
+            self._spill(flow_id)
+        for flow_id in sorted(self.chunks):
+            for offset, length in self.chunks[flow_id]:
+                self.spool.seek(offset)
+                self.out.write(self.spool.read(length).decode("utf-8"))
+        self.spool.close()
 
 
 def run(args, codec) -> int:
