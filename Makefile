@@ -19,9 +19,11 @@ $(STAMP): pyproject.toml $(wildcard setup.py) $(CSOURCES)
 
 # Debian packages the tests use, as command:package: promtool and a real Prometheus; Java 17 for
 # Spark (the analyze tests, `make analyze`); socat (docs/commands.md records a conversation with it);
-# podman, runc and debootstrap build and run the container image. Installed when root; otherwise one
+# podman, runc and debootstrap build and run the container image; tcpdump and tshark (with
+# editcap) record and check the captures of tests/pcap. Installed when root; otherwise one
 # line says what to install.
-SYSTEM_TOOLS := promtool:prometheus java:openjdk-17-jre-headless socat:socat podman:podman runc:runc debootstrap:debootstrap
+SYSTEM_TOOLS := promtool:prometheus java:openjdk-17-jre-headless socat:socat podman:podman runc:runc debootstrap:debootstrap \
+	tcpdump:tcpdump tshark:tshark editcap:tshark
 SYSDEPS := $(VENV)/.sysdeps
 $(SYSDEPS): Makefile
 	@missing=""; for pair in $(SYSTEM_TOOLS); do cmd=$${pair%%:*}; \
@@ -60,7 +62,7 @@ test-fast: $(STAMP)
 
 # Every benchmark, printing ratios against the peers measured in the same run.
 # bench_proxy.py measures haproxy beside kinspect: Debian's haproxy package (installed when root).
-bench: $(STAMP)
+bench: $(STAMP) $(SYSDEPS)
 	@command -v haproxy >/dev/null 2>&1 || test -x /usr/sbin/haproxy || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null; \
 	  else echo "haproxy is missing: install Debian's haproxy package (as root: apt-get install haproxy)" >&2; exit 1; fi; }

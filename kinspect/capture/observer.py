@@ -24,10 +24,12 @@ class CaptureObserver:
 
     def __init__(self, directory: str | Path, codec: Codec | None = None, *, max_file_bytes: int = 64 * 1024 * 1024,
                  max_file_seconds: float = 300.0, queue_rows: int = 100_000, row_group_rows: int = 10_000,
-                 queue_bytes: int = 256 * 1024 * 1024) -> None:
+                 queue_bytes: int = 256 * 1024 * 1024, wall_offset: float | None = None) -> None:
         registry = codec.registry if codec is not None else None
         # Event times are time.monotonic(); one offset, taken now, maps them to UTC wall-clock time.
-        self.wall_offset = time.time() - time.monotonic()
+        # A fixed wall_offset is kept as given (0 for events already in epoch seconds: pcap packet times).
+        self._fixed_offset = wall_offset is not None
+        self.wall_offset = wall_offset if wall_offset is not None else time.time() - time.monotonic()
         self.writer = CaptureWriter(directory, RowBuilder(Codec(registry), self.wall_offset),
                                     max_file_bytes=max_file_bytes, max_file_seconds=max_file_seconds,
                                     queue_rows=queue_rows, row_group_rows=row_group_rows,
@@ -48,7 +50,7 @@ class CaptureObserver:
             self._offer(event, len(event.request.frame) + (len(response.frame) if response is not None else 0))
 
     def start(self) -> CaptureObserver:
-        if self.writer._thread is None:  # the clock offset is taken again as the capture starts
+        if self.writer._thread is None and not self._fixed_offset:  # the clock offset is taken again as the capture starts
             self.wall_offset = self.writer.builder.wall_offset = time.time() - time.monotonic()
         self.writer.start()
         return self

@@ -1,4 +1,4 @@
-"""`kinspect decode REQUESTS [RESPONSES] [--roundtrip]`: a recorded connection as JSON Lines."""
+"""`kinspect decode REQUESTS [RESPONSES] [--roundtrip]` (a recorded connection) or `--pcap FILE`: JSON Lines."""
 
 from __future__ import annotations
 
@@ -17,8 +17,14 @@ def add_parser(commands) -> None:
         description="REQUESTS holds the client-to-broker bytes of one connection as they crossed the socket "
         "(4-byte size-prefixed frames); RESPONSES the broker-to-client bytes of the same connection.",
     )
-    p.add_argument("requests", type=Path)
+    p.add_argument("requests", type=Path, nargs="?")
     p.add_argument("responses", type=Path, nargs="?")
+    p.add_argument("--pcap", type=Path, metavar="FILE",
+                   help="decode every Kafka TCP flow of a tcpdump capture (pcap or pcapng) instead (docs/pcap.md)")
+    p.add_argument("--port", type=int, action="append", default=[], metavar="P",
+                   help="with --pcap: a broker port (repeatable); only flows on these ports are read")
+    p.add_argument("--by", choices=("flow", "time"), default="flow",
+                   help="with --pcap: records flow after flow (default) or interleaved by packet time")
     p.add_argument("--roundtrip", action="store_true", help="re-encode every frame and report any that differ")
     p.add_argument("--output", "-o", type=Path, help="write JSON Lines here instead of standard output")
     add_spec_options(p)
@@ -26,7 +32,14 @@ def add_parser(commands) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if (args.pcap is None) == (args.requests is None):
+        print("kinspect: decode takes REQUESTS [RESPONSES] or --pcap FILE (one of them)", file=sys.stderr)
+        return 2
     codec = codec_from_args(args)
+    if args.pcap is not None:
+        from kinspect.pcap.decode_run import run as run_pcap
+
+        return run_pcap(args, codec)
     try:
         requests = args.requests.read_bytes()
         responses = args.responses.read_bytes() if args.responses else None
