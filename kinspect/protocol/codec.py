@@ -118,16 +118,14 @@ class CompiledStruct:
                 codegen.generate_decoder(self.spec.struct, self.version, self.flexible, self.label, trace=True),
                 "decode", self.label,
             )
+        # The path and offset are this call's own (arguments of the traced decoder, not its
+        # globals): a codec shared between threads diagnoses in each without interference.
         path: list = []
         offset = [pos]
-        ns = self._traced.__globals__
-        ns["_P"], ns["_O"] = path, offset
         try:
-            self._traced(buf, pos)
+            self._traced(buf, pos, path, offset)
         except _DECODE_FAILURES as exc:
             return self._error(_reason(exc), _render_path(path), offset[0])
-        finally:
-            ns["_P"] = ns["_O"] = None
         return self._error(_reason(first))
 
     def encode(self, value: dict, out: bytearray | None = None) -> bytearray:

@@ -14,8 +14,12 @@ from kinspect.protocol.errors import EncodeError
 from kinspect.protocol.primitives import Malformed, read_uvarint, uvarint_size, write_uvarint
 
 
-def read_tags(buf: bytes, pos: int, target: dict, table: dict, trace: list | None) -> int:
-    """Decode a non-empty tag section into target; unknown tags are kept as raw bytes."""
+def read_tags(buf: bytes, pos: int, target: dict, table: dict, trace: list | None, offset: list | None = None) -> int:
+    """Decode a non-empty tag section into target; unknown tags are kept as raw bytes.
+
+    A traced decoder passes its path list and offset cell (trace, offset) on to the
+    tagged fields' functions.
+    """
     count, pos = read_uvarint(buf, pos)
     end_all = len(buf)
     if count > end_all - pos:
@@ -40,7 +44,7 @@ def read_tags(buf: bytes, pos: int, target: dict, table: dict, trace: list | Non
             name, decode = entry
             if trace is not None:
                 trace.append(name)
-            value, used = decode(buf, pos, end)
+            value, used = decode(buf, pos, end) if trace is None else decode(buf, pos, end, trace, offset)
             if used != end:
                 raise Malformed(f"tagged field {name} declares {size} bytes but its value takes {used - pos}")
             if trace is not None:

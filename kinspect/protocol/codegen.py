@@ -403,7 +403,7 @@ class _DecoderWriter:
             b(f"else: pos = _scan_tags(buf, pos, _S, {table}, {path!r})")
         else:
             b("if buf[pos] == 0: pos += 1")
-            b(f"else: pos = _read_tags(buf, pos, {out}, {table}, {'_P' if self.trace else 'None'})")
+            b(f"else: pos = _read_tags(buf, pos, {out}, {table}, {'_P, _O' if self.trace else 'None'})")
 
     def tagged_value_function(self, f: FieldSpec, path: str) -> str:
         """A function decoding one known tagged field's value within buf[pos:L]."""
@@ -414,7 +414,10 @@ class _DecoderWriter:
         var = self.m.name("v")
         self.value(body, f, var, path)
         body(f"return {var}, pos")
-        self.m.functions.append([f"def {name}(buf, pos, L):", *body.lines])
+        # Traced: the trace list and offset cell are arguments, never globals, so that one
+        # compiled decoder can diagnose in several threads at once.
+        params = "buf, pos, L, _P, _O" if self.trace else "buf, pos, L"
+        self.m.functions.append([f"def {name}({params}):", *body.lines])
         return name
 
 
@@ -432,7 +435,8 @@ def generate_decoder(spec: StructSpec, version: int, flexible: bool, label: str,
     b("L = len(buf)")
     out = w.struct(b, spec, "")
     b(f"return {out}, pos")
-    m.functions.append(["def decode(buf, pos):", *b.lines])
+    # trace=True: decode(buf, pos, _P, _O) fills the path list _P and the offset cell _O as it goes.
+    m.functions.append([f"def decode(buf, pos{', _P, _O' if trace else ''}):", *b.lines])
     return Generated(m.source(), m.constants)
 
 
