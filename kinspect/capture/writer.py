@@ -31,7 +31,7 @@ BATCH_ROWS = 256
 class CaptureWriter:
     """Bounded queue + writer thread + pyarrow ParquetWriter, with counters for metrics.
 
-    Counters: rows_written, rows_dropped (queue full), row_errors (an exchange whose row
+    Counters: rows_accepted (queued), rows_written (in files), rows_dropped (queue full), row_errors (an exchange whose row
     could not be built), write_errors (rows lost because a file could not be written),
     files_written; `queue_depth` is the queue's length now.
     """
@@ -59,6 +59,7 @@ class CaptureWriter:
         # the thread), so neither update can be lost to the other.
         self._offered_bytes = 0
         self._taken_bytes = 0
+        self.rows_accepted = 0  # offered and queued (the event loop's count; rows_written lags it)
         self.rows_written = 0
         self.rows_dropped = 0
         self.row_errors = 0
@@ -101,6 +102,7 @@ class CaptureWriter:
             self.rows_dropped += 1
             return False
         self._offered_bytes += nbytes
+        self.rows_accepted += 1
         queue.append((item, nbytes))
         return True
 

@@ -183,11 +183,15 @@ def test_a_full_queue_drops_and_counts_and_never_blocks(codec: Codec, tmp_path: 
     registry.register(CaptureCollector(w))
     assert registry.get_sample_value("kinspect_capture_dropped_rows_total", {"reason": "queue_full"}) == 44
     assert registry.get_sample_value("kinspect_capture_queue_rows") == 5
+    # Accepted rows show at once; written rows only once their file is finished (issue 17 item 12).
+    assert registry.get_sample_value("kinspect_capture_rows_accepted_total") == 6
+    assert registry.get_sample_value("kinspect_capture_rows_total") == 0
     gate.open.set()
     w.close()
     assert w.rows_written + w.rows_dropped == len(exchanges)
     assert read_rows(w.files).num_rows == w.rows_written == 6
     assert registry.get_sample_value("kinspect_capture_rows_total") == 6
+    assert registry.get_sample_value("kinspect_capture_rows_accepted_total") == 6
     assert registry.get_sample_value("kinspect_capture_files_total") == 1
     assert {m.name for m in registry.collect()} == {n.removesuffix("_total") for n in METRIC_NAMES}
 
@@ -403,6 +407,7 @@ def test_the_proxy_command_captures_and_flushes_on_sigterm(tmp_path: Path, codec
 
             text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
             assert "kinspect_capture_queue_rows" in text and "kinspect_capture_rows_total" in text
+            assert "kinspect_capture_rows_accepted_total" in text
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(30) == 0
         finally:
