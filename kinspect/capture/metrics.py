@@ -49,7 +49,7 @@ class CaptureCollector(Collector):
             rows.add_metric((), w.rows_written)
             accepted.add_metric((), w.rows_accepted)
             dropped.add_metric(("queue_full",), w.rows_dropped)
-            dropped.add_metric(("row_error",), w.row_errors)
+            dropped.add_metric(("row_error",), w.row_errors + w.fact_errors)
             dropped.add_metric(("write_error",), w.write_errors)
             files.add_metric((), w.files_written)
             queue.add_metric((), w.queue_depth)

@@ -80,6 +80,31 @@ class Request(_Lazy):
         """The DecodedRequest (raises DecodeError, cached either way)."""
         return self._once("_decoded", self.codec.decode_request)
 
+    # TEMPORARY fact shim (lead replaces)
+    @property
+    def client_id(self) -> str | None:
+        return self.header.client_id
+
+    @property
+    def header_version(self) -> int:
+        return self.header.version
+
+    @property
+    def header_size(self) -> int:
+        return self.header.size
+
+    @property
+    def header_tag_bytes(self) -> int:
+        if self.header.version < 2:
+            return 0
+        client_id_length = int.from_bytes(self.frame[8:10], "big", signed=True)  # int16 length, always
+        return self.header.size - 10 - max(0, client_id_length)
+
+    @property
+    def header_tags(self) -> tuple:
+        return tuple((tag, len(data)) for tag, data in self.header.fields.get("_unknown_tagged_fields") or ())
+    # end of TEMPORARY fact shim
+
     def scan(self) -> ScanResult:
         return self._once("_scanned", lambda frame: self.codec.scan_request(frame, self.header))
 
@@ -107,6 +132,34 @@ class Response(_Lazy):
 
     def scan(self) -> ScanResult:
         return self._once("_scanned", lambda frame: self.codec.scan_response(frame, self.api_key, self.api_version))
+
+    # TEMPORARY fact shim (lead replaces)
+    def _header_facts(self) -> tuple:
+        if self.header_version < 1:
+            return 4, 0, ()
+        if len(self.frame) > 4 and self.frame[4] == 0:  # an empty tag section
+            return 5, 1, ()
+        from kinspect.protocol.peek import tag_section_fields
+        from kinspect.protocol.primitives import Malformed
+
+        try:
+            fields, size = tag_section_fields(self.frame, 4)
+        except (IndexError, Malformed):
+            fields, size = (), min(len(self.frame), 5)
+        return size, size - 4, tuple(fields)
+
+    @property
+    def header_size(self) -> int:
+        return self._header_facts()[0]
+
+    @property
+    def header_tag_bytes(self) -> int:
+        return self._header_facts()[1]
+
+    @property
+    def header_tags(self) -> tuple:
+        return self._header_facts()[2]
+    # end of TEMPORARY fact shim
 
 
 @dataclass(slots=True, eq=False)
