@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import logging
 import os
+import sys
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -25,6 +26,10 @@ from kinspect.capture.schema import arrow_schema
 log = logging.getLogger("kinspect.capture")
 
 _IDLE_WAIT = 0.05  # seconds the thread sleeps when the queue is empty (the loop never signals it)
+# The longest the event loop waits for the GIL while this thread builds rows. CPython hands the
+# GIL over only after sys.getswitchinterval() (5 ms by default) of a waiting thread: a busy
+# writer would add up to that to a forwarded frame's latency. Lowered, never raised, on start.
+SWITCH_INTERVAL = 0.0005
 # Rows wait for their row group as Arrow record batches of this many rows, not as dicts: ten
 # thousand pending dicts are objects the cyclic GC walks, in pauses the event loop shares.
 # A thousand rows a batch amortizes the Arrow kernels' fixed cost per call (capture.columns):
@@ -117,6 +122,8 @@ class CaptureWriter:
     def start(self) -> CaptureWriter:
         if self._thread is None:
             self.directory.mkdir(parents=True, exist_ok=True)
+            if sys.getswitchinterval() > SWITCH_INTERVAL:
+                sys.setswitchinterval(SWITCH_INTERVAL)
             self._thread = threading.Thread(target=self._run, name="kinspect-capture", daemon=True)
             self._thread.start()
         return self

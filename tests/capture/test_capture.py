@@ -35,7 +35,7 @@ from kinspect.capture.schema import (
     STRUCTS,
     arrow_schema,
 )
-from kinspect.capture.writer import CaptureWriter
+from kinspect.capture.writer import SWITCH_INTERVAL, CaptureWriter
 from kinspect.cli import proxy_command
 from kinspect.cli.main import build_parser
 from kinspect.config import load_config
@@ -134,6 +134,8 @@ def test_the_readme_schema_table_lists_every_column_and_struct_member():
 def test_close_flushes_every_row_into_one_file(codec: Codec, tmp_path: Path):
     exchanges = recorded_exchanges(codec)
     w = writer(codec, tmp_path).start()
+    # The event loop waits at most this long for the GIL while the writer thread works.
+    assert sys.getswitchinterval() <= SWITCH_INTERVAL
     assert all(w.offer(*f) for f in recorded_facts(codec))
     poll_until(lambda: w.queue_depth == 0)
     assert list(tmp_path.glob("*.parquet")) == []  # the rows wait for their row group or the file's end
