@@ -474,3 +474,29 @@ def test_the_queue_holds_facts_never_a_frame_or_a_codec(codec: Codec, tmp_path: 
     observer.close()
     table = read_rows(observer.writer.files)
     assert table.column("correlation_id").to_pylist() == [x.request.correlation_id for x in exchanges]
+
+
+def test_facts_that_cannot_be_taken_are_counted_and_never_raise_into_the_loop(codec: Codec, tmp_path: Path, caplog):
+    import dataclasses
+
+    class Broken:
+        """A codec whose scans fail in a way no decode error explains (a bug)."""
+
+        registry = codec.registry
+
+        def scan_request(self, frame, header):
+            raise RuntimeError("a bug in scanning")
+
+    exchanges = recorded_exchanges(codec, 6)
+    bad = dataclasses.replace(exchanges[2], request=dataclasses.replace(exchanges[2].request, codec=Broken(),
+                                                                        _scanned=None))
+    observer = CaptureObserver(tmp_path, codec)
+    registry = CollectorRegistry()
+    registry.register(CaptureCollector(observer.writer))
+    for x in exchanges[:2] + [bad, bad] + exchanges[3:]:
+        observer.on_event(x)  # would raise here if a failure could reach the event loop
+    assert registry.get_sample_value("kinspect_capture_dropped_rows_total", {"reason": "row_error"}) == 2
+    assert registry.get_sample_value("kinspect_capture_rows_accepted_total") == 5
+    assert sum("cannot take an exchange's facts" in r.message for r in caplog.records) == 1  # logged once
+    observer.close()
+    assert read_rows(observer.writer.files).num_rows == 5
