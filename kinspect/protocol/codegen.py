@@ -166,18 +166,145 @@ def min_size(struct_spec: StructSpec, version: int, flexible: bool) -> int:
     return total
 
 
+# --------------------------------------------------------------------------- capture facts
+#
+# Beside what metrics read, a scan gathers what a capture row needs (see ScanResult):
+# per integer field a slot of SLOT_STRIDE counters in ScanResult.int_stats, the topics with
+# their partition counts, and for a non-flexible version of an api that has flexible
+# versions the bytes the body would gain at the first flexible version's encoding (KIP-482).
+# The pure-Python scanner generated here and the C scanner (_wire.c, from wire_program.py)
+# compute them from the same tables below.
+
+INT_TYPES = {"int16": 16, "int32": 32, "int64": 64}
+# Bytes of a negative value as an unsigned varint: its two's complement fills every bit.
+NEGATIVE_UVARINT = {16: 3, 32: 5, 64: 10}
+# One integer field's slot: occurrences, values, bytes today, bytes as unsigned varints, bytes
+# as zig-zag varints, then 10 counts by unsigned-varint length (1..10) and 10 by zig-zag length.
+SLOT_STRIDE = 25
+SLOT_OCCURRENCES, SLOT_COUNT, SLOT_FIXED, SLOT_UVARINT, SLOT_ZIGZAG, SLOT_UHIST, SLOT_ZHIST = 0, 1, 2, 3, 4, 5, 15
+_PREFIX_WIDTH = {"string": 2, "bytes": 4, "records": 4}  # non-compact length prefix of one blob
+_ARRAY_PREFIX = 4
+
+
+def _scanned_fields(struct_spec: StructSpec, version: int) -> list[FieldSpec]:
+    """The fields a scan visits, in spec order: inline and tagged (tagged ones only exist in flexible versions)."""
+    return [f for f in struct_spec.fields if version in f.versions]
+
+
+def integer_slots(struct_spec: StructSpec, version: int) -> tuple[tuple[str, str], ...]:
+    """(dotted path, int16/int32/int64) of every integer field at a version: slot i is entry i.
+
+    Depth first in spec order, the nested struct's fields right after the field holding it.
+    """
+    out: list[tuple[str, str]] = []
+
+    def walk(spec: StructSpec, path: str) -> None:
+        for f in _scanned_fields(spec, version):
+            where = f"{path}.{f.name}" if path else f.name
+            if f.struct is None and f.element_type in INT_TYPES:
+                out.append((where, f.element_type))
+            if f.struct is not None:
+                walk(f.struct, where)
+
+    walk(struct_spec, "")
+    return tuple(out)
+
+
+def compact_target(message, version: int) -> int | None:
+    """The first flexible version, when `version` is not flexible and the message has flexible versions."""
+    flexible = message.flexible_versions
+    if flexible.empty or version in flexible:
+        return None
+    return flexible.low
+
+
+def compact_prefixes(f: FieldSpec, version: int, flexible: bool, target: int | None) -> tuple[int, int]:
+    """(prefix, element prefix): widths of non-compact length prefixes that become varints at target (0: none)."""
+    if target is None or _field_flexible(f, version, flexible) or not _field_flexible(f, target, True):
+        return 0, 0
+    if f.is_array:
+        return _ARRAY_PREFIX, _PREFIX_WIDTH.get(f.element_type, 0)
+    return _PREFIX_WIDTH.get(f.type, 0), 0
+
+
+def struct_roles(struct_spec: StructSpec, version: int) -> tuple[str | None, frozenset]:
+    """(topic field, partition arrays) of a struct at a version, among its inline fields.
+
+    The struct names one topic with the first topicName string field; its partitions are
+    the elements of its array fields whose name holds "Partition".
+    """
+    topic, partitions = None, set()
+    for f in _inline_fields(struct_spec, version):
+        if topic is None and not f.is_array and _uses_topic_name(f):
+            topic = f.name
+        if f.is_array and "Partition" in f.name:
+            partitions.add(f.name)
+    return topic, frozenset(partitions)
+
+
+def integer_today(f: FieldSpec, version: int) -> tuple[int, int]:
+    """(today, negative bytes) of an integer field's values on the wire at a version.
+
+    today > 0: that many bytes each; 0: a zig-zag varint (packed); -1: an unsigned varint
+    (upacked), a negative value then taking `negative bytes`.
+    """
+    encoding = f.encoding_at(version)
+    if not encoding:
+        return INT_TYPES[f.element_type] // 8, 0
+    form = encoding.rstrip("0123456789")
+    bits = int(encoding[len(form):])
+    if form == "fixed":
+        return bits // 8, 0
+    if form == "packed":
+        return 0, 0
+    return -1, NEGATIVE_UVARINT[bits]
+
+
 # --------------------------------------------------------------------------- decoding
 
 
 class _DecoderWriter:
     """Writes decode (or scan) code for structs of one version."""
 
-    def __init__(self, module: _Module, version: int, flexible: bool, *, trace: bool, scan: bool) -> None:
+    def __init__(self, module: _Module, version: int, flexible: bool, *, trace: bool, scan: bool,
+                 slots: dict | None = None, target: int | None = None) -> None:
         self.m = module
         self.v = version
         self.flexible = flexible
         self.trace = trace
         self.scan = scan
+        # Scans only: integer slot by path, the compact target, and whether the code is inside a
+        # known tagged field (there only capture facts are gathered: the metrics' facts, error
+        # codes, topics, records and tag sections, stay those of the inline fields).
+        self.slots = slots or {}
+        self.target = target
+        self.inner = False
+        self._roles: list = []  # per struct being written: (topic field, partition arrays, topic var, count var)
+
+    def _int_slot(self, f: FieldSpec, path: str) -> str | None:
+        """For a scan: the call adding this integer field's values to its slot, with {values} to fill in."""
+        if not self.scan or f.struct is not None or f.element_type not in INT_TYPES:
+            return None
+        where = f"{path}.{f.name}" if path else f.name
+        index = self.slots.get(where)
+        if index is None:
+            return None
+        today, negative = integer_today(f, self.v) if not f.is_array else (INT_TYPES[f.element_type] // 8, 0)
+        neg = NEGATIVE_UVARINT[INT_TYPES[f.element_type]]
+        fn = "_ci" if f.is_array else "_ci1"
+        return f"{fn}(_I, {index * SLOT_STRIDE}, {{values}}, {neg}, {today}, {negative})"
+
+    def _compact(self, b: _Body, n: str, prefix: int) -> None:
+        """For a scan with a compact target: the length n's varint replaces a prefix of `prefix` bytes."""
+        if self.scan and prefix:
+            b(f"_D += _LN[({n} + 1).bit_length()] - {prefix}")
+
+    def _role(self, f: FieldSpec) -> tuple[str | None, str | None]:
+        """(topic var if f is its struct's topic field, count var if f is one of its partition arrays)."""
+        if not self.scan or not self._roles:
+            return None, None
+        topic, partitions, tvar, pvar = self._roles[-1]
+        return (tvar if f.name == topic else None), (pvar if f.name in partitions else None)
 
     # -- helpers emitting common snippets
 
@@ -209,6 +336,18 @@ class _DecoderWriter:
         """Emit code decoding one struct at buf[pos:]; return the variable holding it (decode)."""
         values: list[tuple[str, str]] = []
         fields = _inline_fields(spec, self.v)
+        frame = None
+        if self.scan:
+            if self.target is not None:
+                b("_D += 1")  # the empty tag section every struct carries at the flexible version
+            topic, partitions = struct_roles(spec, self.v)
+            frame = (topic, partitions, self.m.name("tn") if topic else None,
+                     self.m.name("pc") if topic and partitions else None)
+            if frame[2]:
+                b(f"{frame[2]} = None")
+            if frame[3]:
+                b(f"{frame[3]} = 0")
+            self._roles.append(frame)
         i = 0
         while i < len(fields):
             f = fields[i]
@@ -217,7 +356,7 @@ class _DecoderWriter:
                 while i + 1 < len(fields) and _is_fixed(fields[i + 1], self.v):
                     i += 1
                     run.append(fields[i])
-                self._fixed_run(b, run, values)
+                self._fixed_run(b, run, values, path)
             else:
                 var = self.m.name("v")
                 self._enter(b, f.name)
@@ -231,20 +370,31 @@ class _DecoderWriter:
             out = self.m.name("d")
             items = ", ".join(f"{name!r}: {var}" for name, var in values)
             b(f"{out} = {{{items}}}")
+        if self.scan:
+            self._roles.pop()
         if self.flexible:
             self._tag_section(b, spec, out, path)
+        if frame is not None and frame[2]:
+            tvar = frame[2]
+            b(f"if {tvar} is not None: _TP[{tvar}] = _TP.get({tvar}, 0) + {frame[3] or 0}")
         return out
 
-    def _fixed_run(self, b: _Body, run: list[FieldSpec], values: list) -> None:
+    def _fixed_run(self, b: _Body, run: list[FieldSpec], values: list, path: str) -> None:
         fmt = "".join(FIXED_FORMATS[f.type][0] for f in run)
         size = sum(FIXED_FORMATS[f.type][1] for f in run)
         if self.scan:
             offset = 0
             for f in run:
-                if _is_error_code(f):
+                error = _is_error_code(f) and not self.inner
+                counted = self._int_slot(f, path)
+                if error or counted:
                     var = self.m.name("e")
-                    b(f"{var}, = _h.unpack_from(buf, pos + {offset})")
-                    b(f"if {var}: _E[{var}] = _E.get({var}, 0) + 1")
+                    s = self.m.fixed_struct(FIXED_FORMATS[f.type][0])
+                    b(f"{var}, = {s}.unpack_from(buf, pos + {offset})")
+                    if error:
+                        b(f"if {var}: _E[{var}] = _E.get({var}, 0) + 1")
+                    if counted:
+                        b(counted.format(values=var))
                 offset += FIXED_FORMATS[f.type][1]
             b(f"pos += {size}")
             return
@@ -267,35 +417,44 @@ class _DecoderWriter:
         elif f.struct is not None:
             self._struct_field(b, f, var, path, nullable)
         elif f.type in ("string", "bytes", "records"):
-            self._blob(b, f, var, nullable, compact, f.type)
+            prefix = compact_prefixes(f, v, self.flexible, self.target)[0] if self.scan else 0
+            self._blob(b, f, var, nullable, compact, f.type, prefix=prefix, topic_var=self._role(f)[0])
         else:
-            self._scalar(b, f, var)
+            self._scalar(b, f, var, path)
 
-    def _scalar(self, b: _Body, f: FieldSpec, var: str) -> None:
+    def _scalar(self, b: _Body, f: FieldSpec, var: str, path: str = "") -> None:
         enc = self.v is not None and f.encoding_at(self.v)
+        error = self.scan and _is_error_code(f) and not self.inner
+        counted = self._int_slot(f, path)
         if enc:
             reader = self.m.const(_encoding_reader(enc), "R")
             b(f"{var}, pos = {reader}(buf, pos)")
             bounds = encoded_range(f, enc)
             if not self.scan and bounds:
                 b(f"if not {bounds[0]} <= {var} <= {bounds[1]}: raise _Bad('value ' + str({var}) + ' does not fit {f.type}')")
-            if self.scan and _is_error_code(f):
+            if error:
                 b(f"if {var}: _E[{var}] = _E.get({var}, 0) + 1")
+            if counted:
+                b(counted.format(values=var))
             return
         fmt, size = FIXED_FORMATS[f.type]
-        if self.scan and not _is_error_code(f):
+        if self.scan and not error and not counted:
             b(f"pos += {size}")
             return
         s = self.m.fixed_struct(fmt)
         b(f"{var}, = {s}.unpack_from(buf, pos); pos += {size}")
         if f.type == "uuid" and not self.scan:
             b(f"{var} = _UUID(bytes={var})")
-        if self.scan and _is_error_code(f):
+        if error:
             b(f"if {var}: _E[{var}] = _E.get({var}, 0) + 1")
+        if counted:
+            b(counted.format(values=var))
 
-    def _blob(self, b: _Body, f: FieldSpec, var: str, nullable: bool, compact: bool, kind: str) -> None:
+    def _blob(self, b: _Body, f: FieldSpec, var: str, nullable: bool, compact: bool, kind: str, *,
+              prefix: int = 0, topic_var: str | None = None, element: bool = False) -> None:
         n = self.m.name("n")
         self._length(b, n, compact, wide=kind != "string", what=kind, nullable=nullable)
+        self._compact(b, n, prefix)
         e = self.m.name("e")
         if nullable:
             b(f"if {n} == -1:")
@@ -311,8 +470,13 @@ class _DecoderWriter:
         b(f"if {e} > L: raise _Bad({kind + ' of '!r} + str({n}) + ' bytes overruns the ' + str(L - pos) + ' bytes left')")
         if self.scan:
             if kind == "string" and _uses_topic_name(f):
-                b(f"_T.add(str(buf[pos:{e}], 'utf-8'))")
-            elif kind == "records":
+                name = topic_var or self.m.name("tn")
+                b(f"{name} = str(buf[pos:{e}], 'utf-8')")
+                if not self.inner:
+                    b(f"_T.add({name})")
+                if element:  # a topic named in an array of names: listed, with no partitions of its own
+                    b(f"if {name} not in _TP: _TP[{name}] = 0")
+            elif kind == "records" and not self.inner:
                 b(f"_R.append(pos << 32 | {n})")  # where it is; ScanResult.records summarizes
         elif kind == "string":
             b(f"{var} = str(buf[pos:{e}], 'utf-8')")
@@ -343,6 +507,8 @@ class _DecoderWriter:
     def _array(self, b: _Body, f: FieldSpec, var: str, path: str, nullable: bool, compact: bool) -> None:
         n = self.m.name("n")
         self._length(b, n, compact, wide=True, what="array", nullable=nullable)
+        prefix, element_prefix = compact_prefixes(f, self.v, self.flexible, self.target) if self.scan else (0, 0)
+        self._compact(b, n, prefix)
         elem = f.element_type
         if nullable:
             b(f"if {n} == -1:")
@@ -351,6 +517,9 @@ class _DecoderWriter:
             b("else:")
             ctx = b.indent()
             ctx.__enter__()
+        partitions = self._role(f)[1]
+        if partitions:
+            b(f"{partitions} += {n}")
         if f.struct is not None:
             least = max(1, min_size(f.struct, self.v, self.flexible))
         elif elem in FIXED_FORMATS:
@@ -360,6 +529,9 @@ class _DecoderWriter:
         b(f"if {n} * {least} > L - pos: raise _Bad('array of ' + str({n}) + ' elements overruns the ' + str(L - pos) + ' bytes left')")
         if elem in FIXED_FORMATS and f.struct is None:
             fmt, size = FIXED_FORMATS[elem]
+            counted = self._int_slot(f, path)
+            if counted:
+                b(counted.format(values=f"_unpack_from('>' + str({n}) + {fmt!r}, buf, pos)"))
             if self.scan:
                 b(f"pos += {n} * {size}")
             elif elem == "uuid":
@@ -380,7 +552,8 @@ class _DecoderWriter:
                     if not self.scan:
                         b(f"{var}.append({out})")
                 else:
-                    self._blob(b, f, elem_var, nullable=False, compact=compact, kind=elem)
+                    self._blob(b, f, elem_var, nullable=False, compact=compact, kind=elem, prefix=element_prefix,
+                               element=True)
                     if not self.scan:
                         b(f"{var}.append({elem_var})")
                 if self.trace:
@@ -398,23 +571,39 @@ class _DecoderWriter:
             fn = self.tagged_value_function(f, path)
             entries.append(f"{f.tag}: ({f.name!r}, {fn})")
         self.m.trailer.append(f"{table} = {{{', '.join(entries)}}}")
-        if self.scan:
+        if self.scan and self.inner:  # inside a tagged field: walked for capture facts, not recorded
+            b("if buf[pos] == 0: pos += 1")
+            b(f"else: pos = _scan_tags(buf, pos, _S, {table}, None)")
+        elif self.scan:
             b("if buf[pos] == 0: pos += 1; _Z[0] += 1")
             b(f"else: pos = _scan_tags(buf, pos, _S, {table}, {path!r})")
         else:
             b("if buf[pos] == 0: pos += 1")
-            b(f"else: pos = _read_tags(buf, pos, {out}, {table}, {'_P' if self.trace else 'None'})")
+            b(f"else: pos = _read_tags(buf, pos, {out}, {table}, {'_P, _O' if self.trace else 'None'})")
 
     def tagged_value_function(self, f: FieldSpec, path: str) -> str:
         """A function decoding one known tagged field's value within buf[pos:L]."""
         name = self.m.name("tf")
-        if self.scan:
-            return "None"  # the scanner counts tagged fields; it does not descend into them
         body = _Body()
         var = self.m.name("v")
+        if self.scan:
+            # The scanner records the tagged field (metrics) and walks its value for capture facts only.
+            body("_I = _S.int_stats; _TP = _S.topic_partitions")
+            inner, roles = self.inner, self._roles
+            self.inner, self._roles = True, []
+            try:
+                self.value(body, f, var, path)
+            finally:
+                self.inner, self._roles = inner, roles
+            body("return pos")
+            self.m.functions.append([f"def {name}(buf, pos, L, _S):", *body.lines])
+            return name
         self.value(body, f, var, path)
         body(f"return {var}, pos")
-        self.m.functions.append([f"def {name}(buf, pos, L):", *body.lines])
+        # Traced: the trace list and offset cell are arguments, never globals, so that one
+        # compiled decoder can diagnose in several threads at once.
+        params = "buf, pos, L, _P, _O" if self.trace else "buf, pos, L"
+        self.m.functions.append([f"def {name}({params}):", *body.lines])
         return name
 
 
@@ -432,19 +621,30 @@ def generate_decoder(spec: StructSpec, version: int, flexible: bool, label: str,
     b("L = len(buf)")
     out = w.struct(b, spec, "")
     b(f"return {out}, pos")
-    m.functions.append(["def decode(buf, pos):", *b.lines])
+    # trace=True: decode(buf, pos, _P, _O) fills the path list _P and the offset cell _O as it goes.
+    m.functions.append([f"def decode(buf, pos{', _P, _O' if trace else ''}):", *b.lines])
     return Generated(m.source(), m.constants)
 
 
-def generate_scanner(spec: StructSpec, version: int, flexible: bool, label: str) -> Generated:
-    """Source of `scan(buf, pos, result) -> pos`: walks without building values."""
+def generate_scanner(spec: StructSpec, version: int, flexible: bool, label: str, *,
+                     compact_target: int | None = None) -> Generated:
+    """Source of `scan(buf, pos, result) -> pos`: walks without building values.
+
+    The result's int_stats must hold a slot per integer_slots(spec, version) entry (or be
+    None when there are none); with compact_target, result.compact_delta gets the bytes the
+    body would gain at that (flexible) version.
+    """
     m = _Module(label)
-    w = _DecoderWriter(m, version, flexible, trace=False, scan=True)
+    slots = {path: i for i, (path, _) in enumerate(integer_slots(spec, version))}
+    w = _DecoderWriter(m, version, flexible, trace=False, scan=True, slots=slots, target=compact_target)
     b = _Body()
     b("L = len(buf)")
     b("_E = _S.error_codes; _T = _S.topics; _R = _S.record_spans; _Z = _S.empty_counter")
+    b("_I = _S.int_stats; _TP = _S.topic_partitions; _D = 0")
     w.struct(b, spec, "")
     b("if pos > L: raise _Bad('the message ends ' + str(pos - L) + ' bytes early')")
+    if compact_target is not None:
+        b("_S.compact_delta = (_S.compact_delta or 0) + _D")
     b("return pos")
     m.functions.append(["def scan(buf, pos, _S):", *b.lines])
     return Generated(m.source(), m.constants)
@@ -628,5 +828,7 @@ __all__ = [
     "generate_decoder",
     "generate_encoder",
     "generate_scanner",
+    "integer_slots",
+    "compact_target",
     "min_size",
 ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from kinspect.capture.varint_sizes import (
+from tests.support.varint_sizes import (
     _LENGTH,
     _WIDTH_BYTES,
     uvarint_size,
