@@ -407,6 +407,8 @@ class MetricsObserver:
             except DecodeError:
                 return None
         body = e.frame[body_start:]
+        if type(body) is not bytes:
+            body = bytes(body)  # a memoryview or bytearray frame: a hashable copy of the body
         outcome = memo.get(body)
         c.lookups += 1
         if outcome is None:

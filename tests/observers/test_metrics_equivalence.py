@@ -341,7 +341,7 @@ def test_scrapes_from_another_thread_see_consistent_figures(codec: Codec):
 
 
 def test_repeated_small_bodies_are_scanned_once(codec: Codec):
-    """Bodies seen before are not scanned again (ApiVersions one at a time, metadata refreshes), with the same figures."""
+    """Bodies seen before are not scanned again (ApiVersions, metadata refreshes), with the same figures."""
     good = request_frame(codec, 3, 12, 0, {"Topics": [{"TopicId": uuid.UUID(int=0), "Name": "t"}],
                                            "AllowAutoTopicCreation": False, "IncludeTopicAuthorizedOperations": False})
     malformed = frame(good[4:-4])  # the same truncated body each time: a decode failure each time
