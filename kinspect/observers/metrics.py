@@ -363,16 +363,16 @@ class MetricsObserver:
             cell[_HEADER_SUM] += header_size
             tag_bytes = e.header_tag_bytes
             if tag_bytes > 1:
-                header_size = None  # the body's start is the header's business: no memo
                 for tag, n in e.header_tags:
                     self._tagged_field(c.api, "response", "header", "", tag, None, n)
         else:
-            header_size = 4
             cell[_HEADER_V0_BUCKET] += 1
             cell[_HEADER_SUM] += 4
         scan = None
         if c.scan and e.complete:
-            scan = self._scan(c, e, header_size)
+            # The memo's key is all after the correlation id, the header's tag section included:
+            # the scan reads the header too, and fails with it when it is malformed.
+            scan = self._scan(c, e, 4)
             if scan is None:
                 self._decode_failure(c.api, "response", "decode_error")
             else:
@@ -389,11 +389,13 @@ class MetricsObserver:
             self._topic_bytes(scan.topics, size, "response")
 
     @staticmethod
-    def _scan(c: _Plan, e, body_start: int | None) -> ScanResult | None:
+    def _scan(c: _Plan, e, body_start: int) -> ScanResult | None:
         """The event's scan, None if its body is malformed; a small body seen before is not scanned again.
 
-        The facts a scan gives the metrics depend on the body's bytes alone (for a given api,
-        version and direction), and small bodies repeat: ApiVersions, Metadata refreshes,
+        The facts a scan gives the metrics depend only on the bytes it reads (for a given api,
+        version and direction): the body from body_start, where the key starts (for responses
+        4, after the correlation id, so that the header's tag section, which the scan also
+        reads, is part of the key). Small bodies repeat: ApiVersions, Metadata refreshes,
         heartbeats, empty fetches. So each plan remembers its last few small bodies (up to
         MEMO_BODY_BYTES, MEMO_ENTRIES of them) with their scan; a body seen before costs a
         slice and a hash instead of a scan. Produce requests (their record batches) are not
@@ -401,7 +403,7 @@ class MetricsObserver:
         lookups with fewer than half found.
         """
         memo = c.memo
-        if memo is None or body_start is None or len(e.frame) - body_start > MEMO_BODY_BYTES:
+        if memo is None or len(e.frame) - body_start > MEMO_BODY_BYTES:
             try:
                 return e.scan()
             except DecodeError:

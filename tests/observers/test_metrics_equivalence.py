@@ -387,3 +387,24 @@ def test_memo_stops_for_bodies_that_do_not_repeat(codec: Codec):
     assert_same(reference, observer, started)
     assert observer._req[(3, 12)].memo is None  # every body differed: memoizing stopped
     assert observer._req[(3, 12)].scan
+
+
+def test_memo_tells_a_malformed_response_header_from_a_good_one(codec: Codec):
+    """Two responses with the same body, one with a header tag section that runs past the frame: one failure."""
+    good = metadata_response(codec, 1, {"t": 0})
+    assert good[8] == 0  # an empty header tag section
+    bad = good[:8] + b"\x7f" + good[9:]  # 127 header tags claimed: the section runs past the frame
+    reference, observer = ReferenceMetricsObserver(), MetricsObserver()
+    session = Session(codec, ConnectionInfo(1, "c", "b"))
+    started = time.time()
+    for cid, answer in ((1, bad), (2, good), (3, bad), (4, good)):
+        events = session.client_data(metadata(codec, cid, ["t"]), 0.0)
+        events += session.broker_data(answer[:4] + _PREFIX.pack(cid) + answer[8:], 0.001)
+        for e in events:
+            observer.on_event(e)
+        for e in events:
+            reference.on_event(e)
+    assert_same(reference, observer, started)
+    assert observer.registry.get_sample_value(
+        "kinspect_decode_failures_total", {"api": "Metadata", "direction": "response", "reason": "decode_error"}) == 2
+    assert observer.registry.get_sample_value("kinspect_responses_total", {"api": "Metadata", "version": "12"}) == 4
