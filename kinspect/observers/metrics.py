@@ -7,7 +7,8 @@ rendered by a collector at scrape time with the names, help texts, labels and bu
 prometheus_client's Counter and Histogram gave (tests/observers/test_metrics_equivalence.py
 checks the /metrics text against that reference on recorded traffic). The cells of one
 (api key, version, direction) are looked up once and kept in a plan, so a frame costs one
-dict lookup, a few list increments and, when the metrics need it, one scan of the frame.
+dict lookup, a few list increments and one scan of its body, unless the same small body
+was seen (and scanned) just before (see MetricsObserver._scan).
 The connection, byte and in-flight figures are read from the ProxyServer at scrape time
 by ServerCollector.
 
