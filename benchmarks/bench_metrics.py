@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from kinspect.observers.metrics import MetricsObserver
 from kinspect.protocol.codec import Codec
-from kinspect.protocol.wire_program import native_available
+from kinspect.protocol.codec.wire_program import native_available
 from kinspect.session import ConnectionInfo, Session
 from tests.support.reference_metrics import ReferenceMetricsObserver
 

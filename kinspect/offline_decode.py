@@ -12,11 +12,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from kinspect.protocol.api_keys import PRODUCE
+from kinspect.protocol.specs.api_keys import PRODUCE
 from kinspect.protocol.codec import Codec
 from kinspect.protocol.errors import DecodeError, EncodeError
-from kinspect.protocol.framer import DEFAULT_MAX_FRAME_BYTES
-from kinspect.protocol.rendering import render_struct
+from kinspect.protocol.framing.framer import DEFAULT_MAX_FRAME_BYTES
+from kinspect.protocol.codec.rendering import render_struct
 from kinspect.session import ConnectionInfo, Plan, Problem, Request, Response, Session, SessionConfig
 from kinspect.session.replay import replay
 

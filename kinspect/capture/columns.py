@@ -13,7 +13,7 @@ from __future__ import annotations
 from array import array
 
 from kinspect.capture.schema import COLUMN_NAMES
-from kinspect.protocol.codegen import SLOT_COUNT, SLOT_FIXED, SLOT_STRIDE, SLOT_UHIST, SLOT_UVARINT, SLOT_ZHIST, SLOT_ZIGZAG
+from kinspect.protocol.codec.codegen import SLOT_COUNT, SLOT_FIXED, SLOT_STRIDE, SLOT_UHIST, SLOT_UVARINT, SLOT_ZHIST, SLOT_ZIGZAG
 
 
 class IntegerFieldColumns:

@@ -21,7 +21,7 @@ the writer thread reads it without a lock. The layout (plain tuples, cheapest to
 from __future__ import annotations
 
 from kinspect.protocol.errors import DecodeError, UnknownApiError
-from kinspect.protocol.scan_result import ScanResult
+from kinspect.protocol.codec.scan_result import ScanResult
 
 # Bytes one exchange's facts hold in the queue, beside its integer counters (8 bytes each)
 # and topics: a fixed estimate of the tuples, the ScanResult objects and their lists.

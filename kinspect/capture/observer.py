@@ -10,7 +10,7 @@ from kinspect.capture.facts import FactsTaker
 from kinspect.capture.rows import RowBuilder
 from kinspect.capture.writer import CaptureWriter
 from kinspect.protocol.codec import Codec
-from kinspect.protocol.spec_registry import SpecRegistry
+from kinspect.protocol.specs.registry import SpecRegistry
 from kinspect.session.events import Exchange
 
 log = logging.getLogger("kinspect.capture")

@@ -10,8 +10,8 @@ headers), and no bytes field reaches a row.
 from __future__ import annotations
 
 from kinspect.capture.schema import SCHEMA_VERSION
-from kinspect.protocol.scan_result import ScanResult
-from kinspect.protocol.api_keys import PRODUCE
+from kinspect.protocol.codec.scan_result import ScanResult
+from kinspect.protocol.specs.api_keys import PRODUCE
 from kinspect.protocol.codec import response_header_version
 from kinspect.protocol.error_codes import error_name
 

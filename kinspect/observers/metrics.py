@@ -54,7 +54,7 @@ from kinspect.observers.metric_families import CounterFamily, FamiliesCollector,
 from kinspect.observers.scan_needs import body_can_fail, metrics_scan_needed
 from kinspect.protocol.error_codes import ERROR_NAMES, error_name
 from kinspect.protocol.errors import DecodeError
-from kinspect.protocol.scan_result import ScanResult
+from kinspect.protocol.codec.scan_result import ScanResult
 from kinspect.session.events import Exchange, Problem, Request, Response
 
 PRODUCE = 0
@@ -596,7 +596,7 @@ def event_loop_name() -> str:
 
 def _native() -> str:
     try:
-        from kinspect.protocol.wire_program import native_available
+        from kinspect.protocol.codec.wire_program import native_available
 
         return "true" if native_available() else "false"
     except Exception:  # noqa: BLE001 (a broken native build must not break scraping)

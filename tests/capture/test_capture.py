@@ -437,7 +437,7 @@ def test_the_proxy_command_captures_and_flushes_on_sigterm(tmp_path: Path, codec
 
 def test_the_queue_holds_facts_never_a_frame_or_a_codec(codec: Codec, tmp_path: Path):
     """What crosses to the writer thread: no bytes of a frame, no codec, no event, scans detached from their frames."""
-    from kinspect.protocol.scan_result import ScanResult
+    from kinspect.protocol.codec.scan_result import ScanResult
     from kinspect.session.events import Request, Response
 
     exchanges = recorded_exchanges(codec)

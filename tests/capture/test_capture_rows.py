@@ -20,7 +20,7 @@ from kinspect.capture.rows import RowBuilder
 from kinspect.capture.schema import COLUMN_NAMES, arrow_schema
 from kinspect.protocol.codec import Codec
 from kinspect.protocol.errors import UnknownApiError
-from kinspect.protocol.primitives import write_uvarint, zigzag_encode
+from kinspect.protocol.wire.primitives import write_uvarint, zigzag_encode
 from kinspect.session.facts import request_header_tags, response_header_facts
 from kinspect.session.events import ConnectionInfo, Exchange, Request, Response
 from tests.spec_values import struct_value
@@ -540,8 +540,8 @@ def test_the_scanners_integer_counts_agree_with_the_size_functions():
     """codec_runtime.count_int(s), which the pure-Python scanner calls (the C scanner is checked against it)."""
     from array import array
 
-    from kinspect.protocol.codec_runtime import count_int, count_ints
-    from kinspect.protocol.codegen import SLOT_STRIDE
+    from kinspect.protocol.codec.runtime import count_int, count_ints
+    from kinspect.protocol.codec.codegen import SLOT_STRIDE
 
     for bits in (16, 32, 64):
         low, high = -(1 << (bits - 1)), (1 << (bits - 1)) - 1

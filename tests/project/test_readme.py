@@ -123,6 +123,7 @@ EXERCISED = {
     ".venv/bin/python -m pytest": ("test_markers.py", "test_make_test_fast_leaves_out_integration_tests"),
     "kinspect specs list": ("test_cli.py", "test_specs_list_and_show"),
     "kinspect specs show": ("test_cli.py", "test_specs_list_and_show"),
+    "kinspect specs codegen": ("test_specs_codegen.py", "test_codegen_prints_a_decoder_with_locals_named_after_fields"),
     "kinspect specs import": ("test_cli.py", "test_specs_import_command"),
     "kinspect analyze": ("test_analyze.py", "test_cli_end_to_end"),
     "python -m kinspect.analyze": ("test_analyze.py", "test_cli_end_to_end"),
@@ -222,7 +223,7 @@ def test_an_edit_of_the_c_codec_reinstalls(tmp_path):
         make = ["make", "-n", f"VENV={venv}", str(stamp)]
         unchanged = subprocess.run(make, cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert unchanged.returncode == 0 and "pip install" not in unchanged.stdout, unchanged.stdout
-        plan = subprocess.run([*make, "-W", "kinspect/protocol/_wire.c"], cwd=ROOT, capture_output=True,
+        plan = subprocess.run([*make, "-W", "kinspect/protocol/codec/_wire.c"], cwd=ROOT, capture_output=True,
                               text=True, timeout=60)
         assert plan.returncode == 0, plan.stderr
         assert "pip install --quiet -e '." in plan.stdout, plan.stdout

@@ -12,22 +12,22 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kinspect.protocol import codegen
-from kinspect.protocol.codec import _DECODE_FAILURES, Codec, CompiledStruct, _compile
-from kinspect.protocol.primitives import Malformed
-from kinspect.protocol.scan_result import ScanResult
-from kinspect.protocol.spec_model import parse_message
-from kinspect.protocol.wire_program import PURE_PYTHON_ENV, build_program, native_available
+from kinspect.protocol.codec import codegen
+from kinspect.protocol.codec.codec import _DECODE_FAILURES, Codec, CompiledStruct, _compile
+from kinspect.protocol.wire.primitives import Malformed
+from kinspect.protocol.codec.scan_result import ScanResult
+from kinspect.protocol.specs.model import parse_message
+from kinspect.protocol.codec.wire_program import PURE_PYTHON_ENV, build_program, native_available
 from tests.spec_values import struct_value
 
 if os.environ.get(PURE_PYTHON_ENV) == "1":
     pytest.skip(f"{PURE_PYTHON_ENV}=1 forces the pure-Python codecs", allow_module_level=True)
 
 try:
-    from kinspect.protocol import _wire
+    from kinspect.protocol.codec import _wire
 except ImportError as exc:  # the tests below fail (never skip): CI installs with a compiler
     _wire = None
-    _MISSING = f"kinspect.protocol._wire is not built ({exc}); reinstall with a C compiler or set {PURE_PYTHON_ENV}=1"
+    _MISSING = f"kinspect.protocol.codec._wire is not built ({exc}); reinstall with a C compiler or set {PURE_PYTHON_ENV}=1"
 
 CODEC = Codec()
 CASES = [

@@ -18,7 +18,7 @@ from tests.support.varint_sizes import (
     uvarint_size,
     zigzag_size,
 )
-from kinspect.protocol.spec_model import FieldSpec, MessageSpec, StructSpec
+from kinspect.protocol.specs.model import FieldSpec, MessageSpec, StructSpec
 
 INT_BITS = {"int16": 16, "int32": 32, "int64": 64}
 _LENGTH_WIDTH = {"string": 2, "bytes": 4, "records": 4}  # non-compact length prefix of one blob

@@ -16,8 +16,8 @@ from kinspect.capture.schema import SCHEMA_VERSION
 from kinspect.protocol.codec import Codec, response_header_version
 from kinspect.protocol.error_codes import error_name
 from kinspect.protocol.errors import DecodeError
-from kinspect.protocol.peek import tag_section_fields
-from kinspect.protocol.primitives import Malformed
+from kinspect.protocol.wire.peek import tag_section_fields
+from kinspect.protocol.wire.primitives import Malformed
 from kinspect.session.events import Exchange, Request, Response
 
 _INT16 = struct.Struct(">h")

@@ -20,7 +20,7 @@ from kinspect.capture.schema import ADDED_IN, METADATA_VERSION_KEY, arrow_schema
 from kinspect.cli.main import main
 from kinspect.observers.inventory import METRIC_NAMES, InventoryObserver
 from kinspect.observers.metrics import MetricsObserver
-from kinspect.protocol.framer import split_frames
+from kinspect.protocol.framing.framer import split_frames
 from kinspect.session.client_software import MAX_CHARS, sanitize
 from kinspect.session import Session
 from kinspect.session.events import ConnectionInfo, Exchange

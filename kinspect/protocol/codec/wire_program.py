@@ -56,7 +56,7 @@ from __future__ import annotations
 import os
 import sys
 
-from kinspect.protocol.codegen import (
+from kinspect.protocol.codec.codegen import (
     INT_TYPES,
     NEGATIVE_UVARINT,
     SLOT_STRIDE,
@@ -72,8 +72,8 @@ from kinspect.protocol.codegen import (
     min_size,
     struct_roles,
 )
-from kinspect.protocol.primitives import FIXED_FORMATS
-from kinspect.protocol.spec_model import FieldSpec, StructSpec
+from kinspect.protocol.wire.primitives import FIXED_FORMATS
+from kinspect.protocol.specs.model import FieldSpec, StructSpec
 
 FIXED_KINDS = frozenset(FIXED_FORMATS)  # bool int8 int16 uint16 int32 uint32 int64 float64 uuid
 KINDS = FIXED_KINDS | {"string", "bytes", "records", "struct", "array", "encoded"}
@@ -154,7 +154,7 @@ def native_module():
     if os.environ.get(PURE_PYTHON_ENV) == "1":
         return None
     try:
-        from kinspect.protocol import _wire
+        from kinspect.protocol.codec import _wire
     except ImportError:
         return None
     return _wire

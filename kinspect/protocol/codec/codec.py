@@ -14,15 +14,15 @@ from array import array
 from dataclasses import dataclass
 from typing import Callable
 
-from kinspect.protocol.api_keys import API_VERSIONS, CONTROLLED_SHUTDOWN
-from kinspect.protocol import codegen
-from kinspect.protocol.codec_runtime import namespace
+from kinspect.protocol.specs.api_keys import API_VERSIONS, CONTROLLED_SHUTDOWN
+from kinspect.protocol.codec import codegen
+from kinspect.protocol.codec.runtime import namespace
 from kinspect.protocol.errors import DecodeError, EncodeError, SpecError, UnknownApiError
-from kinspect.protocol.primitives import Malformed
-from kinspect.protocol.scan_result import ScanResult
-from kinspect.protocol.spec_model import MessageSpec
-from kinspect.protocol.spec_registry import SpecRegistry
-from kinspect.protocol.wire_program import build_program, native_module
+from kinspect.protocol.wire.primitives import Malformed
+from kinspect.protocol.codec.scan_result import ScanResult
+from kinspect.protocol.specs.model import MessageSpec
+from kinspect.protocol.specs.registry import SpecRegistry
+from kinspect.protocol.codec.wire_program import build_program, native_module
 
 
 # Everything a generated decoder can raise on bad bytes; all become DecodeError.

@@ -1,9 +1,9 @@
-/* kinspect.protocol._wire: a table-driven decoder and scanner for Kafka message bodies.
+/* kinspect.protocol.codec._wire: a table-driven decoder and scanner for Kafka message bodies.
  *
- * It runs the "programs" of kinspect/protocol/wire_program.py (nested tuples describing
+ * It runs the "programs" of kinspect/protocol/codec/wire_program.py (nested tuples describing
  * one struct at one version), converted once into the C structs below by
  * compile_program(). The semantics are those of the Python source that
- * kinspect/protocol/codegen.py generates (the reference): same dict keys in the same
+ * kinspect/protocol/codec/codegen.py generates (the reference): same dict keys in the same
  * order, same types, same positions, and failure exactly where the reference fails.
  * Every malformed input raises kinspect.protocol.primitives.Malformed; every read is
  * bounds-checked against the end of the current region (the buffer, or a tagged
@@ -1998,7 +1998,7 @@ static PyMemberDef program_members[] = {
 
 static PyTypeObject ProgramType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "kinspect.protocol._wire.Program",
+    .tp_name = "kinspect.protocol.codec._wire.Program",
     .tp_basicsize = sizeof(ProgramObject),
     .tp_dealloc = (destructor)program_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -2107,7 +2107,7 @@ static PyMethodDef wire_methods[] = {
 
 static struct PyModuleDef wire_module = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "kinspect.protocol._wire",
+    .m_name = "kinspect.protocol.codec._wire",
     .m_doc = "Table-driven decoder and scanner for kinspect wire programs (see wire_program.py).",
     .m_size = -1,
     .m_methods = wire_methods,
@@ -2142,7 +2142,7 @@ PyMODINIT_FUNC PyInit__wire(void)
     PyObject *m = PyModule_Create(&wire_module);
     if (m == NULL)
         return NULL;
-    PyObject *prim = PyImport_ImportModule("kinspect.protocol.primitives");
+    PyObject *prim = PyImport_ImportModule("kinspect.protocol.wire.primitives");
     if (prim == NULL)
         goto fail;
     Malformed = PyObject_GetAttrString(prim, "Malformed");

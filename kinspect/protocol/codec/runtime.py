@@ -9,9 +9,9 @@ from __future__ import annotations
 import struct
 from uuid import UUID
 
-from kinspect.protocol.codegen import UNKNOWN_TAGS
+from kinspect.protocol.codec.codegen import UNKNOWN_TAGS
 from kinspect.protocol.errors import EncodeError
-from kinspect.protocol.primitives import Malformed, read_uvarint, uvarint_size, write_uvarint
+from kinspect.protocol.wire.primitives import Malformed, read_uvarint, uvarint_size, write_uvarint
 
 
 def read_tags(buf: bytes, pos: int, target: dict, table: dict, trace: list | None, offset: list | None = None) -> int:
@@ -202,7 +202,7 @@ def spans_summarizer():
 
     if records.summarize_records is records.summarize_records_python:
         return summarize_spans_python
-    from kinspect.protocol._wire import summarize_spans
+    from kinspect.protocol.codec._wire import summarize_spans
 
     return summarize_spans
 

@@ -7,7 +7,7 @@ _summarize_spans = None  # codec_runtime.spans_summarizer(), on first use
 
 def _summarizer():
     global _summarize_spans
-    from kinspect.protocol.codec_runtime import spans_summarizer
+    from kinspect.protocol.codec.runtime import spans_summarizer
 
     _summarize_spans = spans_summarizer()
     return _summarize_spans
