@@ -1675,7 +1675,7 @@ static SProg *compile_struct(PyObject *t, int depth)
     }
     PyObject *fields = PyTuple_GET_ITEM(t, 1), *tags = PyTuple_GET_ITEM(t, 2), *path = PyTuple_GET_ITEM(t, 3);
     if (!PyTuple_Check(fields) || !PyTuple_Check(tags) || !PyUnicode_Check(path)) {
-        bad_program("a struct is not (flexible, fields, tags, path)");
+        bad_program("a struct is not (flexible, fields, tags, path, grows)");
         return NULL;
     }
     SProg *sp = PyMem_Calloc(1, sizeof(SProg));
