@@ -251,7 +251,7 @@ def test_fuzz_commands(tmp_path):
 
 
 def _readme_command(prefix: str) -> list[str]:
-    (command,) = [c for c in readme_commands() if c.startswith(prefix) and "--capture-dir" not in c]
+    (command,) = {c for c in readme_commands() if c.startswith(prefix) and "--capture-dir" not in c}
     return shlex.split(command)
 
 
