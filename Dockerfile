@@ -8,8 +8,14 @@
 # ConfigMap on /etc/kinspect in Kubernetes). The image carries deploy/config/kinspect-sidecar.toml
 # at that path as a default. Inside a container the listeners that must be reached from outside
 # bind 0.0.0.0 (the sidecar config does this for metrics; see deploy/ for complete examples).
-# tests/test_deploy_manifests.py builds what the builder stage builds, the same way, and checks
-# the result and the HEALTHCHECK below against a running kinspect.
+# The base is an ARG: any Debian-like image with Python 3.11 (python3 and its venv module) and
+# apt-get. tests/deploy/test_container_image.py builds this file with podman on a local base
+# made from Debian packages (no image registry needed), runs it and checks its HEALTHCHECK and a
+# real client through it:
+#
+#   podman build --format docker --build-arg PYTHON_IMAGE=localhost/my-python:3.11 -t kinspect:0.1.0 .
+#
+# (--format docker keeps the HEALTHCHECK, which the OCI image format has no field for.)
 
 ARG PYTHON_IMAGE=python:3.11-slim
 
@@ -18,8 +24,11 @@ ARG PYTHON_IMAGE=python:3.11-slim
 # the `proxy` extra into /opt/venv, which is all the runtime stage takes from here.
 FROM ${PYTHON_IMAGE} AS builder
 
+# Python's headers come with the python:*-slim images (/usr/local/include); with Debian's own
+# Python they are the python3.X-dev package, added only when Python.h is missing.
 RUN apt-get update \
- && apt-get install -y --no-install-recommends gcc libc6-dev \
+ && apt-get install -y --no-install-recommends gcc libc6-dev $(python3 -c \
+      'import os, sys, sysconfig; print("" if os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")) else "python%d.%d-dev" % sys.version_info[:2])') \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /src
@@ -27,16 +36,23 @@ COPY pyproject.toml setup.py README.md ./
 COPY specs ./specs
 COPY kinspect ./kinspect
 
+# Behind a TLS-intercepting proxy pip must trust its CA: mount a bundle into the build and name
+# it here, e.g. -v /etc/ssl/certs/ca-certificates.crt:/run/build-ca.crt:ro
+# --build-arg BUILD_CA_BUNDLE=/run/build-ca.crt (a builder-stage ARG: not in the final image).
+ARG BUILD_CA_BUNDLE=
+
 # setup.py marks the extension optional (a machine without a compiler still installs), so the
-# import check makes a missing compiler fail the build here instead of shipping the slow path.
-RUN python -m venv /opt/venv \
+# import check makes a missing compiler fail the build here instead of shipping the slow path
+# (-P: the installed package, not the source tree in the working directory).
+RUN if [ -n "$BUILD_CA_BUNDLE" ]; then export PIP_CERT="$BUILD_CA_BUNDLE"; fi \
+ && python3 -m venv /opt/venv \
  && /opt/venv/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
  && /opt/venv/bin/pip install --no-cache-dir "$(ls /wheels/kinspect-*.whl)[proxy]" \
- && /opt/venv/bin/python -c "import kinspect.protocol._wire" \
+ && /opt/venv/bin/python -P -c "import kinspect.protocol._wire" \
  && /opt/venv/bin/python -m pip uninstall -y pip setuptools
 
 # ------------------------------------------------------------------------------ runtime
-# The same slim base (the venv's interpreter links point at its /usr/local/bin/python3.11), no
+# The same base (the venv's interpreter links point at the base's python3.11), no
 # compiler, no build files: the venv, the default config and an unprivileged user.
 FROM ${PYTHON_IMAGE} AS runtime
 

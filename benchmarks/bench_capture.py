@@ -40,8 +40,8 @@ def replay(codec: Codec) -> list:
     for n, requests in enumerate(sorted(TRAFFIC.glob("*/*.requests.bin"))):
         responses = requests.with_name(requests.name.replace("requests", "responses"))
         session = Session(codec, ConnectionInfo(n, "127.0.0.1:4000", "127.0.0.1:9092"))
-        events += session.client_data(requests.read_bytes(), 1.0)
-        events += session.broker_data(responses.read_bytes(), 1.001)
+        events += session.client_data(requests.read_bytes(), 1.0).events
+        events += session.broker_data(responses.read_bytes(), 1.001).events
         events += session.close(1.002)
     return events
 

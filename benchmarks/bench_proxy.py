@@ -1,52 +1,67 @@
-"""What kinspect costs a Kafka client: throughput and latency direct, through kinspect, through haproxy.
+"""What kinspect costs a Kafka client: throughput, latency and the proxy's CPU, direct, through kinspect, through haproxy.
 
-    python benchmarks/bench_proxy.py [--quick] [--json PATH] [--reps N] [--records N]
-                                     [--budget S] [--paths P,..] [--profile DIR]
+    python benchmarks/bench_proxy.py [--quick] [--json PATH] [--reps N] [--records N] [--budget S]
+                                     [--paths P,..] [--small-only | --no-small] [--small-requests N]
+                                     [--connections N] [--in-flight N] [--idle N] [--[no-]pin]
+                                     [--profile DIR]
 
-Full run: 9 repetitions of 200k x 1 KB records (about 3 minutes on a 2-core machine;
-no repetition is started past --budget, 300 s, once 3 are done); --quick: 5 repetitions of
-100k records (under a minute, budget 75 s).
+Full run (`make bench`): up to 7 repetitions (never more than --budget, 300 s, once 3 are
+done) of the bulk load (100k x 1 KB records) and the small-request load (8 connections x
+400 requests per phase), then 10,000 idle connections: about 6 minutes on a 2-core machine.
+--quick: 3 repetitions of 20k records and 100 requests per phase, 1,000 idle connections.
 
 Paths (each cell starts a fresh Tansu broker advertising the address its clients must use):
   direct                Tansu alone; clients bootstrap from it
-  kinspect-passthrough  kinspect proxy --mode passthrough in front of Tansu; Tansu advertises
-                        the proxy's port so the clients' follow-up connections go through it
+  kinspect-passthrough  kinspect proxy --mode passthrough in front of Tansu, metrics on (the
+                        sidecar's default config); Tansu advertises the proxy's port
   kinspect-nometrics    the same with --no-metrics (metrics on vs off: what metrics cost)
   kinspect-capture      kinspect-passthrough with --capture-dir (what Parquet capture costs)
   kinspect-rewrite      kinspect proxy --mode rewrite --node-port-base N; Tansu advertises
                         itself and kinspect rewrites the addresses (node 111 -> port N+111)
-  haproxy               haproxy 2.x, mode tcp, one frontend, one backend server; Tansu
+  haproxy               Debian's haproxy, mode tcp, one frontend, one backend server; Tansu
                         advertises haproxy's port
+Every proxy runs as a process of its own (`kinspect proxy ...`, `haproxy -db`) so that its CPU
+time can be read from /proc.
 
-Measurements, in every cell (one path, one repetition):
+Bulk load, in every cell (one path, one repetition):
   produce   confluent-kafka Producer, --records records of --record-size bytes to a
             1-partition topic, acks=all, linger.ms=5, batch.size=1000000, no compression;
-            timed from the first produce() to the end of flush() (connections are warmed up
-            beforehand with one record to another topic)
-  consume   confluent-kafka Consumer reading the same records from offset 0 (connections
-            warmed up on the other topic first); timed until the last record is in hand
-  ApiVersions / Metadata latency
-            a blocking raw socket (TCP_NODELAY) sends pre-encoded ApiVersions v3 (resp.
-            Metadata v12, all topics) frames one at a time, timing each round trip with
-            perf_counter_ns; p50 and p99 of each cell. Metadata is the response that
-            rewrite mode decodes, rewrites and re-encodes.
-  produce latency
-            confluent-kafka Producer, acks=1, linger.ms=0, one record in flight at a time;
-            Message.latency() of each delivery report (librdkafka's produce() -> ack time)
+            timed from the first produce() to the end of flush()
+  consume   confluent-kafka Consumer reading the same records from offset 0; timed until
+            the last record is in hand
+  ApiVersions / Metadata latency: one blocking raw socket, one request at a time
+  produce latency: confluent-kafka, acks=1, linger.ms=0, one record in flight
+  and the proxy's CPU per MB forwarded in the produce and consume phases.
+
+Small-request load (benchmarks/small_requests.py), in every cell: raw-socket clients send
+frames built once with kinspect's own codec (only the correlation id changes), so the load
+is cheap and the same on every path: ApiVersions v3, Metadata v12 (one topic), Produce v9
+(acks=1, one 100-byte record per request, as with linger.ms=0) and Fetch v12 (of a topic
+holding 5 such records: about 900 bytes of batches per response), each on --connections connections with one request at a time
+("serial") then --in-flight pipelined. Each phase reports requests/s, the proxy's CPU time
+per request, its ratio to haproxy's, the spread over repetitions and the p50/p99 round trip
+added to direct's.
+
+CPU time: the proxy's threads' time on a CPU from /proc/<pid>/task/*/schedstat (ns
+resolution) between the first request and the last response of a phase; utime+stime from
+/proc/<pid>/stat (10 ms ticks) is kept beside it in the JSON as a cross-check.
+
+Pinning (--pin; off by default): the proxy runs under `taskset` on the last CPU, the broker,
+the clients and this script on the others; the output says what was pinned. Pinned runs have
+a smaller spread but a different cost: every hop becomes a cross-CPU wake-up, which triples
+haproxy's kernel time per request (docs/performance.md compares both ways).
+
+Idle memory: --idle N connections through kinspect (metrics on), each after one ApiVersions
+exchange, then idle; RSS per connection = RSS growth / N. RLIMIT_NOFILE is raised for this
+(up to the hard limit, or beyond it when run as root); the output says what was allowed.
 
 Repetitions interleave the paths (the order rotates every repetition) so machine noise is
-spread over all of them; the table shows the median over repetitions of each value, and
-throughput as % of direct, latency as the added milliseconds against direct. The targets
-(throughput >= 95 % of direct, added p50 latency < 0.2 ms) are checked for both kinspect
-modes (haproxy is shown for reference). Proxy CPU is the proxy process's user+system CPU
-time during a phase divided by the phase's wall time (100 % = one core busy).
-
-Client, broker and proxy share the machine: on a small machine the proxy's CPU competes
-with the client's and the broker's, which is part of what this measures.
+spread over all of them; tables show medians over repetitions, spreads are (max - min) /
+median. Client, broker and proxy share the machine, which is part of what this measures.
 
 --profile DIR attaches `py-spy record` to every kinspect process (raw collapsed stacks,
-one file per cell, in DIR); the sampling costs CPU, so the numbers of such a run are not
-comparable with an unprofiled run.
+one file per cell, in DIR) and prints where the samples went (benchmarks/profile_summary.py);
+the sampling costs CPU, so the numbers of such a run are not comparable with an unprofiled run.
 
 Every process started (brokers, proxies, py-spy) is stopped on exit, on failure, on
 Ctrl-C and on SIGTERM.
@@ -73,6 +88,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition  # noqa: E402
 from confluent_kafka import libversion as rdkafka_libversion  # noqa: E402
@@ -82,6 +98,17 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from kinspect.protocol.codec import Codec  # noqa: E402
 from tests.support.tansu import TansuBroker, free_port, tansu_version  # noqa: E402
 
+import idle_connections  # noqa: E402
+import profile_summary  # noqa: E402
+import small_requests  # noqa: E402
+from proc_cpu import CpuMeter, pin_command, pin_self, raise_nofile  # noqa: E402
+
+HAPROXY_THREADS = 1  # kinspect forwards on one event-loop thread: haproxy gets one thread too (--haproxy-threads)
+# Pinning measured against not pinning, once (docs/performance.md): pinned, the spread of CPU per
+# request fell (median 30% -> 12% one at a time) but every hop became a cross-CPU wake-up that
+# tripled haproxy's kernel time per request, so ratios to haproxy shrank (3.0x -> 1.7x): pinning
+# measures another set-up, hence off unless asked for.
+PIN_DEFAULT = False
 PATHS = ["direct", "kinspect-passthrough", "kinspect-nometrics", "kinspect-capture", "kinspect-rewrite", "haproxy"]
 KINSPECT_PATHS = ["kinspect-passthrough", "kinspect-nometrics", "kinspect-capture", "kinspect-rewrite"]
 TANSU_NODE_ID = 111
@@ -92,8 +119,11 @@ ADDED_P50_TARGET_MS = 0.2
 
 PRESETS = {
     # records, reps, ApiVersions requests, Metadata requests, produce-latency records
-    "full": dict(records=200_000, reps=9, apiversions=3000, metadata=1500, produce_latency=1000, budget_s=300),
-    "quick": dict(records=100_000, reps=5, apiversions=1500, metadata=600, produce_latency=300, budget_s=75),
+    # small_requests: per connection and small-request phase; idle: connections held for the memory figure
+    "full": dict(records=100_000, reps=7, apiversions=2000, metadata=1000, produce_latency=500, budget_s=300,
+                 small_requests=400, idle=10_000),
+    "quick": dict(records=20_000, reps=3, apiversions=500, metadata=300, produce_latency=100, budget_s=60,
+                  small_requests=100, idle=1_000),
 }
 MIN_REPS = 3  # the time budget never cuts a run below this many repetitions
 RAW_WARMUP = 200
@@ -187,18 +217,6 @@ def distinct_free_ports(count: int, taken: set[int] = frozenset()) -> list[int]:
     return ports
 
 
-def cpu_seconds(pid: int | None) -> float | None:
-    """User + system CPU time of a process (from /proc), None if unknown."""
-    if pid is None:
-        return None
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rpartition(")")[2].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 def venv_tool(name: str) -> str | None:
     """A console script next to this Python (the venv's bin), else on PATH."""
     script = Path(sys.executable).parent / name
@@ -223,6 +241,7 @@ def kinspect_command() -> list[str]:
 HAPROXY_CONFIG = """\
 global
     maxconn 4096
+    nbthread {threads}
     log stdout format raw local0 err
 
 defaults
@@ -243,8 +262,11 @@ backend tansu
 class Stack:
     """One path for one cell: a fresh Tansu and, unless direct, the proxy in front of it."""
 
-    def __init__(self, path: str, procs: Processes, workdir: Path, tag: str, profile_dir: Path | None) -> None:
+    def __init__(self, path: str, procs: Processes, workdir: Path, tag: str, profile_dir: Path | None,
+                 proxy_cpus: set[int] | None = None) -> None:
         self.path = path
+        self.proxy_cpus = proxy_cpus
+        self.haproxy_threads = HAPROXY_THREADS
         self.procs = procs
         self.workdir = workdir
         self.tag = tag
@@ -287,10 +309,13 @@ class Stack:
             (port,) = distinct_free_ports(1)
             self.broker = self.procs.start_broker(advertised_port=port)
             config = self.workdir / f"{self.tag}-haproxy.cfg"
-            config.write_text(HAPROXY_CONFIG.format(host=HOST, port=port, broker=self.broker.bootstrap))
+            config.write_text(HAPROXY_CONFIG.format(host=HOST, port=port, broker=self.broker.bootstrap,
+                                                    threads=self.haproxy_threads))
             cmd = [haproxy, "-db", "-f", str(config)]
         else:
             raise ValueError(path)
+        if self.proxy_cpus:
+            cmd = pin_command(cmd, self.proxy_cpus)
         self.proxy = self.procs.spawn(cmd, self.proxy_log)
         wait_port(port, self.proxy, self.proxy_log)
         self.bootstrap = f"{HOST}:{port}"
@@ -357,6 +382,19 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[k]
 
 
+def proxy_cpu(used: dict) -> float | None:
+    """The proxy's CPU seconds in a phase: the ns-resolution per-thread count when /proc has it."""
+    return used["run_s"] if used["run_s"] is not None else used["cpu_s"]
+
+
+def proxy_cpu_figures(used: dict, elapsed: float, nbytes: int) -> dict:
+    cpu = proxy_cpu(used)
+    if cpu is None:
+        return {"proxy_cpu_pct": None, "proxy_cpu_ms_per_mb": None, "proxy_cpu": used}
+    return {"proxy_cpu_pct": 100.0 * cpu / elapsed, "proxy_cpu_ms_per_mb": 1000.0 * cpu / (nbytes / 1e6),
+            "proxy_cpu": used}
+
+
 def measure_produce(bootstrap: str, topic: str, warm_topic: str, records: int, size: int,
                     cpu_pid: int | None) -> dict:
     errors: list[str] = []
@@ -377,7 +415,7 @@ def measure_produce(bootstrap: str, topic: str, warm_topic: str, records: int, s
         producer.list_topics(topic, timeout=30)
         value = os.urandom(size)
         produce, poll = producer.produce, producer.poll
-        cpu0 = cpu_seconds(cpu_pid)
+        meter = CpuMeter(cpu_pid).start()
         t0 = time.perf_counter()
         for i in range(records):
             while True:
@@ -390,7 +428,7 @@ def measure_produce(bootstrap: str, topic: str, warm_topic: str, records: int, s
                 poll(0)
         left = producer.flush(PHASE_TIMEOUT_S)
         elapsed = time.perf_counter() - t0
-        cpu1 = cpu_seconds(cpu_pid)
+        used = meter.stop()
     finally:
         del producer
     if left or errors:
@@ -399,7 +437,7 @@ def measure_produce(bootstrap: str, topic: str, warm_topic: str, records: int, s
         "seconds": elapsed,
         "mb_s": records * size / elapsed / 1e6,
         "records_s": records / elapsed,
-        "proxy_cpu_pct": None if cpu0 is None or cpu1 is None else 100.0 * (cpu1 - cpu0) / elapsed,
+        **proxy_cpu_figures(used, elapsed, records * size),
     }
 
 
@@ -429,7 +467,7 @@ def measure_consume(bootstrap: str, topic: str, warm_topic: str, records: int, c
         consumer.assign([TopicPartition(topic, 0, 0)])
         consume = consumer.consume
         count = nbytes = 0
-        cpu0 = cpu_seconds(cpu_pid)
+        meter = CpuMeter(cpu_pid).start()
         t0 = time.perf_counter()
         deadline = time.monotonic() + PHASE_TIMEOUT_S
         while count < records:
@@ -444,15 +482,18 @@ def measure_consume(bootstrap: str, topic: str, warm_topic: str, records: int, c
             if time.monotonic() > deadline:
                 raise BenchError(f"consume: {count} of {records} records in {PHASE_TIMEOUT_S:.0f} s")
         elapsed = time.perf_counter() - t0
-        cpu1 = cpu_seconds(cpu_pid)
+        used = meter.stop()
     finally:
         consumer.close()
     return {
         "seconds": elapsed,
         "mb_s": nbytes / elapsed / 1e6,
         "records_s": count / elapsed,
-        "proxy_cpu_pct": None if cpu0 is None or cpu1 is None else 100.0 * (cpu1 - cpu0) / elapsed,
+        **proxy_cpu_figures(used, elapsed, nbytes),
     }
+
+
+SMALL_WORKLOADS = ["apiversions", "metadata", "produce", "fetch"]
 
 
 class RawRequests:
@@ -543,23 +584,56 @@ def measure_produce_latency(bootstrap: str, topic: str, records: int, size: int,
 # ------------------------------------------------------------------ one cell
 
 
-def run_cell(stack: Stack, settings: dict, api_versions: RawRequests, metadata: RawRequests) -> dict:
+SMALL_TOPIC, SMALL_FETCH_TOPIC = "bench-small", "bench-small-fetch"
+SMALL_WARMUP = 10  # requests per connection before each workload's timed phases
+
+
+def run_cell(stack: Stack, settings: dict, api_versions: RawRequests, metadata: RawRequests,
+             small: dict | None) -> dict:
     topic, warm_topic, latency_topic = "bench", "bench-warm", "bench-latency"
-    create_topics(stack.broker.bootstrap, [topic, warm_topic, latency_topic])
+    create_topics(stack.broker.bootstrap, [topic, warm_topic, latency_topic, SMALL_TOPIC, SMALL_FETCH_TOPIC])
     port = int(stack.bootstrap.rpartition(":")[2])
     cpu_pid = stack.proxy_pid
     cell = {}
-    cell["produce"] = measure_produce(stack.bootstrap, topic, warm_topic, settings["records"],
-                                      settings["record_size"], cpu_pid)
-    cell["consume"] = measure_consume(stack.bootstrap, topic, warm_topic, settings["records"], cpu_pid)
-    cell["apiversions"] = measure_round_trips(port, api_versions, RAW_WARMUP)
-    cell["metadata"] = measure_round_trips(port, metadata, RAW_WARMUP)
-    cell["produce_latency"] = measure_produce_latency(stack.bootstrap, latency_topic,
-                                                      settings["produce_latency"], settings["record_size"])
+    if settings["bulk"]:
+        cell["produce"] = measure_produce(stack.bootstrap, topic, warm_topic, settings["records"],
+                                          settings["record_size"], cpu_pid)
+        cell["consume"] = measure_consume(stack.bootstrap, topic, warm_topic, settings["records"], cpu_pid)
+        cell["apiversions"] = measure_round_trips(port, api_versions, RAW_WARMUP)
+        cell["metadata"] = measure_round_trips(port, metadata, RAW_WARMUP)
+        cell["produce_latency"] = measure_produce_latency(stack.bootstrap, latency_topic,
+                                                          settings["produce_latency"], settings["record_size"])
+    if small is not None:
+        cell["small"] = measure_small(port, cpu_pid, settings, small)
     if stack.event_loop is not None:
         cell["event_loop"] = stack.event_loop
     cell["loadavg_1m"] = loadavg()
     return cell
+
+
+def measure_small(port: int, cpu_pid: int | None, settings: dict, small: dict) -> dict:
+    """Every small-request workload, one at a time then pipelined, on `connections` connections each."""
+    out = {}
+    conns, per_conn = settings["connections"], settings["small_requests"]
+    small_requests.run_load(port, small["prefill"], 1, small_requests.FETCH_RECORDS, 1)
+    for name in SMALL_WORKLOADS:
+        workload = small[name]
+        # Warm-up: the proxy's first frames of this kind, on connections of their own.
+        small_requests.run_load(port, workload, conns, SMALL_WARMUP, 1)
+        for mode, in_flight in (("serial", 1), ("pipelined", settings["in_flight"])):
+            result = small_requests.run_load(port, workload, conns, per_conn, in_flight, meter=CpuMeter(cpu_pid))
+            lat = sorted(result["latencies_ms"])
+            cpu = proxy_cpu(result["meter"])
+            n = result["requests"]
+            out[f"{name}/{mode}"] = {
+                "requests": n, "seconds": result["seconds"], "req_s": n / result["seconds"],
+                "cpu_us_per_req": None if cpu is None else 1e6 * cpu / n,
+                "stat_cpu_us_per_req": None if result["meter"]["cpu_s"] is None else 1e6 * result["meter"]["cpu_s"] / n,
+                "user_us_per_req": None if result["meter"]["user_s"] is None else 1e6 * result["meter"]["user_s"] / n,
+                "system_us_per_req": None if result["meter"]["system_s"] is None else 1e6 * result["meter"]["system_s"] / n,
+                "p50_ms": percentile(lat, 50), "p99_ms": percentile(lat, 99),
+            }
+    return out
 
 
 # ------------------------------------------------------------------ report
@@ -578,7 +652,132 @@ ROWS = [
     ("produce latency p99 ms", "produce_latency", "p99_ms", "lat"),
     ("proxy CPU % (produce)", "produce", "proxy_cpu_pct", "cpu"),
     ("proxy CPU % (consume)", "consume", "proxy_cpu_pct", "cpu"),
+    ("proxy CPU ms/MB (produce)", "produce", "proxy_cpu_ms_per_mb", "cpu"),
+    ("proxy CPU ms/MB (consume)", "consume", "proxy_cpu_ms_per_mb", "cpu"),
 ]
+
+
+def spread_pct(values: list[float]) -> float | None:
+    """(max - min) / median over repetitions, in %."""
+    if len(values) < 2 or not statistics.median(values):
+        return None
+    return 100.0 * (max(values) - min(values)) / statistics.median(values)
+
+
+def fmt_spread(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}%"
+
+
+def render_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
+    out = ["  ".join(h.ljust(widths[0]) if i == 0 else h.rjust(widths[i]) for i, h in enumerate(header)),
+           "  ".join("-" * w for w in widths)]
+    for row in rows:
+        out.append("  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(row)))
+    return out
+
+
+def cpu_per_mb_report(results: dict[str, list[dict]], paths: list[str]) -> tuple[list[str], dict]:
+    """The bulk load's proxy CPU per MB forwarded, its spread and its ratio to haproxy's."""
+    summary: dict = {}
+    for p in paths:
+        for phase in ("produce", "consume"):
+            values = [c[phase]["proxy_cpu_ms_per_mb"] for c in results[p]
+                      if phase in c and c[phase].get("proxy_cpu_ms_per_mb") is not None]
+            if values:
+                summary.setdefault(p, {})[phase] = {"median": statistics.median(values), "spread_pct": spread_pct(values),
+                                                    "values": values}
+    if not summary:
+        return [], summary
+    rows = []
+    for p in paths:
+        if p not in summary:
+            continue
+        row = [p]
+        for phase in ("produce", "consume"):
+            fig = summary[p].get(phase)
+            ref = summary.get("haproxy", {}).get(phase)
+            if fig is None:
+                row += ["n/a", "", ""]
+                continue
+            ratio = fig["median"] / ref["median"] if ref and ref["median"] else None
+            fig["ratio_to_haproxy"] = ratio
+            row += [f"{fig['median']:.2f}", "-" if ratio is None else f"{ratio:.2f}x", fmt_spread(fig["spread_pct"])]
+        rows.append(row)
+    lines = ["bulk load: proxy CPU per MB forwarded (ms of CPU per MB; median of reps)"]
+    lines += render_table(["variant", "produce ms/MB", "vs haproxy", "spread", "consume ms/MB", "vs haproxy", "spread"],
+                          rows)
+    return lines, summary
+
+
+def user_sys(fig: dict) -> str:
+    user, system = fig.get("user_us_per_req"), fig.get("system_us_per_req")
+    return "-" if user is None or system is None else f"{user:.0f}/{system:.0f}"
+
+
+def small_report(results: dict[str, list[dict]], paths: list[str], settings: dict) -> tuple[list[str], dict]:
+    """Per small-request workload: req/s, proxy CPU per request, its ratio to haproxy, spread, added latency."""
+    summary: dict = {}
+    phases = [f"{w}/{m}" for w in SMALL_WORKLOADS for m in ("serial", "pipelined")]
+    for p in paths:
+        for phase in phases:
+            cells = [c["small"][phase] for c in results[p] if "small" in c and phase in c["small"]]
+            if not cells:
+                continue
+            fig = {"reps": len(cells)}
+            for field in ("req_s", "cpu_us_per_req", "stat_cpu_us_per_req", "user_us_per_req", "system_us_per_req",
+                          "p50_ms", "p99_ms"):
+                values = [c[field] for c in cells if c.get(field) is not None]
+                fig[field] = statistics.median(values) if values else None
+                fig[field + "_spread_pct"] = spread_pct(values) if values else None
+            summary.setdefault(phase, {})[p] = fig
+    if not summary:
+        return [], summary
+    lines = [f"small requests: {settings['connections']} connections x {settings['small_requests']} requests, "
+             f"serial = one at a time per connection, pipelined = {settings['in_flight']} in flight; "
+             f"CPU = the proxy's CPU time per request; spread = (max - min) / median of CPU over reps; "
+             f"user/sys = the same split into user and system time (/proc/<pid>/stat, 10 ms ticks); "
+             f"added = p50/p99 round trip minus direct's, ms"]
+    header = ["workload", "variant", "req/s", "CPU us/req", "vs haproxy", "spread", "user/sys us", "p50/p99 added ms"]
+    rows = []
+    for phase in phases:
+        by_path = summary.get(phase, {})
+        ref = by_path.get("haproxy", {}).get("cpu_us_per_req")
+        direct = by_path.get("direct")
+        for p in paths:
+            fig = by_path.get(p)
+            if fig is None:
+                continue
+            cpu = fig["cpu_us_per_req"]
+            fig["ratio_to_haproxy"] = cpu / ref if cpu is not None and ref else None
+            if direct is not None and p != "direct":
+                fig["added_p50_ms"] = fig["p50_ms"] - direct["p50_ms"]
+                fig["added_p99_ms"] = fig["p99_ms"] - direct["p99_ms"]
+                added = f"{fig['added_p50_ms']:+.3f} / {fig['added_p99_ms']:+.3f}"
+            elif p == "direct":
+                added = f"({fig['p50_ms']:.3f} / {fig['p99_ms']:.3f})"
+            else:
+                added = "n/a"
+            rows.append([phase, p, f"{fig['req_s']:.0f}", "-" if cpu is None else f"{cpu:.1f}",
+                         "-" if fig["ratio_to_haproxy"] is None else f"{fig['ratio_to_haproxy']:.2f}x",
+                         fmt_spread(fig["cpu_us_per_req_spread_pct"]), user_sys(fig), added])
+    lines += render_table(header, rows)
+    lines.append("direct's own p50 / p99 in brackets")
+    # One line per variant: CPU per request across every workload (geometric mean of the ratios).
+    lines.append("")
+    for p in paths:
+        ratios = [summary[ph][p]["ratio_to_haproxy"] for ph in phases
+                  if p in summary.get(ph, {}) and summary[ph][p].get("ratio_to_haproxy")]
+        if p in ("direct", "haproxy") or not ratios:
+            continue
+        serial = [summary[ph][p]["ratio_to_haproxy"] for ph in phases if ph.endswith("/serial")
+                  and p in summary.get(ph, {}) and summary[ph][p].get("ratio_to_haproxy")]
+        geo = math.exp(statistics.fmean(math.log(r) for r in ratios))
+        geo_serial = math.exp(statistics.fmean(math.log(r) for r in serial)) if serial else float("nan")
+        summary.setdefault("overall", {})[p] = {"cpu_ratio_geomean": geo, "cpu_ratio_geomean_serial": geo_serial}
+        lines.append(f"  {p}: CPU per request {geo:.2f}x haproxy's (geometric mean of every workload; "
+                     f"one-at-a-time only {geo_serial:.2f}x)")
+    return lines, summary
 
 
 def medians(cells: list[dict]) -> dict:
@@ -728,6 +927,32 @@ def environment() -> dict:
     return env
 
 
+def cell_line(cell: dict) -> str:
+    parts = []
+    if "produce" in cell:
+        parts.append(f"produce {cell['produce']['mb_s']:6.1f} MB/s  consume {cell['consume']['mb_s']:6.1f} MB/s  "
+                     f"ApiVersions p50 {cell['apiversions']['p50_ms']:.3f} ms  "
+                     f"Metadata p50 {cell['metadata']['p50_ms']:.3f} ms  "
+                     f"produce-lat p50 {cell['produce_latency']['p50_ms']:.3f} ms")
+    if "small" in cell:
+        cpu = [f"{k.replace('/serial', '/1').replace('/pipelined', '/P')} {v['cpu_us_per_req']:.0f}"
+               for k, v in cell["small"].items() if v["cpu_us_per_req"] is not None]
+        rate = statistics.median(v["req_s"] for v in cell["small"].values())
+        parts.append(f"small: median {rate:.0f} req/s" + (f", CPU us/req {' '.join(cpu)}" if cpu else ""))
+    return "  ".join(parts)
+
+
+def measure_idle_memory(procs: Processes, workdir: Path, settings: dict, codec: Codec,
+                        proxy_cpus: set[int] | None) -> dict:
+    """RSS per idle connection through kinspect's default sidecar config (metrics on)."""
+    frame = RawRequests(codec, 18, 3, {"ClientSoftwareName": "bench", "ClientSoftwareVersion": "1"}, 1).frames[0]
+    with Stack("kinspect-passthrough", procs, workdir, "idle", None, proxy_cpus) as stack:
+        port = int(stack.bootstrap.rpartition(":")[2])
+        result = idle_connections.measure_idle(port, stack.proxy_pid, settings["idle"], frame)
+    settings["idle_result"] = result
+    return result
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="fewer records, requests and repetitions (under a minute)")
@@ -742,6 +967,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--paths", default=",".join(PATHS), help=f"comma-separated subset of {','.join(PATHS)}")
     p.add_argument("--profile", metavar="DIR", help="attach py-spy record to every kinspect process; raw stacks in DIR")
     p.add_argument("--keep-logs", action="store_true", help="keep proxy logs and configs (their directory is printed)")
+    load = p.add_mutually_exclusive_group()
+    load.add_argument("--small-only", action="store_true", help="only the small-request load (no bulk produce/consume)")
+    load.add_argument("--no-small", action="store_true", help="only the bulk load (no small-request load)")
+    p.add_argument("--small-requests", type=int, metavar="N",
+                   help="requests per connection in each small-request phase (default 400, --quick 100)")
+    p.add_argument("--connections", type=int, default=8, help="connections of the small-request load (default 8)")
+    p.add_argument("--in-flight", type=int, default=32, help="requests in flight per pipelined connection (default 32)")
+    p.add_argument("--idle", type=int, metavar="N",
+                   help="idle connections held through kinspect for the memory figure (default 10000, --quick 1000; 0: skip)")
+    p.add_argument("--haproxy-threads", type=int, default=HAPROXY_THREADS,
+                   help="haproxy's nbthread (default 1, as kinspect forwards on one thread)")
+    p.add_argument("--pin", action=argparse.BooleanOptionalAction, default=None,
+                   help="pin the proxy to the last CPU and broker, clients and this script to the others "
+                        "(default off: see docs/performance.md)")
     return p.parse_args(argv)
 
 
@@ -755,6 +994,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.budget is not None:
         settings["budget_s"] = args.budget
     settings["record_size"] = args.record_size
+    settings["bulk"] = not args.small_only
+    settings["small"] = not args.no_small
+    if args.small_requests is not None:
+        settings["small_requests"] = args.small_requests
+    if args.idle is not None:
+        settings["idle"] = args.idle
+    settings["connections"], settings["in_flight"] = args.connections, args.in_flight
+    global HAPROXY_THREADS
+    HAPROXY_THREADS = settings["haproxy_threads"] = args.haproxy_threads
+    cpus = sorted(os.sched_getaffinity(0))
+    pin = args.pin if args.pin is not None else PIN_DEFAULT and len(cpus) >= 2
+    if pin and len(cpus) < 2:
+        print("--pin needs 2 CPUs or more; running unpinned", file=sys.stderr)
+        pin = False
+    proxy_cpus = {cpus[-1]} if pin else None
+    settings["pinning"] = (f"proxy (kinspect, haproxy) on CPU {cpus[-1]}; broker, clients and this script on CPU "
+                           f"{','.join(map(str, cpus[:-1]))}" if pin else "none (every process on any CPU)")
     paths = [p.strip() for p in args.paths.split(",") if p.strip()]
     unknown = [p for p in paths if p not in PATHS]
     if unknown:
@@ -776,7 +1032,20 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_sigterm)
 
+    if pin:
+        pin_self(set(cpus[:-1]))  # inherited by the brokers and client threads started from here on
+    idle_note = None
+    if settings["idle"]:
+        # Each idle connection holds a client socket here, two sockets in kinspect and one in Tansu.
+        limit, idle_note = raise_nofile(2 * settings["idle"] + 1000)
+        if limit < 2 * settings["idle"] + 200:
+            settings["idle_requested"] = settings["idle"]
+            settings["idle"] = max(0, (limit - 200) // 2)
+            idle_note += (f"; the machine does not allow {settings['idle_requested']} idle connections "
+                          f"through kinspect (each takes 2 descriptors there): measuring {settings['idle']}")
+
     codec = Codec()
+    small = small_requests.workloads(codec, SMALL_TOPIC, SMALL_FETCH_TOPIC) if settings["small"] else None
     raw_total = {"apiversions": settings["apiversions"] + RAW_WARMUP, "metadata": settings["metadata"] + RAW_WARMUP}
     api_versions = RawRequests(codec, 18, 3, {"ClientSoftwareName": "bench", "ClientSoftwareVersion": "1"},
                                raw_total["apiversions"])
@@ -784,10 +1053,15 @@ def main(argv: list[str] | None = None) -> int:
                                           "IncludeTopicAuthorizedOperations": False}, raw_total["metadata"])
 
     env = environment()
-    print(f"kinspect proxy benchmark: {settings['reps']} reps x {len(paths)} paths; per cell "
-          f"{settings['records']} x {settings['record_size']} B produced and consumed, "
-          f"{settings['apiversions']} ApiVersions + {settings['metadata']} Metadata round trips, "
-          f"{settings['produce_latency']} acks=1 records", flush=True)
+    bulk_note = (f"{settings['records']} x {settings['record_size']} B produced and consumed, "
+                 f"{settings['apiversions']} ApiVersions + {settings['metadata']} Metadata round trips, "
+                 f"{settings['produce_latency']} acks=1 records" if settings["bulk"] else "no bulk load")
+    small_note = (f"small requests: {len(SMALL_WORKLOADS)} workloads x (serial, {settings['in_flight']} pipelined) x "
+                  f"{settings['connections']} connections x {settings['small_requests']} requests"
+                  if settings["small"] else "no small-request load")
+    print(f"kinspect proxy benchmark: {settings['reps']} reps x {len(paths)} paths; per cell {bulk_note}; "
+          f"{small_note}", flush=True)
+    print(f"  pinning: {settings['pinning']}", flush=True)
     print(f"  {env['tansu']}, {env['haproxy']}, confluent-kafka {env['confluent_kafka']} "
           f"(librdkafka {env['librdkafka']}), uvloop {env['uvloop']}, {env['cpus']} cpus, "
           f"load {' '.join(env.get('loadavg_at_start', []))}", flush=True)
@@ -810,8 +1084,8 @@ def main(argv: list[str] | None = None) -> int:
             for path in order:
                 t0 = time.monotonic()
                 try:
-                    with Stack(path, procs, workdir, f"rep{rep}", profile_dir) as stack:
-                        cell = run_cell(stack, settings, api_versions, metadata)
+                    with Stack(path, procs, workdir, f"rep{rep}", profile_dir, proxy_cpus) as stack:
+                        cell = run_cell(stack, settings, api_versions, metadata, small)
                 except (BenchError, OSError, RuntimeError, subprocess.SubprocessError) as exc:
                     # KafkaException is an Exception too; anything a cell raises is reported and the run goes on
                     failures.append({"rep": rep, "path": path, "error": f"{type(exc).__name__}: {exc}"})
@@ -825,12 +1099,16 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 results[path].append(cell)
                 loop_note = f", loop {cell['event_loop']}" if "event_loop" in cell else ""
-                print(f"  rep {rep + 1}/{settings['reps']} {path:<21} "
-                      f"produce {cell['produce']['mb_s']:6.1f} MB/s  consume {cell['consume']['mb_s']:6.1f} MB/s  "
-                      f"ApiVersions p50 {cell['apiversions']['p50_ms']:.3f} ms  "
-                      f"Metadata p50 {cell['metadata']['p50_ms']:.3f} ms  "
-                      f"produce-lat p50 {cell['produce_latency']['p50_ms']:.3f} ms  "
+                print(f"  rep {rep + 1}/{settings['reps']} {path:<21} {cell_line(cell)}  "
                       f"[{time.monotonic() - t0:.1f} s, load {cell['loadavg_1m']}{loop_note}]", flush=True)
+        if settings["idle"] and "kinspect-passthrough" in paths:
+            try:
+                idle = measure_idle_memory(procs, workdir, settings, codec, proxy_cpus)
+                print(f"  idle: {idle['connections']} connections through kinspect (metrics on): "
+                      f"{idle['kib_per_connection']:.1f} KiB RSS per connection", flush=True)
+            except (BenchError, OSError, RuntimeError, subprocess.SubprocessError) as exc:
+                failures.append({"rep": -1, "path": "idle", "error": f"{type(exc).__name__}: {exc}"})
+                print(f"  idle: FAILED: {type(exc).__name__}: {exc}", flush=True)
     except KeyboardInterrupt:
         interrupted = True
         print("\ninterrupted: stopping every process started", file=sys.stderr, flush=True)
@@ -851,13 +1129,34 @@ def main(argv: list[str] | None = None) -> int:
     loops = sorted({c.get("event_loop") for p in KINSPECT_PATHS if p in results for c in results[p]} - {None})
     report_paths = [p for p in paths if results[p]]
     print()
-    if report_paths:
+    summary: dict = {}
+    if report_paths and settings["bulk"]:
         table, summary = build_report(results, report_paths)
         print(table)
-    else:
-        summary = {}
+        print()
+        lines, summary["cpu_per_mb"] = cpu_per_mb_report(results, report_paths)
+        if lines:
+            print("\n".join(lines))
+            print()
+    if report_paths and settings["small"]:
+        lines, summary["small"] = small_report(results, report_paths, settings)
+        print("\n".join(lines))
+        print()
+    if not report_paths:
         print("no results")
-    print()
+    if "idle_result" in settings:
+        idle = settings["idle_result"]
+        print(f"idle memory: {idle['connections']} idle connections through kinspect (metrics on, each after one "
+              f"ApiVersions): RSS {idle['rss_before_kib']} -> {idle['rss_after_kib']} KiB, "
+              f"{idle['kib_per_connection']:.1f} KiB per connection; {idle_note}")
+    elif idle_note:
+        print(f"idle memory: not measured; {idle_note}")
+    print(f"pinning: {settings['pinning']}")
+    if profile_dir is not None:
+        for raw in sorted(profile_dir.glob("*.txt")):
+            if raw.stat().st_size:
+                print()
+                print(profile_summary.render(profile_summary.summarize(raw)))
     env["loadavg_at_end"] = loadavg()
     print(f"kinspect event loop: {', '.join(loops) or 'unknown'}; run took {elapsed:.0f} s; "
           f"1-min load average {' '.join(env.get('loadavg_at_start', ['?'])[:1])} at start, "
@@ -871,7 +1170,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).write_text(json.dumps({
             "environment": env, "settings": settings, "paths": paths, "profiled": bool(profile_dir),
             "interrupted": interrupted, "seconds": elapsed, "cells": results, "failures": failures,
-            "summary": summary, "event_loops": loops,
+            "summary": summary, "event_loops": loops, "idle_note": idle_note,
         }, indent=2))
         print(f"wrote {args.json}")
     if interrupted:

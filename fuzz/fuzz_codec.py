@@ -19,6 +19,7 @@ needs no atheris: tests/test_fuzz_regressions.py replays crashes through it.
 
 from __future__ import annotations
 
+import os
 import struct
 import sys
 from pathlib import Path
@@ -202,40 +203,51 @@ def check_records(data: bytes) -> None:
             records.verify_crc(data, batch)
 
 
+def _cut(stream: bytes, chunk: int, keep_limit: int, head_bytes: int, forwarding: bool):
+    """The pipeline's framing of `stream` fed `chunk` bytes at a time: (frames, bytes forwarded, failure)."""
+    from kinspect.session.framing import KEEP_WHOLE, FrameStream
+
+    framing = FrameStream(lambda first, size: (KEEP_WHOLE, None), 4096, keep_limit, head_bytes, forwarding=forwarding)
+    frames, sent, failed = [], [], None
+    for i in range(0, len(stream), chunk):
+        try:
+            forward, done = framing.feed(stream[i:i + chunk])
+        except framer.FrameError as exc:
+            failed = exc
+            frames += exc.frames  # completed by the failing feed, before the bad size
+            sent += exc.forward or ()
+            sent.append(stream[i + chunk:])  # as the session does: the rest passes unread
+            break
+        frames += done
+        sent += forward or ()
+    else:
+        sent.append(framing.end())  # what a frame cut short held back goes out at the end
+    return [(f[1], f[2], f[3]) for f in frames], b"".join(sent), failed
+
+
 def check_stream(data: bytes) -> None:
     if not data:
         return
     chunk = data[0] % 16 + 1
     stream = data[1:]
     limit = 4096
-    whole, splitter = framer.Framer(limit), framer.FrameSplitter(limit, keep_limit=256, head_bytes=32)
-    frames, pieces, failed = [], [], None
-    try:
-        for i in range(0, len(stream), chunk):
-            frames += whole.feed(stream[i:i + chunk])
-    except framer.FrameError as exc:
-        failed = exc
-        frames += exc.frames  # completed by the failing feed, before the bad size
-    try:
-        for i in range(0, len(stream), chunk):
-            pieces += splitter.feed(stream[i:i + chunk])
-    except framer.FrameError as exc:
-        pieces += exc.frames
-        if type(exc) is not type(failed):
-            raise Disagreement(f"Framer {failed!r}, FrameSplitter {exc!r} on {stream.hex()}")
-    else:
-        if failed is not None:
-            raise Disagreement(f"Framer {failed!r}, FrameSplitter accepted {stream.hex()}")
-    expected = [(len(f), f if len(f) <= 256 else f[:32], len(f) <= 256) for f in frames]
+    frames, _, failed = _cut(stream, chunk, limit, 512, False)
+    pieces, sent, split_failed = _cut(stream, chunk, 256, 32, True)
+    if type(split_failed) is not type(failed):
+        raise Disagreement(f"whole {failed!r}, heads {split_failed!r} on {stream.hex()}")
+    expected = [(size, f if size <= 256 else f[:32], size <= 256) for size, f, _ in frames]
     if pieces[:len(expected)] != expected:
-        raise Disagreement(f"Framer and FrameSplitter cut {stream.hex()} differently")
+        raise Disagreement(f"whole and head-keeping framing cut {stream.hex()} differently")
+    if sent != stream:
+        raise Disagreement(f"a forwarding stream changed the bytes of {stream.hex()}")
     try:
         split, _ = framer.split_frames(stream, limit)
     except framer.FrameError:
         split = None
-    if split is not None and [f for _, f in split] != frames:
-        raise Disagreement(f"Framer and split_frames cut {stream.hex()} differently")
-    for frame in frames[:4]:
+    whole = [f for _, f, _ in frames]
+    if split is not None and [f for _, f in split] != whole:
+        raise Disagreement(f"FrameStream and split_frames cut {stream.hex()} differently")
+    for frame in whole[:4]:
         check_request(frame)
 
 
@@ -248,9 +260,20 @@ def check(data: bytes) -> None:
         _MODES[data[0] % 4](bytes(data[1:]))
 
 
+def prepare_artifact_dirs(argv: list[str]) -> None:
+    """Create the folder of -artifact_prefix=DIR/ (libFuzzer writes crashes there but never makes it)."""
+    for arg in argv:
+        if arg.startswith("-artifact_prefix="):
+            prefix = arg.split("=", 1)[1]
+            folder = prefix if prefix.endswith("/") else os.path.dirname(prefix)
+            if folder:
+                os.makedirs(folder, exist_ok=True)
+
+
 def main() -> None:
     import atheris
 
+    prepare_artifact_dirs(sys.argv)
     atheris.Setup(sys.argv, check)
     atheris.Fuzz()
 

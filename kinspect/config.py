@@ -12,7 +12,6 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kinspect.proxy.tls import TlsConfig
 
 
 class ConfigError(ValueError):
@@ -39,6 +38,7 @@ class ProxyConfig:
     connect_timeout: float = 10.0  # seconds to reach a broker before the client is disconnected
     shutdown_grace: float = 10.0  # seconds in-flight requests get to finish on SIGTERM/SIGINT
     max_connections: int = 10000  # client connections at once; more are refused
+    readiness_probe_interval: float = 10.0  # seconds between broker checks while no client connects (0: off)
 
 
 @dataclass
@@ -82,6 +82,21 @@ class CaptureConfig:
 
 
 @dataclass
+class TlsConfig:
+    enabled: bool = False
+    ca_file: str | None = None  # CA bundle to verify the peer (default: the system's)
+    cert_file: str | None = None  # our certificate (required towards clients)
+    key_file: str | None = None
+    verify: bool = True  # verify the peer's certificate (brokers: on by default)
+    server_hostname: str | None = None  # name to check in the broker's certificate (default: its host)
+
+
+@dataclass
+class UpgradeConfig:
+    targets: list[str] = field(default_factory=list)  # broker releases (3.9.2, 4.3.1 or a spec directory) to check clients against
+
+
+@dataclass
 class TlsSection:
     client: TlsConfig = field(default_factory=TlsConfig)  # [tls.client]: TLS from clients to kinspect
     broker: TlsConfig = field(default_factory=TlsConfig)  # [tls.broker]: TLS from kinspect to brokers
@@ -96,6 +111,7 @@ class Config:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     log: LogConfig = field(default_factory=LogConfig)
     capture: CaptureConfig = field(default_factory=CaptureConfig)
+    upgrade: UpgradeConfig = field(default_factory=UpgradeConfig)
 
 
 _CHOICES = {
@@ -171,6 +187,7 @@ def load_config(path: str | Path | None, overrides: dict | None = None) -> Confi
             raise ConfigError(f"{path}: values nested too deeply") from None
         try:
             _apply(config, data, "")
+            _check_addresses(config, _dotted(data))
         except ConfigError as exc:
             raise ConfigError(f"{path}: {exc}") from None
         # Relative paths in the file are relative to the file.
@@ -193,7 +210,45 @@ def load_config(path: str | Path | None, overrides: dict | None = None) -> Confi
         for part in section.split("."):
             target = getattr(target, part)
         _apply(target, {key: value}, section)
+    _check_addresses(config, set(overrides or {}))
     return config
+
+
+# Keys whose values are HOST:PORT addresses; checked at load so the error names the file and key.
+_ADDRESS_KEYS = ("proxy.listen", "proxy.upstream", "proxy.routes", "proxy.bootstrap_servers",
+                 "proxy.upstream_map", "metrics.listen")
+
+
+def _dotted(data: dict, prefix: str = "") -> set[str]:
+    keys = set()
+    for key, value in data.items():
+        keys.add(prefix + key)
+        if isinstance(value, dict) and not prefix:
+            keys |= _dotted(value, f"{key}.")
+    return keys
+
+
+def _is_address(text: str) -> bool:
+    host, sep, port = text.rpartition(":")
+    return bool(sep and host and port.isdigit() and 0 <= int(port) < 65536)
+
+
+def _check_addresses(config: Config, keys: set[str]) -> None:
+    """Each HOST:PORT value among these keys is one; the error names the key (the caller adds the file)."""
+    for key in _ADDRESS_KEYS:
+        if key not in keys:
+            continue
+        section, name = key.split(".")
+        value = getattr(getattr(config, section), name)
+        if isinstance(value, str):
+            values = [value] if value else []
+        elif isinstance(value, dict):
+            values = [v for pair in value.items() for v in pair]
+        else:
+            values = [part for item in value for part in (item.split("=", 1) if key == "proxy.routes" else [item])]
+        for text in values:
+            if not _is_address(text):
+                raise ConfigError(f"{key} {text!r} is not HOST:PORT")
 
 
 def config_keys(config: Config | None = None, prefix: str = "") -> dict[str, object]:

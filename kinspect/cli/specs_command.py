@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from kinspect.cli.common import add_spec_options, registry_from_args
@@ -35,7 +36,11 @@ def add_parser(commands) -> None:
 
 
 def _run_import(args: argparse.Namespace) -> int:
-    index = import_specs([parse_source_argument(s) for s in args.sources], Path(args.out))
+    try:
+        index = import_specs([parse_source_argument(s) for s in args.sources], Path(args.out))
+    except OSError as exc:
+        print(f"kinspect: {exc.filename or args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     for layer in index["layers"]:
         kinds = ", ".join(f"{n} {k}" for k, n in layer["kinds"].items())
         print(f"{layer['release']}: {layer['files']} definitions ({kinds}) -> {Path(args.out) / layer['directory']}")
@@ -96,7 +101,7 @@ def _run_show(args: argparse.Namespace) -> int:
     registry = registry_from_args(args)
     key = registry.api_key_of(args.api)
     if key is None:
-        print(f"kinspect: no api named {args.api!r} (see `kinspect specs list`)")
+        print(f"kinspect: no api named {args.api!r} (see `kinspect specs list`)", file=sys.stderr)
         return 2
     out = {"api_key": key, "name": registry.api_name(key)}
     for direction in ("request", "response"):
@@ -104,7 +109,8 @@ def _run_show(args: argparse.Namespace) -> int:
         version = args.version if args.version is not None else (versions[-1] if versions else None)
         spec = registry.message(key, direction, version) if version is not None else None
         if spec is None:
-            out[direction] = {"error": f"no {direction} spec for version {version}"}
+            valid = f"versions {version_spans(versions)}" if versions else "none defined"
+            out[direction] = {"error": f"no {direction} spec for version {version} ({valid})"}
             continue
         out[direction] = {
             "name": spec.name, "version": version, "versions": version_spans(versions),
@@ -119,7 +125,7 @@ def _run_show(args: argparse.Namespace) -> int:
     for direction in ("request", "response"):
         info = out[direction]
         if "error" in info:
-            print(f"\n{direction}: {info['error']}")
+            print(f"kinspect: {out['name']} {direction}: {info['error']}", file=sys.stderr)
             status = 1
             continue
         print(f"\n{info['name']} v{info['version']}  (versions {info['versions']}; flexible {info['flexible_versions']}; from {info['from']})")

@@ -13,10 +13,10 @@ import subprocess
 import time
 from pathlib import Path
 
+from kinspect.protocol.api_keys import METADATA
 from kinspect.protocol.codec import Codec
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
-METADATA = 3
 STARTUP_TIMEOUT = 15.0
 STOP_GRACE = 5.0
 

@@ -5,26 +5,24 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import signal
 import socket
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from kinspect.cli.proxy_command import build_observers, capture_of, install_event_loop
+from kinspect.app import App, build_app, install_event_loop
 from kinspect.config import Config, load_config
 from kinspect.demo.broker import BrokerError, TansuProcess, broker_nodes
 from kinspect.demo.summary import SummaryObserver, render_summary
 from kinspect.demo.workload import WorkloadCancelled, WorkloadResult, run_workload
 from kinspect.logs import configure_logging, reset_logging
-from kinspect.observers.http_endpoints import HttpEndpoints, listeners_serving
-from kinspect.protocol.codec import Codec
-from kinspect.protocol.spec_registry import SpecRegistry
-from kinspect.proxy.observers import Dispatcher
-from kinspect.proxy.server import ProxyServer
 
 HOST = "127.0.0.1"  # the demo listens on loopback only
 WORKDIR_MARK = ".kinspect-demo-workdir"  # only a directory holding it (or an empty one) is ever wiped
+WORKDIR_LOCK = ".kinspect-demo.lock"  # held by the running demo: a second one in the same folder is refused
 SHUTDOWN_GRACE = 2.0  # seconds in-flight requests get at Ctrl-C
 CAPTURE_FILE_SECONDS = 5.0  # a capture file is finished this long after its first row, so one is soon there to read
 WORKLOAD_STOP_WAIT = 10.0  # seconds a cancelled workload gets to notice before the proxy closes under it
@@ -85,25 +83,63 @@ def choose_ports(port_base: int | None) -> DemoPorts:
 
 
 def prepare_workdir(path: Path) -> Path:
-    """Empty the workdir (creating it); refuse a non-empty directory the demo did not make."""
+    """Lock the workdir for this run and empty it (creating it); refuse a non-empty directory the demo did not make.
+
+    The lock (flock on WORKDIR_LOCK, held until release_workdir or the process ends) stops a
+    second demo from emptying the folder of one that is running and writing into its captures.
+    """
     path = path.resolve()
     if path.exists():
         if not path.is_dir():
             raise DemoError(f"workdir {path} exists and is not a directory")
-        entries = list(path.iterdir())
+        entries = [e for e in path.iterdir() if e.name != WORKDIR_LOCK]
         if entries and not (path / WORKDIR_MARK).is_file():
             raise DemoError(f"workdir {path} is not empty and was not made by kinspect demo; "
                             f"choose another --workdir or remove it")
-        import shutil
-
-        for entry in entries:
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
     path.mkdir(parents=True, exist_ok=True)
+    _lock_workdir(path)
+    import shutil
+
+    for entry in path.iterdir():
+        if entry.name == WORKDIR_LOCK:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
     (path / WORKDIR_MARK).write_text("made by `kinspect demo`; wiped at each run\n")
     return path
+
+
+_LOCKS: dict[Path, object] = {}  # workdir -> its open lock file, for as long as this process runs the demo
+
+
+def _lock_workdir(path: Path) -> None:
+    if path in _LOCKS:
+        return
+    import fcntl
+
+    handle = open(path / WORKDIR_LOCK, "a+", encoding="utf-8")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise DemoError(f"workdir {path} is in use by a running kinspect demo ({holder}); "
+                        f"stop it, or give this one another --workdir") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()}\n")
+    handle.flush()
+    _LOCKS[path] = handle
+
+
+def release_workdir(path: Path) -> None:
+    """Let another demo use the workdir (the lock also ends with the process)."""
+    handle = _LOCKS.pop(path.resolve(), None)
+    if handle is not None:
+        handle.close()
 
 
 # ----------------------------------------------------------------------------- config
@@ -147,7 +183,7 @@ def run_demo(options: DemoOptions) -> int:
     previous_term = signal.signal(signal.SIGTERM, signal.default_int_handler)
     tansu = None
     log_file = None
-    capture = None
+    app = None
     try:
         workdir = prepare_workdir(options.workdir)
         ports = choose_ports(options.port_base)
@@ -163,42 +199,37 @@ def run_demo(options: DemoOptions) -> int:
             f"(node {', '.join(map(str, sorted(nodes)))}; log {tansu.log_path})")
 
         config = demo_config(ports, nodes, workdir)
-        codec = Codec(SpecRegistry.default(config.specs.directories))
-        observers, metrics = build_observers(config, codec)
-        capture = capture_of(observers)
         summary = SummaryObserver()
-        observers.append(summary)
-        server = ProxyServer(config, codec, Dispatcher(observers))
-        metrics.server = server
+        app = build_app(config, extra_observers=[summary])
         install_event_loop()
-        demo = _Demo(options, config, server, metrics, summary, capture, tansu, workdir, log_path)
+        demo = _Demo(options, app, summary, tansu, workdir, log_path)
         return asyncio.run(demo.run())
     except (DemoError, BrokerError, OSError, ValueError) as exc:
-        say(f"kinspect demo: cannot start: {exc}")
+        print(f"kinspect demo: cannot start: {exc}", file=sys.stderr, flush=True)
         return 2
     except KeyboardInterrupt:
         say("kinspect demo: interrupted while starting")
         return 0
     finally:
         signal.signal(signal.SIGTERM, previous_term)
-        if capture is not None:
-            capture.close()  # a no-op after a clean stop; otherwise writes what was queued
+        if app is not None:
+            app.close_capture()  # a no-op after a clean stop; otherwise writes what was queued
         status = tansu.stop() if tansu is not None else None
         if tansu is not None:
             say(f"kinspect demo: stopped (tansu pid {tansu.pid} exited with status {status})")
         if log_file is not None:
             reset_logging()
             log_file.close()
+        release_workdir(options.workdir)
 
 
 class _Demo:
     """The part that runs on the event loop: listeners, workload, summary, and the stop."""
 
-    def __init__(self, options, config, server, metrics, summary, capture, tansu, workdir, log_path) -> None:
-        self.options, self.config, self.server, self.metrics = options, config, server, metrics
-        self.summary, self.capture, self.tansu = summary, capture, tansu
+    def __init__(self, options, app: App, summary, tansu, workdir, log_path) -> None:
+        self.options, self.app, self.config, self.server = options, app, app.config, app.server
+        self.summary, self.capture, self.tansu = summary, app.capture, tansu
         self.workdir, self.log_path = workdir, log_path
-        self.endpoints: HttpEndpoints | None = None
         self.stop = asyncio.Event()
 
     async def run(self) -> int:
@@ -207,11 +238,7 @@ class _Demo:
             loop.add_signal_handler(sig, self.stop.set)
         status = 0
         try:
-            self.capture.start()
-            await self.server.start()
-            host, port = self.config.metrics.listen.rsplit(":", 1)
-            self.endpoints = await HttpEndpoints(self.metrics.registry, listeners_serving(self.server)).start(
-                host, int(port))
+            await self.app.start()
             say(f"kinspect demo: kinspect on {self.bootstrap} in rewrite mode "
                 f"(broker nodes at {', '.join(f'{HOST}:{p}' for p in self.config.proxy.node_ports.values())}), "
                 f"metrics on {self.metrics_url}")
@@ -243,7 +270,7 @@ class _Demo:
 
     @property
     def metrics_url(self) -> str:
-        return f"http://{HOST}:{self.endpoints.port}/metrics"
+        return f"http://{HOST}:{self.app.metrics_port}/metrics"
 
     def locations(self) -> list[tuple[str, str]]:
         captures = (f"{self.capture.writer.directory} (Parquet, one row per exchange; a file is finished "
@@ -254,7 +281,14 @@ class _Demo:
             ("debug log", f"{self.log_path} (JSON lines; kafka.request: every decoded request)"),
             ("captures", captures),
             ("broker", f"tansu pid {self.tansu.pid} on {HOST}:{self.tansu.port} (log {self.tansu.log_path})"),
+            ("next step", self.next_step()),
         ]
+
+    def next_step(self) -> str:
+        """How to analyze these captures: `make analyze` in a checkout (docs/analyze.md)."""
+        default = Path.cwd() / ".kinspect-demo"
+        make = "make analyze" if self.workdir == default.resolve() else f"make analyze DEMO_WORKDIR={self.workdir}"
+        return f"{make}  (the Spark report on these captures, written to {self.workdir / 'report'}/report.html)"
 
     async def _workload(self) -> tuple[WorkloadResult | None, str | None]:
         """Run the blocking client in a daemon thread; a stop request cancels it."""
@@ -289,17 +323,13 @@ class _Demo:
         """Let the last responses reach the observers before the summary is drawn."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 2.0
-        while self.server.inflight() and loop.time() < deadline:
+        while self.server.stats().inflight and loop.time() < deadline:
             await asyncio.sleep(0.02)
         await asyncio.sleep(0.05)
 
     async def _shutdown(self, status: int) -> int:
         say("kinspect demo: stopping...")
-        await self.server.shutdown(grace=SHUTDOWN_GRACE)
-        if self.endpoints is not None:
-            await self.endpoints.close()
-        # Every exchange is queued now: write them all and finish the open file (off the loop: it blocks).
-        await asyncio.to_thread(self.capture.close)
+        await self.app.stop(grace=SHUTDOWN_GRACE)
         writer = self.capture.writer
         say(f"kinspect demo: proxy closed after {self.summary.total_requests:,} requests in total; "
             f"captures: {writer.rows_written:,} rows in {writer.files_written} file(s) in {writer.directory}")

@@ -5,12 +5,9 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass, field
 
-from kinspect.protocol.errors import DecodeError
-from kinspect.protocol.peek import tag_section_fields
-from kinspect.protocol.primitives import Malformed
-from kinspect.session.events import Problem, Request, Response
+from kinspect.protocol.api_keys import PRODUCE
+from kinspect.session import DecodeError, Problem, Request, Response
 
-PRODUCE = 0
 MAX_SIZES = 100_000  # sizes kept per (api, version, direction): percentiles are over the latest ones
 END_MARKER = "== end of summary =="
 
@@ -39,6 +36,7 @@ class SummaryObserver:
     Tagged fields are read from the events' scans, which are computed once per event and
     shared with the MetricsObserver; header tag sections are read as the metrics read them.
     """
+    event_types = (Request, Response, Problem)
 
     needs_bodies = True
 
@@ -76,7 +74,7 @@ class SummaryObserver:
         stats.requests += 1
         stats.request_sizes.append(e.size)
         key = (e.api_name or "unknown", e.api_version, "request")
-        for tag, data in e.header.fields.get("_unknown_tagged_fields") or ():
+        for tag, _size in e.header_tags:
             self.tagged[(*key, "header", "", tag, None)] += 1
         scan = self._scan(e, key)
         if scan is not None and e.api_key == PRODUCE:
@@ -89,13 +87,8 @@ class SummaryObserver:
         stats.responses += 1
         stats.response_sizes.append(e.size)
         key = (e.api_name or "unknown", e.api_version, "response")
-        if e.header_version >= 1:
-            try:
-                fields, _ = tag_section_fields(e.frame, 4)
-            except (IndexError, Malformed):
-                fields = ()
-            for tag, _size in fields:
-                self.tagged[(*key, "header", "", tag, None)] += 1
+        for tag, _size in e.header_tags:
+            self.tagged[(*key, "header", "", tag, None)] += 1
         self._scan(e, key)
 
     def _scan(self, e, key: tuple):

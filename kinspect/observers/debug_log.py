@@ -27,8 +27,7 @@ import structlog
 
 from kinspect.logs import connection_fields
 from kinspect.observers.redaction import Redactor
-from kinspect.protocol.errors import DecodeError
-from kinspect.session.events import Exchange, Request
+from kinspect.session import DecodeError, Exchange, Request
 
 LOGGER_NAME = "kinspect.debug"
 _MAX_PENDING = 10_000  # sampling decisions kept for requests awaiting their response
@@ -58,6 +57,7 @@ def _matches(selector, api_name: str | None, api_key: int) -> bool:
 
 
 class DebugLog:
+    event_types = (Request, Exchange)
     needs_bodies = True
 
     def __init__(

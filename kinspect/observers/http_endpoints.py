@@ -2,13 +2,16 @@
 
 One request per connection (the response says Connection: close); GET and HEAD only.
 /metrics renders the registry in the Prometheus text format, /healthz answers 200 while
-the process runs, /readyz answers 200 when `ready()` is true (the proxy's listeners are
-serving) and 503 otherwise; any other path is a 404.
+the process runs, /readyz answers 200 when `ready()` says so (the proxy's listeners are
+serving and the latest attempt to reach a broker did not fail) and 503 otherwise, with the
+reason in the body; /clients (when given a `clients()`) answers the client inventory as
+JSON (kinspect/observers/inventory.py); any other path is a 404.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Callable
 
@@ -23,14 +26,12 @@ _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Al
 _TEXT = "text/plain; charset=utf-8"
 
 
-def listeners_serving(server) -> Callable[[], bool]:
-    """A ready() for a ProxyServer: every listener it has made is serving, and it is not stopping."""
+def readiness_of(server) -> Callable[[], tuple[bool, str]]:
+    """A ready() for a ProxyServer, from its stats snapshot: (ready, the reason in one line)."""
 
-    def ready() -> bool:
-        if getattr(server, "_stopping", False) or not server.listeners:
-            return False
-        made = [listener.server for listener in server.listeners if listener.server is not None]
-        return bool(made) and server.listeners[0].server is not None and all(s.is_serving() for s in made)
+    def ready() -> tuple[bool, str]:
+        stats = server.stats()
+        return stats.ready, stats.readiness()
 
     return ready
 
@@ -38,9 +39,11 @@ def listeners_serving(server) -> Callable[[], bool]:
 class HttpEndpoints:
     """The HTTP server; `start(host, port)` binds (port 0 picks a free one, see `.port`), `close()` stops."""
 
-    def __init__(self, registry: CollectorRegistry, ready: Callable[[], bool] | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry, ready: Callable[[], tuple[bool, str] | bool] | None = None,
+                 clients: Callable[[], bytes] | None = None) -> None:
         self.registry = registry
         self.ready = ready or (lambda: True)
+        self.clients = clients
         self.port: int | None = None
         self.host: str | None = None
         self._server: asyncio.AbstractServer | None = None
@@ -103,16 +106,24 @@ class HttpEndpoints:
             except Exception:
                 log.exception("rendering /metrics failed")
                 return 500, _TEXT, b"metrics failed\n", method
+        if path == "/clients" and self.clients is not None:
+            try:
+                return 200, "application/json", json.dumps(self.clients()).encode(), method
+            except Exception:
+                log.exception("rendering /clients failed")
+                return 500, _TEXT, b"clients failed\n", method
         if path == "/healthz":
             return 200, _TEXT, b"ok", method
         if path == "/readyz":
             try:
-                ready = bool(self.ready())
+                answer = self.ready()
+                ready, reason = answer if isinstance(answer, tuple) else (bool(answer), "")
             except Exception:
                 log.exception("readiness check failed")
-                ready = False
-            return (200, _TEXT, b"ready\n", method) if ready else (503, _TEXT, b"not ready\n", method)
+                ready, reason = False, "not ready: the readiness check failed"
+            reason = reason or ("ready" if ready else "not ready")
+            return (200 if ready else 503), _TEXT, reason.encode() + b"\n", method
         return 404, _TEXT, b"not found\n", method
 
 
-__all__ = ["HttpEndpoints", "listeners_serving"]
+__all__ = ["HttpEndpoints", "readiness_of"]

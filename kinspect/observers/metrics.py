@@ -1,10 +1,17 @@
 """Prometheus metrics from the proxy's events (names, types and labels: the kinspect metrics contract).
 
 `MetricsObserver.on_event` turns Request, Response, Exchange and Problem events into
-counter and histogram updates; the connection, byte and in-flight figures are read from
-the ProxyServer at scrape time by a custom collector. Label children are looked up once
-per label set and cached in plain dicts, so a frame costs a few dict lookups, the
-`.inc()`/`.observe()` calls and (for complete frames) one scan of the frame.
+counter and histogram updates on the event loop thread: plain lists ("cells", see
+metric_families) updated in place, without prometheus_client's per-update locks, and
+rendered by a collector at scrape time with the names, help texts, labels and buckets
+prometheus_client's Counter and Histogram gave (tests/observers/test_metrics_equivalence.py
+checks the /metrics text against that reference on recorded traffic). The cells of one
+(api key, version, direction) are looked up once and kept in a plan, so a frame costs one
+dict lookup, a few list increments and, when the metrics need it, one scan of the frame.
+The connection, byte and in-flight figures come from the ProxyServer's stats snapshot at
+scrape time, by ServerCollector, whose describe() names its families (a clash fails at
+registration); kinspect_build_info is a prometheus_client Info, and the process, platform
+and GC collectors (RSS, descriptors, CPU, GC) share the registry, which auto-describes them.
 
 Choices the contract leaves open:
 - tag_section_bytes_total counts every tag section of a frame: the body's (from the scan)
@@ -17,6 +24,13 @@ Choices the contract leaves open:
 - topic_bytes_total (opt-in) splits a frame's size evenly among the topics it names.
 - A frame larger than the inspection limit (kept by its header only) is counted and
   measured but not scanned.
+- `wants_body(api_key, version, direction)` says whether a scan of such a body can change
+  a metric (scan_needs: flexible versions, responses with *ErrorCode fields, Produce
+  requests with records, topic names when topic_bytes is on), for the pipeline to decide
+  which frames to keep whole. A whole body is scanned all the same, as before, so that a
+  malformed one counts in decode_failures_total (only bodies with no field at all, whose
+  scan reads nothing, are not); a body the pipeline did not keep is counted and measured
+  without a scan, like a frame above the inspection limit.
 - Label values that come from the wire rather than the specs (versions of unknown apis or
   versions, tags of unknown tagged fields, unknown error codes) are capped together at
   max_unknown_series distinct series; past it they count under "other", as topics do past
@@ -27,17 +41,18 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from bisect import bisect_left
 from collections.abc import Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, GCCollector, Info, PlatformCollector, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 import kinspect
+from kinspect.observers.metric_families import CounterFamily, FamiliesCollector, HistogramFamily
+from kinspect.observers.scan_needs import body_can_fail, metrics_scan_needed
 from kinspect.protocol.error_codes import ERROR_NAMES, error_name
 from kinspect.protocol.errors import DecodeError
-from kinspect.protocol.peek import tag_section_fields
-from kinspect.protocol.primitives import Malformed
 from kinspect.session.events import Exchange, Problem, Request, Response
 
 PRODUCE = 0
@@ -54,6 +69,12 @@ def _exponential(start: float, factor: float, stop: float) -> tuple[float, ...]:
 SIZE_BUCKETS = _exponential(16, 4, 256 * 1024 * 1024)  # 16 B .. 256 MiB, x4
 HEADER_BUCKETS = _exponential(8, 2, 4096)  # 8 .. 4096 B, x2
 LATENCY_BUCKETS = _exponential(50e-6, 2, 60.0)  # 50 us .. ~52 s, x2
+# The histograms' bounds with +Inf, and where each cell keeps its sum (see metric_families).
+_SIZE_BOUNDS = (*SIZE_BUCKETS, float("inf"))
+_HEADER_BOUNDS = (*HEADER_BUCKETS, float("inf"))
+_LATENCY_BOUNDS = (*LATENCY_BUCKETS, float("inf"))
+_SIZE_SUM, _HEADER_SUM, _LATENCY_SUM = len(_SIZE_BOUNDS), len(_HEADER_BOUNDS), len(_LATENCY_BOUNDS)
+_HEADER_V0_BUCKET = bisect_left(_HEADER_BOUNDS, 4)  # a response header v0: the correlation id alone
 COMPRESSIONS = frozenset(("none", "gzip", "snappy", "lz4", "zstd"))
 DECODE_PROBLEMS = frozenset(("decode_error", "frame_too_large"))
 
@@ -91,92 +112,154 @@ METRIC_NAMES = {
     "kinspect_tasks": "gauge",
 }
 
-class _Children:
-    """The label children of one (api key, version, direction)."""
+# The process itself, from prometheus_client's process, platform and GC collectors registered
+# on the same registry (Linux /proc; a memory-bounded sidecar shows its RSS and descriptors).
+# Not kinspect_ names: tests/deploy checks the dashboard against these too.
+RUNTIME_METRIC_NAMES = {
+    "process_virtual_memory_bytes": "gauge",
+    "process_resident_memory_bytes": "gauge",
+    "process_start_time_seconds": "gauge",
+    "process_cpu_seconds_total": "counter",
+    "process_open_fds": "gauge",
+    "process_max_fds": "gauge",
+    "python_info": "gauge",
+    "python_gc_objects_collected_total": "counter",
+    "python_gc_objects_uncollectable_total": "counter",
+    "python_gc_collections_total": "counter",
+}
 
-    __slots__ = ("api", "count", "header", "known", "size", "tag_bytes")
+class _Plan:
+    """What one (api key, version, direction) updates: its cells, its api label, and whether to scan its bodies."""
 
-    def __init__(self, api, count, size, header, tag_bytes, known) -> None:
+    __slots__ = ("api", "count", "errors", "header", "known", "scan", "size", "tag_bytes", "tagged")
+
+    def __init__(self, api: str, count: list, size: list, header: list, tag_bytes: list, known: bool,
+                 scan: bool) -> None:
         self.api = api
         self.count = count
         self.size = size
         self.header = header
         self.tag_bytes = tag_bytes
         self.known = known
+        self.scan = scan
+        self.tagged: dict[tuple, tuple[list, list]] = {}  # (path, tag, name) of a body tagged field -> its cells
+        self.errors: dict[int, list] = {}  # error code -> its response_errors cell
 
 
 class MetricsObserver:
-    """Counts and measures the proxy's events into a prometheus_client registry."""
+    """Counts and measures the proxy's events into plain cells, exported through the registry at scrape time."""
 
     needs_bodies = True
 
     def __init__(self, registry: CollectorRegistry | None = None, topic_bytes: bool = False, max_topics: int = 100,
-                 server=None, max_unknown_series: int = 200) -> None:
-        self.registry = registry if registry is not None else CollectorRegistry()
+                 server=None, max_unknown_series: int = 200, codec=None) -> None:
+        # auto_describe: collectors without describe() (the process, platform and GC ones) are
+        # collected once at registration, so their names clash-check like every other family's.
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self.topic_bytes = topic_bytes
         self.max_topics = max_topics
         self.server = server
         self.max_unknown_series = max_unknown_series
+        self.codec = codec  # the sessions' codec when known up front (wants_body reads its specs)
         self._unknown_series = 0  # series made so far for label values not in the specs
-        r = self.registry
-        self.requests = Counter("kinspect_requests_total", "Requests seen, by api and version",
-                                ("api", "version"), registry=r)
-        self.responses = Counter("kinspect_responses_total", "Responses seen, by api and version",
-                                 ("api", "version"), registry=r)
-        self.request_size = Histogram("kinspect_request_size_bytes", "Request frame sizes (without the size prefix)",
-                                      ("api",), buckets=SIZE_BUCKETS, registry=r)
-        self.response_size = Histogram("kinspect_response_size_bytes",
-                                       "Response frame sizes (without the size prefix)",
-                                       ("api",), buckets=SIZE_BUCKETS, registry=r)
-        self.header_size = Histogram("kinspect_header_size_bytes", "Request and response header sizes",
-                                     ("api", "direction"), buckets=HEADER_BUCKETS, registry=r)
-        self.tag_section_bytes = Counter("kinspect_tag_section_bytes_total",
-                                         "Bytes of tag sections (headers and bodies, empty ones included)",
-                                         ("api", "direction"), registry=r)
+        self.requests = CounterFamily("kinspect_requests_total", "Requests seen, by api and version",
+                                      ("api", "version"))
+        self.responses = CounterFamily("kinspect_responses_total", "Responses seen, by api and version",
+                                       ("api", "version"))
+        self.request_size = HistogramFamily("kinspect_request_size_bytes",
+                                            "Request frame sizes (without the size prefix)", ("api",), SIZE_BUCKETS)
+        self.response_size = HistogramFamily("kinspect_response_size_bytes",
+                                             "Response frame sizes (without the size prefix)", ("api",), SIZE_BUCKETS)
+        self.header_size = HistogramFamily("kinspect_header_size_bytes", "Request and response header sizes",
+                                           ("api", "direction"), HEADER_BUCKETS)
+        self.tag_section_bytes = CounterFamily("kinspect_tag_section_bytes_total",
+                                               "Bytes of tag sections (headers and bodies, empty ones included)",
+                                               ("api", "direction"))
         labels = ("api", "direction", "location", "path", "tag", "field")
-        self.tagged_fields = Counter("kinspect_tagged_fields_total", "Tagged fields present", labels, registry=r)
-        self.tagged_field_bytes = Counter("kinspect_tagged_field_bytes_total", "Data bytes of tagged fields",
-                                          labels, registry=r)
-        self.latency = Histogram("kinspect_request_latency_seconds", "Seconds from request seen to response seen",
-                                 ("api",), buckets=LATENCY_BUCKETS, registry=r)
-        self.response_errors = Counter("kinspect_response_errors_total",
-                                       "Non-zero error codes in responses (nested ones included)",
-                                       ("api", "error"), registry=r)
-        self.produced_records = Counter("kinspect_produced_records_total", "Records in Produce requests",
-                                        ("compression",), registry=r)
-        self.produced_batches = Counter("kinspect_produced_batches_total", "Record batches in Produce requests",
-                                        ("compression",), registry=r)
-        self.topic_bytes_total = Counter("kinspect_topic_bytes_total",
-                                         "Frame bytes by the topics they name (opt-in, capped; the rest: other)",
-                                         ("topic", "direction"), registry=r)
-        self.decode_failures = Counter("kinspect_decode_failures_total", "Frames kinspect could not decode",
-                                       ("api", "direction", "reason"), registry=r)
-        self.unknown_api = Counter("kinspect_unknown_api_requests_total",
-                                   "Requests whose api key or version no loaded spec defines", registry=r)
-        self.problems = Counter("kinspect_problems_total", "Problems the sessions reported",
-                                ("kind", "direction"), registry=r)
-        self.label_overflow = Counter("kinspect_label_overflow_total",
-                                      "Events counted under an \"other\" label: the label's distinct values reached "
-                                      "their cap (metrics.max_topics, metrics.max_unknown_series)",
-                                      ("metric",), registry=r)
-        self.unknown_api_child = self.unknown_api  # no labels: the metric is its own child
+        self.tagged_fields = CounterFamily("kinspect_tagged_fields_total", "Tagged fields present", labels)
+        self.tagged_field_bytes = CounterFamily("kinspect_tagged_field_bytes_total", "Data bytes of tagged fields",
+                                                labels)
+        self.latency = HistogramFamily("kinspect_request_latency_seconds", "Seconds from request seen to response seen",
+                                       ("api",), LATENCY_BUCKETS)
+        self.response_errors = CounterFamily("kinspect_response_errors_total",
+                                             "Non-zero error codes in responses (nested ones included)",
+                                             ("api", "error"))
+        self.produced_records = CounterFamily("kinspect_produced_records_total", "Records in Produce requests",
+                                              ("compression",))
+        self.produced_batches = CounterFamily("kinspect_produced_batches_total", "Record batches in Produce requests",
+                                              ("compression",))
+        self.topic_bytes_total = CounterFamily("kinspect_topic_bytes_total",
+                                               "Frame bytes by the topics they name (opt-in, capped; the rest: other)",
+                                               ("topic", "direction"))
+        self.decode_failures = CounterFamily("kinspect_decode_failures_total", "Frames kinspect could not decode",
+                                             ("api", "direction", "reason"))
+        self.unknown_api = CounterFamily("kinspect_unknown_api_requests_total",
+                                         "Requests whose api key or version no loaded spec defines")
+        self.problems = CounterFamily("kinspect_problems_total", "Problems the sessions reported",
+                                      ("kind", "direction"))
+        self.label_overflow = CounterFamily("kinspect_label_overflow_total",
+                                            "Events counted under an \"other\" label: the label's distinct values "
+                                            "reached their cap (metrics.max_topics, metrics.max_unknown_series)",
+                                            ("metric",))
+        self.families = FamiliesCollector((
+            self.requests, self.responses, self.request_size, self.response_size, self.header_size,
+            self.tag_section_bytes, self.tagged_fields, self.tagged_field_bytes, self.latency, self.response_errors,
+            self.produced_records, self.produced_batches, self.topic_bytes_total, self.decode_failures,
+            self.unknown_api, self.problems, self.label_overflow))
+        self.registry.register(self.families)
         self._collector = ServerCollector(self)
-        r.register(self._collector)
-        # label-children caches
-        self._req: dict[tuple[int, int], _Children] = {}
-        self._resp: dict[tuple[int, int], _Children] = {}
-        self._req_overflow: dict[str, _Children] = {}  # api name -> children of version "other"
-        self._resp_overflow: dict[str, _Children] = {}
-        self._tagged: dict[tuple, tuple] = {}
-        self._errors: dict[tuple[str, int], object] = {}
-        self._latency: dict[str, object] = {}
-        self._produced: dict[str, tuple] = {}
-        self._decode_failures: dict[tuple, object] = {}
-        self._problems: dict[tuple[str, str], object] = {}
-        self._topics: dict[tuple[str, str], object] = {}
+        self.registry.register(self._collector)
+        # Registered after ServerCollector, which settles the event loop's name at a scrape
+        # before this is collected (see ServerCollector.collect).
+        self.build_info = Info("kinspect_build", "kinspect's version, Python, event loop and native codec",
+                               registry=self.registry)
+        self.build_info.info(build_labels(event_loop_name()))
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
+        self._unknown_api_cell = self.unknown_api.cell(())
+        # caches of cells, keyed by what the events carry
+        self._req: dict[tuple[int, int], _Plan] = {}
+        self._resp: dict[tuple[int, int], _Plan] = {}
+        self._req_overflow: dict[str, _Plan] = {}  # api name -> plan of version "other"
+        self._resp_overflow: dict[str, _Plan] = {}
+        self._wants: dict[tuple[int, int, str], bool] = {}  # (api key, version, direction) -> scan its bodies
+        self._tagged: dict[tuple, tuple[list, list]] = {}
+        self._errors: dict[tuple[str, int | str], list] = {}
+        self._latency: dict[str, list] = {}
+        self._produced: dict[str, tuple[list, list]] = {}
+        self._decode_failures: dict[tuple, list] = {}
+        self._problems: dict[tuple[str, str], list] = {}
+        self._topics: dict[tuple[str, str], tuple[list, bool]] = {}
         self._topic_names: set[str] = set()
-        self._overflow: dict[str, object] = {}  # metric -> its label_overflow child
+        self._overflow: dict[str, list] = {}  # metric -> its label_overflow cell
         self._codec = None  # the sessions' codec, once an event brought it (names the api of a Problem)
+
+    # ------------------------------------------------------------------ body policy
+
+    def wants_body(self, api_key: int, version: int, direction: str) -> bool:
+        """Whether a scan of bodies of this (api key, version, direction) can change a metric (scan_needs).
+
+        For the pipeline: False means the metrics read nothing from such bodies, so the frames
+        need not be kept whole for them (they are then counted and measured without a scan).
+        """
+        key = (api_key, version, direction)
+        wanted = self._wants.get(key)
+        if wanted is None:
+            codec = self.codec or (self.server.codec if self.server is not None else None) or self._codec
+            if codec is None:
+                return True  # no specs to judge by yet: keep the body
+            wanted = self._wants[key] = metrics_scan_needed(codec.registry.message(api_key, direction, version),
+                                                           api_key, version, direction, self.topic_bytes)
+        return wanted
+
+    def _scan_worth(self, api_key: int, version: int, direction: str, codec) -> bool:
+        """Whether to scan whole bodies of a known version: for the facts it holds, or to find it malformed."""
+        codec = codec or self.codec or (self.server.codec if self.server is not None else None)
+        if codec is None:
+            return True
+        spec = codec.registry.message(api_key, direction, version)
+        return self.wants_body(api_key, version, direction) or body_can_fail(spec, version)
 
     # ------------------------------------------------------------------ events
 
@@ -187,40 +270,43 @@ class MetricsObserver:
         elif kind is Response:
             self._response(event)
         elif kind is Exchange:
-            if event.response is not None and event.latency is not None:
+            latency = event.latency
+            if event.response is not None and latency is not None:
                 api = event.request.api_name or "unknown"
-                child = self._latency.get(api)
-                if child is None:
-                    child = self._latency[api] = self.latency.labels(api)
-                child.observe(event.latency)
+                cell = self._latency.get(api)
+                if cell is None:
+                    cell = self._latency[api] = self.latency.cell((api,))
+                cell[bisect_left(_LATENCY_BOUNDS, latency)] += 1
+                cell[_LATENCY_SUM] += latency
         elif kind is Problem:
             self._problem(event)
 
-    def _children(self, cache: dict, key: tuple[int, int], api_name: str | None, direction: str, codec) -> _Children:
-        api = api_name or "unknown"
+    def _plan(self, cache: dict, key: tuple[int, int], e, direction: str) -> _Plan:
+        api = e.api_name or "unknown"
         if direction == "request":
             count, size = self.requests, self.request_size
         else:
             count, size = self.responses, self.response_size
-        self._codec = codec
-        known = codec.registry.message(key[0], direction, key[1]) is not None
-        version = str(key[1])
+        codec = getattr(e, "codec", None)
+        if codec is not None:
+            self._codec = codec
+        known = bool(e.known)
         if not known and not self._new_unknown_series():
             # Past the cap: one shared "other" version per api name, not cached by (key, version),
-            # so neither the registry nor this cache grows with what a client invents.
+            # so neither the families nor this cache grow with what a client invents.
             overflow = self._req_overflow if direction == "request" else self._resp_overflow
-            children = overflow.get(api)
-            if children is None:
-                children = overflow[api] = _Children(
-                    api, count.labels(api, "other"), size.labels(api), self.header_size.labels(api, direction),
-                    self.tag_section_bytes.labels(api, direction), False)
+            plan = overflow.get(api)
+            if plan is None:
+                plan = overflow[api] = _Plan(api, count.cell((api, "other")), size.cell((api,)),
+                                             self.header_size.cell((api, direction)),
+                                             self.tag_section_bytes.cell((api, direction)), False, False)
             self._overflowed("kinspect_requests_total" if direction == "request" else "kinspect_responses_total")
-            return children
-        children = _Children(api, count.labels(api, version), size.labels(api),
-                             self.header_size.labels(api, direction), self.tag_section_bytes.labels(api, direction),
-                             known)
-        cache[key] = children
-        return children
+            return plan
+        scan = known and self._scan_worth(key[0], key[1], direction, codec)
+        plan = _Plan(api, count.cell((api, str(key[1]))), size.cell((api,)), self.header_size.cell((api, direction)),
+                     self.tag_section_bytes.cell((api, direction)), known, scan)
+        cache[key] = plan
+        return plan
 
     def _new_unknown_series(self) -> bool:
         """Whether one more series for a label value not in the specs fits under the cap (taken if so)."""
@@ -230,113 +316,158 @@ class MetricsObserver:
         return True
 
     def _overflowed(self, metric: str) -> None:
-        child = self._overflow.get(metric)
-        if child is None:
-            child = self._overflow[metric] = self.label_overflow.labels(metric)
-        child.inc()
+        cell = self._overflow.get(metric)
+        if cell is None:
+            cell = self._overflow[metric] = self.label_overflow.cell((metric,))
+        cell[0] += 1
 
     def _request(self, e: Request) -> None:
-        header = e.header
-        key = (header.api_key, header.api_version)
+        key = (e.api_key, e.api_version)
         c = self._req.get(key)
         if c is None:
-            c = self._children(self._req, key, e.api_name, "request", e.codec)
-        c.count.inc()
-        c.size.observe(e.size)
-        c.header.observe(header.size)
+            c = self._plan(self._req, key, e, "request")
+        c.count[0] += 1
+        size = e.size
+        cell = c.size
+        cell[bisect_left(_SIZE_BOUNDS, size)] += 1
+        cell[_SIZE_SUM] += size
+        header_size = e.header_size
+        cell = c.header
+        cell[bisect_left(_HEADER_BOUNDS, header_size)] += 1
+        cell[_HEADER_SUM] += header_size
         if not c.known:
             return  # an unknown_api Problem comes with it
         tag_bytes = 0
-        if header.version >= 2:  # flexible header: ClientId then a tag section
-            frame = e.frame
-            n = int.from_bytes(frame[8:10], "big", signed=True)
-            tag_bytes = header.size - 10 - (max(0, n))
-            unknown = header.fields.get("_unknown_tagged_fields")
-            if unknown:
-                for tag, data in unknown:
-                    self._tagged_field(c.api, "request", "header", "", tag, None, len(data))
-        scan = self._scan(e, c, "request", tag_bytes, e.complete)
+        if e.header_version >= 2:  # flexible header: ClientId then a tag section
+            tag_bytes = e.header_tag_bytes
+            if tag_bytes > 1:  # more than an empty section's count byte
+                for tag, n in e.header_tags:
+                    self._tagged_field(c.api, "request", "header", "", tag, None, n)
+        scan = None
+        if c.scan and e.complete:
+            try:
+                scan = e.scan()
+            except DecodeError:
+                self._decode_failure(c.api, "request", "decode_error")
+            else:
+                tag_bytes += scan.tag_section_bytes
+                if scan.tagged_fields:
+                    self._body_tagged_fields(c, "request", scan.tagged_fields)
+        if tag_bytes:
+            c.tag_bytes[0] += tag_bytes
         if scan is None:
             return
         if key[0] == PRODUCE and scan.record_spans:
             self._produced_records(scan.records)
         if self.topic_bytes and scan.topics:
-            self._topic_bytes(scan.topics, e.size, "request")
-
-    def _scan(self, e, c, direction: str, tag_bytes: int, scannable: bool):
-        """Scan a body (None if it cannot be); count tag-section bytes, header's included, and tagged fields."""
-        scan = None
-        if scannable:
-            try:
-                scan = e.scan()
-            except DecodeError:
-                self._decode_failure(c.api, direction, "decode_error")
-        if scan is not None:
-            tag_bytes += scan.tag_section_bytes
-            for path, tag, name, size in scan.tagged_fields:
-                self._tagged_field(c.api, direction, "body", path, tag, name, size)
-        if tag_bytes:
-            c.tag_bytes.inc(tag_bytes)
-        return scan
+            self._topic_bytes(scan.topics, size, "request")
 
     def _response(self, e: Response) -> None:
         key = (e.api_key, e.api_version)
         c = self._resp.get(key)
         if c is None:
-            c = self._children(self._resp, key, e.api_name, "response", e.codec)
-        c.count.inc()
-        c.size.observe(e.size)
-        frame = e.frame
+            c = self._plan(self._resp, key, e, "response")
+        c.count[0] += 1
+        size = e.size
+        cell = c.size
+        cell[bisect_left(_SIZE_BOUNDS, size)] += 1
+        cell[_SIZE_SUM] += size
+        cell = c.header
         tag_bytes = 0
         if e.header_version >= 1:
-            try:
-                fields, end = tag_section_fields(frame, 4)
-            except (IndexError, Malformed):
-                fields, end = (), min(len(frame), 5)
-            c.header.observe(end)
-            tag_bytes = end - 4
-            for tag, size in fields:
-                self._tagged_field(c.api, "response", "header", "", tag, None, size)
+            header_size = e.header_size
+            cell[bisect_left(_HEADER_BOUNDS, header_size)] += 1
+            cell[_HEADER_SUM] += header_size
+            tag_bytes = e.header_tag_bytes
+            if tag_bytes > 1:
+                for tag, n in e.header_tags:
+                    self._tagged_field(c.api, "response", "header", "", tag, None, n)
         else:
-            c.header.observe(4)
-        scan = self._scan(e, c, "response", tag_bytes, e.complete and c.known)
+            cell[_HEADER_V0_BUCKET] += 1
+            cell[_HEADER_SUM] += 4
+        scan = None
+        if c.scan and e.complete:
+            try:
+                scan = e.scan()
+            except DecodeError:
+                self._decode_failure(c.api, "response", "decode_error")
+            else:
+                tag_bytes += scan.tag_section_bytes
+                if scan.tagged_fields:
+                    self._body_tagged_fields(c, "response", scan.tagged_fields)
+        if tag_bytes:
+            c.tag_bytes[0] += tag_bytes
         if scan is None:
             return
         if scan.error_codes:
-            errors = self._errors
-            for code, count in scan.error_codes.items():
-                child = errors.get((c.api, code))
-                if child is None:
-                    name = error_name(code)
-                    if code not in ERROR_NAMES and not self._new_unknown_series():
-                        child = errors.get((c.api, "other"))
-                        if child is None:
-                            child = errors[(c.api, "other")] = self.response_errors.labels(c.api, "other")
-                        self._overflowed("kinspect_response_errors_total")
-                        child.inc(count)
-                        continue
-                    child = errors[(c.api, code)] = self.response_errors.labels(c.api, name)
-                child.inc(count)
+            self._error_codes(c, scan.error_codes)
         if self.topic_bytes and scan.topics:
-            self._topic_bytes(scan.topics, e.size, "response")
+            self._topic_bytes(scan.topics, size, "response")
+
+    def _error_codes(self, c: _Plan, codes: dict[int, int]) -> None:
+        known = c.errors
+        for code, count in codes.items():
+            cell = known.get(code)
+            if cell is None:
+                cell = self._error_cell(c.api, code, count)
+                if cell is None:
+                    continue  # counted under "other"
+                known[code] = cell
+            cell[0] += count
+
+    def _error_cell(self, api: str, code: int, count: int) -> list | None:
+        """The cell of (api, code); None past the cap for unknown codes, which are then counted under "other"."""
+        errors = self._errors
+        cell = errors.get((api, code))
+        if cell is None:
+            if code not in ERROR_NAMES and not self._new_unknown_series():
+                cell = errors.get((api, "other"))
+                if cell is None:
+                    cell = errors[(api, "other")] = self.response_errors.cell((api, "other"))
+                self._overflowed("kinspect_response_errors_total")
+                cell[0] += count
+                return None
+            cell = errors[(api, code)] = self.response_errors.cell((api, error_name(code)))
+        return cell
+
+    def _body_tagged_fields(self, c: _Plan, direction: str, fields: list) -> None:
+        known = c.tagged
+        for path, tag, name, size in fields:
+            cells = known.get((path, tag, name))
+            if cells is None:
+                cells = self._tagged_cells(c.api, direction, "body", path, tag, name)
+                if cells[2]:
+                    known[(path, tag, name)] = cells
+            cells[0][0] += 1
+            if size:
+                cells[1][0] += size
 
     def _tagged_field(self, api: str, direction: str, location: str, path: str, tag: int, name: str | None,
                       size: int) -> None:
+        cells = self._tagged_cells(api, direction, location, path, tag, name)
+        cells[0][0] += 1
+        if size:
+            cells[1][0] += size
+
+    def _tagged_cells(self, api: str, direction: str, location: str, path: str, tag: int,
+                      name: str | None) -> tuple[list, list, bool]:
+        """The (count, bytes) cells of a tagged field, and whether they are its own (False: "other", past the cap)."""
         key = (api, direction, location, path, tag, name)
-        children = self._tagged.get(key)
-        if children is None:
+        cells = self._tagged.get(key)
+        if cells is None:
             if name is None and not self._new_unknown_series():
                 # An unknown tag is any number a client chose: past the cap it counts as tag "other".
                 key = (api, direction, location, path, "other", None)
-                children = self._tagged.get(key)
+                cells = self._tagged.get(key)
                 self._overflowed("kinspect_tagged_fields_total")
-            if children is None:
-                labels = (api, direction, location, path or "root", str(key[4]), name or "unknown")
-                children = self._tagged[key] = (self.tagged_fields.labels(*labels),
-                                                self.tagged_field_bytes.labels(*labels))
-        children[0].inc()
-        if size:
-            children[1].inc(size)
+                if cells is None:
+                    labels = (api, direction, location, path or "root", "other", "unknown")
+                    cells = self._tagged[key] = (self.tagged_fields.cell(labels),
+                                                 self.tagged_field_bytes.cell(labels), False)
+                return cells
+            labels = (api, direction, location, path or "root", str(tag), name or "unknown")
+            cells = self._tagged[key] = (self.tagged_fields.cell(labels), self.tagged_field_bytes.cell(labels), True)
+        return cells
 
     def _produced_records(self, summaries) -> None:
         produced = self._produced
@@ -345,14 +476,14 @@ class MetricsObserver:
                 continue
             for batch in summary.batches:
                 compression = batch.compression
-                children = produced.get(compression)
-                if children is None:
+                cells = produced.get(compression)
+                if cells is None:
                     label = compression if compression in COMPRESSIONS else "unknown"
-                    children = produced[compression] = (self.produced_records.labels(label),
-                                                        self.produced_batches.labels(label))
+                    cells = produced[compression] = (self.produced_records.cell((label,)),
+                                                     self.produced_batches.cell((label,)))
                 if batch.record_count > 0:
-                    children[0].inc(batch.record_count)
-                children[1].inc()
+                    cells[0][0] += batch.record_count
+                cells[1][0] += 1
 
     def _topic_bytes(self, topics: Iterable[str], size: int, direction: str) -> None:
         share = size / len(topics)
@@ -366,34 +497,34 @@ class MetricsObserver:
                 else:
                     names.add(topic)
                     label = topic
-                entry = (self.topic_bytes_total.labels(label, direction), label == "other")
+                entry = (self.topic_bytes_total.cell((label, direction)), label == "other")
                 if label != "other" or len(cache) < 4 * self.max_topics + 1024:
                     cache[(topic, direction)] = entry
-            entry[0].inc(share)
+            entry[0][0] += share
             if entry[1]:
                 self._overflowed("kinspect_topic_bytes_total")
 
     def _decode_failure(self, api: str, direction: str, reason: str) -> None:
         key = (api, direction, reason)
-        child = self._decode_failures.get(key)
-        if child is None:
-            child = self._decode_failures[key] = self.decode_failures.labels(api, direction, reason)
-        child.inc()
+        cell = self._decode_failures.get(key)
+        if cell is None:
+            cell = self._decode_failures[key] = self.decode_failures.cell(key)
+        cell[0] += 1
 
     def _problem(self, p: Problem) -> None:
         key = (p.kind, p.direction)
-        child = self._problems.get(key)
-        if child is None:
-            child = self._problems[key] = self.problems.labels(p.kind, p.direction)
-        child.inc()
+        cell = self._problems.get(key)
+        if cell is None:
+            cell = self._problems[key] = self.problems.cell(key)
+        cell[0] += 1
         if p.kind in DECODE_PROBLEMS:
             api = "unknown"
-            codec = self.server.codec if self.server is not None else self._codec
+            codec = self.server.codec if self.server is not None else (self.codec or self._codec)
             if p.api_key is not None and codec is not None:
                 api = codec.registry.api_name(p.api_key) or "unknown"
             self._decode_failure(api, p.direction, p.kind)
         elif p.kind == "unknown_api":
-            self.unknown_api_child.inc()
+            self._unknown_api_cell[0] += 1
 
 
 # ---------------------------------------------------------------------- scrape-time figures
@@ -418,108 +549,92 @@ def _native() -> str:
         return "false"
 
 
+def build_labels(loop_name: str) -> dict[str, str]:
+    """kinspect_build_info's labels."""
+    return {"version": kinspect.__version__, "python": "{}.{}.{}".format(*sys.version_info[:3]),
+            "event_loop": loop_name, "native": _native()}
+
+
+# ServerCollector's families: (name, type, help, label names). describe() returns them without
+# samples, so a clash with another collector's name fails when either is registered.
+SERVER_FAMILIES = (
+    ("kinspect_connections_open", "gauge", "Client connections open", ()),
+    ("kinspect_connections_total", "counter", "Client connections accepted", ()),
+    ("kinspect_bytes_total", "counter", "Bytes relayed, by direction", ("direction",)),
+    ("kinspect_inflight_requests", "gauge", "Requests awaiting a response", ()),
+    ("kinspect_inflight_limit", "gauge", "Requests tracked per connection at most (inspect.max_inflight)", ()),
+    ("kinspect_connections_limit", "gauge", "Client connections allowed at once (proxy.max_connections)", ()),
+    ("kinspect_connections_refused_total", "counter",
+     "Client connections refused and closed: proxy.max_connections reached, or stopping", ()),
+    ("kinspect_upstream_connect_failures_total", "counter",
+     "Failed attempts to connect to a broker, by reason (timeout: proxy.connect_timeout)", ("reason",)),
+    ("kinspect_inspection_failures_total", "counter",
+     "Inspection failures (inspector bugs); the bytes still flow, and pairing and rewriting go on", ()),
+    ("kinspect_tasks", "gauge", "asyncio tasks alive on the proxy's event loop", ()),
+)
+
+
+def _family(name: str, kind: str, documentation: str, labels: tuple[str, ...]):
+    cls = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+    return cls(name, documentation, labels=labels)
+
+
 class ServerCollector(Collector):
-    """Connections, bytes and in-flight requests read from the ProxyServer, and build_info.
+    """Connections, bytes, in-flight requests, limits and failures from the server's stats snapshot, and build_info.
 
     bytes_total counts what kinspect received from clients (direction request) and from
-    brokers (direction response): the open relays' counters plus the server's running
-    total of closed relays' bytes when it keeps one (`closed_bytes`, keyed like
-    Relay.bytes_in). Without it, the collector remembers the relays it saw at earlier
-    scrapes and adds their final counts when they close; a connection that opened and
-    closed between two scrapes is then missed.
+    brokers (direction response), open and closed connections alike.
     """
 
     def __init__(self, observer: MetricsObserver) -> None:
         self.observer = observer
         self._loop_name: str | None = None
-        self._native = _native()
-        self._seen: set = set()  # relays seen open (fallback accounting of closed relays)
-        self._closed = {"client": 0, "broker": 0}
 
     def describe(self):
-        return []  # collected at scrape time only (names checked by the contract test)
-
-    def _relays(self, server) -> list:
-        for _ in range(5):
-            try:
-                return list(server.relays)
-            except RuntimeError:  # the set changed size while copied from another thread
-                continue
-        return []
+        return [_family(*spec) for spec in SERVER_FAMILIES]
 
     def collect(self):
-        server = self.observer.server
-        open_, total, inflight, limit = 0, 0, 0, 0
-        sent = {"client": 0, "broker": 0}
-        if server is not None:
-            relays = self._relays(server)
-            open_ = len(relays)
-            total = server.connections_total
-            inflight = sum(relay.session.inflight for relay in relays)
-            limit = server.config.inspect.max_inflight
-            closed = getattr(server, "closed_bytes", None)
-            if closed is None:
-                now = set(relays)
-                for relay in self._seen - now:
-                    for side in ("client", "broker"):
-                        self._closed[side] += relay.bytes_in[side]
-                self._seen = now
-                closed = self._closed
-            for side in ("client", "broker"):
-                sent[side] = closed.get(side, 0) + sum(relay.bytes_in[side] for relay in relays)
-        yield GaugeMetricFamily("kinspect_connections_open", "Client connections open", value=open_)
-        yield CounterMetricFamily("kinspect_connections_total", "Client connections accepted", value=total)
-        family = CounterMetricFamily("kinspect_bytes_total", "Bytes relayed, by direction", labels=("direction",))
-        family.add_metric(("request",), sent["client"])
-        family.add_metric(("response",), sent["broker"])
-        yield family
-        yield GaugeMetricFamily("kinspect_inflight_requests", "Requests awaiting a response", value=inflight)
-        yield GaugeMetricFamily("kinspect_inflight_limit", "Requests tracked per connection at most (inspect.max_inflight)",
-                                value=limit)
-        yield from self._limits_and_failures(server)
-        if self._loop_name is None:
-            try:
-                asyncio.get_running_loop()
-                self._loop_name = event_loop_name()  # settled once seen from inside the loop
-                name = self._loop_name
-            except RuntimeError:
-                name = event_loop_name()
-        else:
-            name = self._loop_name
-        info = GaugeMetricFamily("kinspect_build_info", "kinspect's version, Python, event loop and native codec",
-                                 labels=("version", "python", "event_loop", "native"))
-        info.add_metric((kinspect.__version__, "{}.{}.{}".format(*sys.version_info[:3]), name, self._native), 1)
-        yield info
+        self._settle_loop_name()
+        values = self._values(self.observer.server)
+        for spec in SERVER_FAMILIES:
+            family = _family(*spec)
+            for labels, value in values[spec[0]]:
+                family.add_metric(labels, value)
+            yield family
+
+    def _settle_loop_name(self) -> None:
+        """The first scrape made on a running loop names it in kinspect_build_info (until then: the policy's)."""
+        if self._loop_name is not None:
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._loop_name = event_loop_name()
+        self.observer.build_info.info(build_labels(self._loop_name))
 
     @staticmethod
-    def _limits_and_failures(server):
-        """The connection limit and its refusals, failed broker connects, inspection failures, loop tasks."""
-        config = getattr(server, "config", None)
-        yield GaugeMetricFamily("kinspect_connections_limit", "Client connections allowed at once (proxy.max_connections)",
-                                value=config.proxy.max_connections if config is not None else 0)
-        yield CounterMetricFamily("kinspect_connections_refused_total",
-                                  "Client connections refused and closed: proxy.max_connections reached, or stopping",
-                                  value=getattr(server, "refused_connections", 0))
-        failures = CounterMetricFamily("kinspect_upstream_connect_failures_total",
-                                       "Failed attempts to connect to a broker, by reason (timeout: proxy.connect_timeout)",
-                                       labels=("reason",))
-        for reason, count in (getattr(server, "connect_failures", None) or
-                              {"timeout": 0, "refused": 0, "error": 0}).items():
-            failures.add_metric((reason,), count)
-        yield failures
-        yield CounterMetricFamily("kinspect_inspection_failures_total",
-                                  "Directions of connections no longer inspected after an inspector bug (bytes still flow)",
-                                  value=getattr(server, "inspection_failures", 0))
-        tasks = 0
-        loop = getattr(server, "loop", None)
-        if loop is not None and not loop.is_closed():
-            for _ in range(5):
-                try:
-                    tasks = len(asyncio.all_tasks(loop))  # done tasks are not counted
-                    break
-                except RuntimeError:  # the task set changed while read from another thread
-                    continue
-        yield GaugeMetricFamily("kinspect_tasks", "asyncio tasks alive on the proxy's event loop", value=tasks)
+    def _values(server) -> dict[str, list[tuple[tuple[str, ...], float]]]:
+        """Every family's samples, from one stats snapshot of the server (zeros before there is one)."""
+        stats = server.stats() if server is not None else None
+        if stats is None:
+            zero = {"timeout": 0, "refused": 0, "error": 0}
+            return {name: ([((reason,), 0) for reason in zero] if name == "kinspect_upstream_connect_failures_total"
+                           else [(("request",), 0), (("response",), 0)] if name == "kinspect_bytes_total"
+                           else [((), 0)]) for name, *_ in SERVER_FAMILIES}
+        return {
+            "kinspect_connections_open": [((), stats.connections_open)],
+            "kinspect_connections_total": [((), stats.connections_total)],
+            "kinspect_bytes_total": [(("request",), stats.bytes_from_clients), (("response",), stats.bytes_from_brokers)],
+            "kinspect_inflight_requests": [((), stats.inflight)],
+            "kinspect_inflight_limit": [((), stats.inflight_limit)],
+            "kinspect_connections_limit": [((), stats.connections_limit)],
+            "kinspect_connections_refused_total": [((), stats.connections_refused)],
+            "kinspect_upstream_connect_failures_total": [((reason,), count)
+                                                         for reason, count in stats.connect_failures.items()],
+            "kinspect_inspection_failures_total": [((), stats.inspection_failures)],
+            "kinspect_tasks": [((), stats.tasks)],
+        }
 
 
-__all__ = ["MetricsObserver", "ServerCollector", "event_loop_name"]
+__all__ = ["METRIC_NAMES", "RUNTIME_METRIC_NAMES", "MetricsObserver", "ServerCollector", "event_loop_name"]

@@ -13,6 +13,7 @@ import struct
 from dataclasses import dataclass
 from typing import Callable
 
+from kinspect.protocol.api_keys import API_VERSIONS, CONTROLLED_SHUTDOWN
 from kinspect.protocol import codegen
 from kinspect.protocol.codec_runtime import namespace
 from kinspect.protocol.errors import DecodeError, EncodeError, SpecError, UnknownApiError
@@ -22,8 +23,6 @@ from kinspect.protocol.spec_model import MessageSpec
 from kinspect.protocol.spec_registry import SpecRegistry
 from kinspect.protocol.wire_program import build_program, native_module
 
-API_VERSIONS_KEY = 18
-CONTROLLED_SHUTDOWN_KEY = 7
 
 # Everything a generated decoder can raise on bad bytes; all become DecodeError.
 _DECODE_FAILURES = (Malformed, struct.error, IndexError, ValueError, OverflowError, MemoryError, RecursionError)
@@ -34,14 +33,14 @@ _CORRELATION = struct.Struct(">i")
 
 def request_header_version(api_key: int, api_version: int, flexible: bool) -> int:
     """Request header v2 for flexible versions, v1 otherwise; ControlledShutdown v0 uses v0."""
-    if api_key == CONTROLLED_SHUTDOWN_KEY and api_version == 0:
+    if api_key == CONTROLLED_SHUTDOWN and api_version == 0:
         return 0
     return 2 if flexible else 1
 
 
 def response_header_version(api_key: int, flexible: bool) -> int:
     """Response header v1 for flexible versions, v0 otherwise; ApiVersions always uses v0 (KIP-511)."""
-    if api_key == API_VERSIONS_KEY:
+    if api_key == API_VERSIONS:
         return 0
     return 1 if flexible else 0
 
@@ -296,6 +295,22 @@ class Codec:
             hv = self.request_header_version(api_key, api_version)
         except UnknownApiError:
             hv = 1
+        if hv >= 1:
+            # The common case read inline, as the compiled header would (every request pays this):
+            # a ClientId that is null or valid UTF-8 within the frame, then (v2) an empty tag section.
+            length = (frame[8] << 8 | frame[9]) if len(frame) >= 10 else -2
+            if length >= 0x8000:
+                length -= 0x10000
+            end = 10 + max(length, 0)
+            if length >= -1 and end <= len(frame) and (hv == 1 or (end < len(frame) and frame[end] == 0)):
+                try:
+                    client_id = None if length == -1 else frame[10:end].decode("utf-8")
+                except UnicodeDecodeError:
+                    client_id = False  # let the compiled header say what is wrong
+                if client_id is not False:
+                    fields = {"RequestApiKey": api_key, "RequestApiVersion": api_version,
+                              "CorrelationId": correlation_id, "ClientId": client_id}
+                    return RequestHeader(api_key, api_version, correlation_id, client_id, hv, end + (hv == 2), fields)
         compiled = self.header("RequestHeader", hv)
         fields, end = compiled.decode(frame, 0, whole=False)
         return RequestHeader(api_key, api_version, correlation_id, fields.get("ClientId"), hv, end, fields)

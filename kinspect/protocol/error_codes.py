@@ -140,6 +140,9 @@ ERROR_NAMES: dict[int, str] = {
     133: "SHARE_SESSION_LIMIT_REACHED",
 }
 
+ERROR_CODES: dict[str, int] = {name: code for code, name in ERROR_NAMES.items()}
+UNSUPPORTED_VERSION = ERROR_CODES["UNSUPPORTED_VERSION"]  # KIP-511's fallback, and old or new clients
+
 
 def error_name(code: int) -> str:
     """The protocol name of an error code; "UNKNOWN_<code>" for a code not in the table."""
@@ -147,4 +150,4 @@ def error_name(code: int) -> str:
     return name if name is not None else f"UNKNOWN_{code}"
 
 
-__all__ = ["ERROR_NAMES", "error_name"]
+__all__ = ["ERROR_CODES", "ERROR_NAMES", "UNSUPPORTED_VERSION", "error_name"]

@@ -6,7 +6,6 @@ import struct
 
 from kinspect.protocol.primitives import Malformed, read_uvarint
 
-PRODUCE_KEY = 0
 _INT16 = struct.Struct(">h")
 
 

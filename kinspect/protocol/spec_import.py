@@ -39,6 +39,11 @@ def _find_notice(directory: Path, name: str) -> Path | None:
     return None
 
 
+# Where the input comes from, for the errors that find none.
+WHERE_DEFINITIONS_ARE = ("Kafka's message definitions are the *.json files of Apache Kafka's source tree, "
+                         "clients/src/main/resources/common/message, at a release tag")
+
+
 def import_specs(sources: list[tuple[str, Path]], out_dir: Path, *, require_notices: bool = True) -> dict:
     """Import (release, directory) pairs, oldest first, into out_dir; return the index written."""
     out_dir = Path(out_dir)
@@ -48,9 +53,12 @@ def import_specs(sources: list[tuple[str, Path]], out_dir: Path, *, require_noti
         directory = Path(directory)
         if not _RELEASE.match(release):
             raise SpecError(f"release name {release!r} must be letters, digits, '.', '_' or '-'")
+        if not directory.is_dir():
+            what = "is not a folder" if directory.exists() else "no such folder"
+            raise SpecError(f"{directory}: {what}; {WHERE_DEFINITIONS_ARE}")
         files = sorted(p for p in directory.glob("*.json"))
         if not files:
-            raise SpecError(f"{directory}: holds no *.json message definitions")
+            raise SpecError(f"{directory}: holds no *.json message definitions; {WHERE_DEFINITIONS_ARE}")
         target = out_dir / release
         if target.exists():
             shutil.rmtree(target)

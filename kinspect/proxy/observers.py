@@ -5,13 +5,20 @@ from __future__ import annotations
 import logging
 from typing import Iterable, Protocol
 
+from kinspect.session import Exchange, Problem, Request, Response
+
+EVENT_TYPES = (Request, Response, Exchange, Problem)
+
 log = logging.getLogger("kinspect.proxy")
 
 
 class Observer(Protocol):
     # Whether the observer decodes or scans bodies (events then keep whole frames up to
-    # inspect.inspect_max_bytes). An observer without the attribute is assumed to.
+    # inspect.inspect_max_bytes). An observer without the attribute is assumed to. An
+    # observer may instead say it per frame kind: wants_body(api_key, version, direction).
     needs_bodies: bool
+    # The event types it reads (optional): the dispatcher hands it only those.
+    event_types: tuple
 
     def on_event(self, event) -> None: ...
 
@@ -22,6 +29,7 @@ class Dispatcher:
     def __init__(self, observers: Iterable[Observer] = ()) -> None:
         self.observers = list(observers)
         self.failures = 0
+        self._route()
 
     def __bool__(self) -> bool:
         return bool(self.observers)
@@ -30,26 +38,38 @@ class Dispatcher:
     def needs_bodies(self) -> bool:
         return any(getattr(o, "needs_bodies", True) for o in self.observers)
 
+    def body_predicate(self):
+        """For the session plan: True, False, or wants_body(api_key, version, direction) over the observers."""
+        predicates = []
+        for observer in self.observers:
+            wants = getattr(observer, "wants_body", None)
+            if wants is not None:
+                predicates.append(wants)
+            elif getattr(observer, "needs_bodies", True):
+                return True
+        if not predicates:
+            return False
+        return lambda api_key, version, direction: any(p(api_key, version, direction) for p in predicates)
+
+    def _route(self) -> dict:
+        """Event type -> the observers that take it (`event_types`; an observer that does not say takes all)."""
+        routes: dict = {kind: [] for kind in EVENT_TYPES}
+        for observer in self.observers:
+            for kind in getattr(observer, "event_types", EVENT_TYPES):
+                routes[kind].append(observer.on_event)
+        self._routes, self._routed = routes, list(self.observers)
+        return routes
+
     def dispatch(self, events: list) -> None:
+        routes = self._routes
+        if self._routed != self.observers:  # observers were added or removed since
+            routes = self._route()
         for event in events:
-            for observer in self.observers:
+            for on_event in routes.get(type(event), ()):
                 try:
-                    observer.on_event(event)
+                    on_event(event)
                 except Exception:  # an observer's bug must never reach the relay
                     self.failures += 1
                     if self.failures <= 10:
-                        log.exception("observer %r failed on %s", observer, type(event).__name__)
-
-
-class EventLog:
-    """Keeps every event (for tests and the offline tools); bounded by max_events."""
-
-    needs_bodies = True
-
-    def __init__(self, max_events: int = 1_000_000) -> None:
-        self.events: list = []
-        self.max_events = max_events
-
-    def on_event(self, event) -> None:
-        if len(self.events) < self.max_events:
-            self.events.append(event)
+                        log.exception("observer %r failed on %s", getattr(on_event, "__self__", on_event),
+                                      type(event).__name__)

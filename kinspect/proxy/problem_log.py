@@ -13,6 +13,7 @@ _WARN = {"frame_too_large", "tls_on_plaintext", "decode_error", "unknown_api", "
 
 
 class ProblemLog:
+    event_types = (Problem,)
     needs_bodies = False  # problems carry their own detail
 
     def __init__(self) -> None:

@@ -1,8 +1,10 @@
-"""One client connection relayed to one broker: bytes forwarded at once, a copy inspected.
+"""One client connection relayed to one broker: the relay moves bytes, the session says which.
 
-Two asyncio Protocols share a Relay. Data is written to the other side first and
-inspected after, so inspection never delays forwarding; write-buffer limits on both
-transports pause the reading side when the other cannot keep up (bounded memory).
+Two asyncio Protocols share a Relay. Client bytes are written to the broker as read, then
+handed to the session. Broker bytes are written as read too, unless the session holds
+responses for its transform (rewrite mode): then it says what to send. Events go to the
+observers after the bytes are written, so observing never delays forwarding; write-buffer
+limits on both transports pause the reading side when the other cannot keep up.
 """
 
 from __future__ import annotations
@@ -12,8 +14,7 @@ import logging
 import time
 
 from kinspect.proxy.observers import Dispatcher
-from kinspect.proxy.rewrite import ResponseRewriter, carries_addresses
-from kinspect.session import Request, Session
+from kinspect.session import Session
 
 log = logging.getLogger("kinspect.proxy")
 
@@ -55,19 +56,19 @@ class _Side(asyncio.Protocol):
 class Relay:
     """A client<->broker pair of transports with a Session inspecting both directions."""
 
-    def __init__(self, server, session: Session, dispatcher: Dispatcher, rewriter: ResponseRewriter | None,
-                 upstreams: list[tuple[str, int]]) -> None:
+    def __init__(self, server, session: Session, dispatcher: Dispatcher, upstreams: list[tuple[str, int]]) -> None:
         self.server = server
         self.upstreams = upstreams
         self.session = session
         self.dispatcher = dispatcher
-        self.rewriter = rewriter
+        self.transforms = session.transform is not None  # broker bytes go out as the session says
         self.client = _Side(self, "client")
         self.broker = _Side(self, "broker")
         self.closed = asyncio.get_running_loop().create_future()
         self.bytes_in = {"client": 0, "broker": 0}
         self.bytes_out = {"client": 0, "broker": 0}
         self._eof = set()
+        self._failures = 0  # the session's inspection failures already counted
         self._clock = time.monotonic
         # Client bytes that arrive before the broker connection is up (uvloop may deliver
         # data even though reading was paused in connection_made): held, then flushed.
@@ -94,58 +95,84 @@ class Relay:
         return self.broker if side is self.client else self.client
 
     def data(self, side: _Side, data: bytes) -> None:
-        peer = self._peer(side).transport
         self.bytes_in[side.name] += len(data)
+        session = self.session
         if side is self.client:
             if self._early is not None:
                 self._early.append(data)
                 self._early_bytes += len(data)
                 side.transport.pause_reading()
             else:
-                self._write(peer, data, "broker")
-            if self.session.client_inspected:
-                self._inspect(self.session.client_data, data)
-        else:
-            if self.rewriter is None:
-                self._write(peer, data, "client")
-            else:
-                for chunk in self.rewriter.feed(data):
-                    self._write(peer, chunk, "client")
-                if self.rewriter.errors:
-                    for problem in self.rewriter.errors:
-                        log.warning("connection %s: %s", self.session.connection.id, problem)
-                    self.rewriter.errors.clear()
-            if self.session.broker_inspected:
-                self._inspect(self.session.broker_data, data)
-
-    def _inspect(self, feed, data: bytes) -> None:
-        """Inspection runs after forwarding, and nothing it raises may reach the relay."""
+                self._write(self.broker.transport, data, "broker")
+            if session.client_framed:
+                self._observe(session.client_data, data)
+            return
+        client = self.client.transport
+        if not self.transforms:
+            self._write(client, data, "client")
+            if session.broker_framed:
+                self._observe(session.broker_data, data)
+            return
         try:
-            events = feed(data, self._clock())
-            if events:
-                if self.rewriter is not None:
-                    for e in events:
-                        if (type(e) is Request and e.expects_response
-                                and carries_addresses(e.api_key, e.api_version, self.rewriter.node_endpoints)):
-                            self.rewriter.expect(e.correlation_id, e.api_key, e.api_version)
-                self.dispatcher.dispatch(events)
-        except Exception:
-            self.server.inspection_failures += 1
-            log.exception("connection %s: inspection failed; this direction is no longer inspected",
-                          self.session.connection.id)
-            if feed == self.session.client_data:
-                self.session.client_inspected = False
-            else:
-                self.session.broker_inspected = False
+            forward, events = session.broker_data(data, self._clock())
+        except Exception:  # a bug in the session: the bytes must still go on, unchanged from here
+            self._session_failed("broker", data)
+            return
+        if forward is None:
+            self._write(client, data, "client")
+        else:
+            for chunk in forward:
+                self._write(client, chunk, "client")
+        self._count_failures()
+        if events:
+            self.dispatcher.dispatch(events)
+
+    def _observe(self, feed, data: bytes) -> None:
+        """The bytes were sent: hand them to the session and its events to the observers."""
+        try:
+            events = feed(data, self._clock()).events
+        except Exception:  # nothing the session raises may reach the event loop
+            self._session_failed("client" if feed == self.session.client_data else "broker", None)
+            return
+        self._count_failures()
+        if events:
+            self.dispatcher.dispatch(events)
+
+    def _count_failures(self) -> None:
+        failures = self.session.failures
+        if failures != self._failures:
+            self.server.inspection_failures += failures - self._failures
+            self._failures = failures
+
+    def _session_failed(self, direction: str, unsent: bytes | None) -> None:
+        self.server.inspection_failures += 1
+        log.exception("connection %s: the session failed; the %s direction is passed on unread",
+                      self.session.connection.id, direction)
+        if direction == "client":
+            self.session.client_framed = False
+        else:
+            self.session.broker_framed = False
+            self.transforms = False  # what the session held is lost with it; the rest passes as read
+            if unsent is not None:
+                self._write(self.client.transport, unsent, "client")
 
     def _write(self, transport, data: bytes, to: str) -> None:
         if transport is not None and not transport.is_closing():
             transport.write(data)
             self.bytes_out[to] += len(data)
 
+    def _flush_held(self, side: _Side) -> None:
+        """The broker's side ended: bytes the session held (a response cut short) go to the client as they are."""
+        if side is self.broker and self.transforms:
+            self.transforms = False
+            unsent = self.session.broker_ended()
+            if unsent:
+                self._write(self.client.transport, unsent, "client")
+
     def eof(self, side: _Side):
         """Half-close: pass the EOF on and keep the other direction open."""
         self._eof.add(side.name)
+        self._flush_held(side)
         if self._early is not None:  # no broker yet: nothing to pass the EOF to
             self.close()
             return False
@@ -158,6 +185,7 @@ class Relay:
         return True
 
     def lost(self, side: _Side, exc) -> None:
+        self._flush_held(side)
         peer = self._peer(side).transport
         if peer is not None and not peer.is_closing():
             peer.close()  # flushes what is buffered, then closes

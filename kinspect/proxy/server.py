@@ -12,14 +12,14 @@ from dataclasses import dataclass
 from kinspect.config import Config
 from kinspect.protocol.codec import Codec
 from kinspect.proxy.observers import Dispatcher
+from kinspect.proxy.log_limit import RateLimitedLog
 from kinspect.proxy.relay import Relay
-from kinspect.proxy.rewrite import NodeMap, ResponseRewriter, rewrite_response
+from kinspect.proxy.stats import ServerStats
 from kinspect.proxy.tls import broker_side_context, client_side_context
-from kinspect.session import ConnectionInfo, Session, SessionConfig
+from kinspect.session import ConnectionInfo, Plan, Session, SessionConfig
+from kinspect.session.address_rewrite import AddressRewrite, NodeMap
 
 log = logging.getLogger("kinspect.proxy")
-
-HEAD_BYTES = 512  # what is kept of a frame whose body no observer reads
 
 
 def parse_address(text: str, what: str) -> tuple[str, int]:
@@ -46,11 +46,8 @@ class ProxyServer:
         self.codec = codec
         self.dispatcher = dispatcher or Dispatcher()
         self.rewrite = config.proxy.mode == "rewrite"
-        # Whole frames are copied for inspection only when an observer decodes bodies;
-        # otherwise small frames (SASL handshakes, acks peeks) and the heads of the rest.
-        keep = config.inspect.inspect_max_bytes if self.dispatcher.needs_bodies else HEAD_BYTES
         self.session_config = SessionConfig(
-            max_frame_bytes=config.inspect.max_frame_bytes, inspect_max_bytes=keep,
+            max_frame_bytes=config.inspect.max_frame_bytes, inspect_max_bytes=config.inspect.inspect_max_bytes,
             max_inflight=config.inspect.max_inflight, request_timeout=config.inspect.request_timeout,
         )
         self.client_ssl = client_side_context(config.tls.client)
@@ -70,6 +67,9 @@ class ProxyServer:
         self._tasks: set[asyncio.Task] = set()  # connects and new node listeners, ended by shutdown
         self.nodes: NodeMap | None = None
         self._stopping = False
+        self._upstream: tuple[bool, float] | None = None  # (reached, when) of the latest broker connect or probe
+        self._probe: asyncio.Task | None = None
+        self._connect_log = RateLimitedLog(log)
         proxy = config.proxy
         listen_host, listen_port = parse_address(proxy.listen, "proxy.listen")
         if self.rewrite:
@@ -85,7 +85,9 @@ class ProxyServer:
             }
             boot = [parse_address(b, "proxy.bootstrap_servers") for b in proxy.bootstrap_servers]
             self.listeners.append(Listener(listen_host, listen_port, boot))
+            transform = AddressRewrite(codec, self.nodes, proxy.rewrite_node_endpoints, self._broker_seen)
         else:
+            transform = None
             if not proxy.upstream:
                 raise ValueError("proxy.upstream is required in passthrough mode")
             self.listeners.append(Listener(listen_host, listen_port, [parse_address(proxy.upstream, "proxy.upstream")]))
@@ -95,14 +97,25 @@ class ProxyServer:
                     raise ValueError(f"proxy.routes entry {route!r} is not LISTEN=UPSTREAM")
                 host, port = parse_address(listen, "proxy.routes listener")
                 self.listeners.append(Listener(host, port, [parse_address(upstream, "proxy.routes upstream")]))
+        # What every session keeps of each frame (whole frames only where an observer reads
+        # bodies), and the response transform of rewrite mode: one plan for all connections.
+        self.plan = Plan(self.dispatcher.body_predicate(), transform)
 
     # ------------------------------------------------------------------ listening
 
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
-        for listener in self.listeners:
-            await self._listen(listener, self._bind(listener.host, listener.port))
-        self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+        for i, listener in enumerate(self.listeners):
+            key = "proxy.listen" if i == 0 else "proxy.routes"
+            try:
+                sock = self._bind(listener.host, listener.port)
+            except OSError as exc:
+                raise OSError(exc.errno, f"cannot listen on {listener.host}:{listener.port} ({key}): "
+                                         f"{exc.strerror or exc}") from None
+            await self._listen(listener, sock)
+        self._sweeper = self.loop.create_task(self._sweep())
+        if self.config.proxy.readiness_probe_interval > 0:
+            self._probe = self.loop.create_task(self._probe_upstream())
 
     def _bind(self, host: str, port: int) -> socket.socket:
         """Bind and listen at once: connections queue in the backlog until accept starts."""
@@ -141,6 +154,15 @@ class ProxyServer:
     def bootstrap_port(self) -> int:
         return self.listeners[0].port
 
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    @property
+    def housekeeping_tasks(self) -> tuple:
+        """The tasks that live as long as the server: the sweeper of old requests and the readiness probe."""
+        return tuple(task for task in (self._sweeper, self._probe) if task is not None)
+
     def _node_listener(self, node_id: int, host: str, port: int) -> None:
         """Learn a broker's address; give it a local listener the first time it is seen."""
         self.nodes.upstream[node_id] = (host, port)
@@ -164,22 +186,18 @@ class ProxyServer:
             return
         self._spawn(self._listen(listener, sock))
 
-    def _rewrite(self, frame: bytes, api_key: int, version: int) -> bytes:
-        new, seen = rewrite_response(self.codec, frame, api_key, version, self.nodes)
-        for node_id, host, port in seen:
-            if (node_id not in self.node_listeners or self.nodes.upstream.get(node_id) != (host, port)):
-                self._node_listener(node_id, host, port)
-        return new
+    def _broker_seen(self, node_id: int, host: str, port: int) -> None:
+        """The address rewrite met a broker: give it a listener, or follow its move."""
+        if node_id not in self.node_listeners or self.nodes.upstream.get(node_id) != (host, port):
+            self._node_listener(node_id, host, port)
 
     # ------------------------------------------------------------------ connections
 
     def _accept(self, listener: Listener):
         upstreams = list(listener.upstreams)
         info = ConnectionInfo(next(self._ids), "", ", ".join(f"{h}:{p}" for h, p in upstreams), listener.node_id)
-        session = Session(self.codec, info, self.session_config)
-        rewriter = (ResponseRewriter(self._rewrite, self.config.inspect.max_frame_bytes,
-                                     self.config.proxy.rewrite_node_endpoints) if self.rewrite else None)
-        relay = Relay(self, session, self.dispatcher, rewriter, upstreams)
+        session = Session(self.codec, info, self.session_config, self.plan)
+        relay = Relay(self, session, self.dispatcher, upstreams)
         self.connections_total += 1
         self.relays.add(relay)
         relay.closed.add_done_callback(lambda _: self._closed(relay))
@@ -224,16 +242,73 @@ class ProxyServer:
                     why = "refused" if isinstance(exc, ConnectionRefusedError) else "error"
                     errors.append(f"{host}:{port}: {exc}")
                 self.connect_failures[why] += 1
+                self._upstream = (False, time.monotonic())
                 continue
+            self._upstream = (True, time.monotonic())
             if relay.closed.done() or self._stopping:  # the client left, or shutdown began, meanwhile
                 relay.close()
                 return
             relay.session.connection.broker = f"{host}:{port}"
             relay.connected()
             return
-        log.warning("connection %d from %s closed: no broker reachable (%s)", relay.session.connection.id,
-                    relay.session.connection.client_address, "; ".join(errors))
+        # A client that retries fast must not flood the log: one line per broker set every few seconds.
+        self._connect_log.warning(",".join(f"{h}:{p}" for h, p in relay.upstreams),
+                                  "connection %d from %s closed: no broker reachable (%s)", relay.session.connection.id,
+                                  relay.session.connection.client_address, "; ".join(errors))
         relay.close()
+
+    async def _check_upstream(self, timeout: float) -> None:
+        """Try to reach the first listener's broker; the outcome is what /readyz reports."""
+        host, port = self.listeners[0].upstreams[0]
+        try:
+            _, writer = await asyncio.wait_for(
+                asyncio.open_connection(host, port, ssl=self.broker_ssl,
+                                        server_hostname=(self.config.tls.broker.server_hostname or host)
+                                        if self.broker_ssl else None), timeout)
+            writer.close()
+            self._upstream = (True, time.monotonic())
+        except (OSError, asyncio.TimeoutError) as exc:
+            self._upstream = (False, time.monotonic())
+            self._connect_log.warning(f"probe {host}:{port}", "readiness probe: broker %s:%d not reachable: %s",
+                                      host, port, exc or type(exc).__name__)
+
+    async def _probe_upstream(self) -> None:
+        """Keep readiness honest while no client connects: try the broker when nothing was heard for a while."""
+        interval = self.config.proxy.readiness_probe_interval
+        while True:
+            last = self._upstream
+            if last is None or time.monotonic() - last[1] >= interval:
+                await self._check_upstream(self.config.proxy.connect_timeout)
+            await asyncio.sleep(max(0.05, interval - (time.monotonic() - self._upstream[1])))
+
+    def stats(self) -> ServerStats:
+        """The server's state now, read by the metrics collector and the health endpoints."""
+        relays = list(self.relays)
+        sent = dict(self.closed_bytes)
+        for relay in relays:
+            for side, count in relay.bytes_in.items():
+                sent[side] += count
+        tasks = 0
+        if self.loop is not None and not self.loop.is_closed():
+            for _ in range(5):
+                try:
+                    tasks = len(asyncio.all_tasks(self.loop))
+                    break
+                except RuntimeError:  # the task set changed while read from another thread
+                    continue
+        made = [listener.server for listener in self.listeners if listener.server is not None]
+        serving = (not self._stopping and bool(self.listeners) and self.listeners[0].server is not None
+                   and all(s.is_serving() for s in made))
+        upstream = self._upstream
+        return ServerStats(
+            connections_open=len(relays), connections_total=self.connections_total,
+            connections_refused=self.refused_connections, connections_limit=self.config.proxy.max_connections,
+            bytes_from_clients=sent["client"], bytes_from_brokers=sent["broker"],
+            inflight=sum(relay.session.inflight for relay in relays), inflight_limit=self.config.inspect.max_inflight,
+            connect_failures=dict(self.connect_failures), inspection_failures=self.inspection_failures, tasks=tasks,
+            serving=serving, upstream_reachable=upstream[0] if upstream else None,
+            upstream_checked_ago=time.monotonic() - upstream[1] if upstream else None,
+        )
 
     async def _sweep(self) -> None:
         while True:
@@ -271,8 +346,9 @@ class ProxyServer:
             relay.close()
         if self.relays:
             await asyncio.wait([r.closed for r in list(self.relays)], timeout=2.0)
-        if self._sweeper is not None:
-            self._sweeper.cancel()
+        for task in (self._sweeper, self._probe):
+            if task is not None:
+                task.cancel()
         for listener in self.listeners:
             if listener.server is not None:
                 await listener.server.wait_closed()

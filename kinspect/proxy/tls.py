@@ -4,19 +4,10 @@ from __future__ import annotations
 
 import logging
 import ssl
-from dataclasses import dataclass
+
+from kinspect.config import TlsConfig
 
 log = logging.getLogger("kinspect.proxy")
-
-
-@dataclass
-class TlsConfig:
-    enabled: bool = False
-    ca_file: str | None = None  # CA bundle to verify the peer (default: the system's)
-    cert_file: str | None = None  # our certificate (required towards clients)
-    key_file: str | None = None
-    verify: bool = True  # verify the peer's certificate (brokers: on by default)
-    server_hostname: str | None = None  # name to check in the broker's certificate (default: its host)
 
 
 def client_side_context(config: TlsConfig) -> ssl.SSLContext | None:

@@ -1,6 +1,9 @@
-"""Per-connection inspection: frames to Request, Response and Exchange events (sans-IO)."""
+"""The connection pipeline: frames, pairs, transforms and reports each connection (sans-IO)."""
 
-from kinspect.session.connection import Session, SessionConfig
+from kinspect.protocol.errors import DecodeError  # what an event's decode() or scan() raises
 from kinspect.session.events import ConnectionInfo, Exchange, Problem, Request, Response
+from kinspect.session.plan import Plan, ResponseTransform
+from kinspect.session.session import Output, Session, SessionConfig
 
-__all__ = ["ConnectionInfo", "Exchange", "Problem", "Request", "Response", "Session", "SessionConfig"]
+__all__ = ["ConnectionInfo", "DecodeError", "Exchange", "Output", "Plan", "Problem", "Request", "Response", "ResponseTransform",
+           "Session", "SessionConfig"]

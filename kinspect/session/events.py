@@ -1,7 +1,10 @@
 """The events a session emits for observers: requests, responses, exchanges and problems.
 
-Events carry the frame (whole, or only its head when it was larger than the inspection
-limit) and decode or scan it only when an observer asks, once, with the session's codec.
+Each event carries facts the session computed once, as it framed the bytes (api, version,
+correlation id, header version, size and tagged fields, sizes, whether the whole frame
+was kept). Observers read these facts and never parse bytes themselves. The body is
+scanned or decoded only when an observer asks, once, with the session's codec; the
+outcome (value or DecodeError) is cached on the event.
 """
 
 from __future__ import annotations
@@ -15,13 +18,15 @@ from kinspect.protocol.scan_result import ScanResult
 
 @dataclass(slots=True)
 class ConnectionInfo:
-    """Who is talking: the client address, the broker it reaches, and its client id once seen."""
+    """Who is talking: the client address, the broker it reaches, and what the client said of itself."""
 
     id: int
     client_address: str
     broker: str
     node_id: int | None = None
     client_id: str | None = None
+    client_software_name: str | None = None  # KIP-511, from ApiVersions v3+ (sanitized)
+    client_software_version: str | None = None
 
 
 class _Lazy:
@@ -52,12 +57,18 @@ class _Lazy:
 
 @dataclass(slots=True, eq=False)
 class Request(_Lazy):
+    """A request frame and the facts of its header."""
+
     connection: ConnectionInfo
     time: float
+    offset: int  # stream offset of the frame's size prefix (client to broker bytes)
     header: RequestHeader
-    api_name: str | None
+    api_name: str | None  # None for an api the specs do not know
+    known: bool  # whether the specs define this api at this version
+    header_tag_bytes: int  # bytes of the header's tag section (count included); 0 below header v2
+    header_tags: tuple  # (tag, data size) of each tagged field of the header
     size: int  # frame size, without the 4-byte size prefix
-    frame: bytes
+    frame: bytes  # the whole frame when complete, else its head
     complete: bool
     codec: Codec = field(repr=False)
     expects_response: bool = True
@@ -76,6 +87,18 @@ class Request(_Lazy):
     def correlation_id(self) -> int:
         return self.header.correlation_id
 
+    @property
+    def client_id(self) -> str | None:
+        return self.header.client_id
+
+    @property
+    def header_version(self) -> int:
+        return self.header.version
+
+    @property
+    def header_size(self) -> int:
+        return self.header.size
+
     def decode(self):
         """The DecodedRequest (raises DecodeError, cached either way)."""
         return self._once("_decoded", self.codec.decode_request)
@@ -86,14 +109,21 @@ class Request(_Lazy):
 
 @dataclass(slots=True, eq=False)
 class Response(_Lazy):
+    """A response frame, paired with its request, and the facts of its header."""
+
     connection: ConnectionInfo
     time: float
+    offset: int  # stream offset of the frame's size prefix (broker to client bytes)
     api_key: int
     api_name: str | None
-    api_version: int  # the version the body is decoded at (0 for KIP-511's fallback)
+    known: bool
+    api_version: int  # the version the body is read at (0 for KIP-511's fallback)
     request_version: int
     correlation_id: int
     header_version: int
+    header_size: int
+    header_tag_bytes: int  # bytes of the header's tag section (count included); 0 for header v0
+    header_tags: tuple
     size: int
     frame: bytes
     complete: bool
@@ -115,7 +145,7 @@ class Exchange:
 
     request: Request
     response: Response | None
-    latency: float | None  # seconds from request seen to response seen
+    latency: float | None  # seconds from the read that completed the request to the one that completed the response
 
 
 @dataclass(slots=True, eq=False)
@@ -123,7 +153,8 @@ class Problem:
     """Something the inspector could not follow; the bytes were forwarded all the same.
 
     kind is one of: decode_error, unknown_api, frame_too_large, tls_on_plaintext,
-    unpaired_response, request_timeout, unanswered, inflight_overflow, sasl_tokens.
+    unpaired_response, request_timeout, unanswered, inflight_overflow, sasl_tokens,
+    inspection_failed, transform_failed.
     """
 
     connection: ConnectionInfo
@@ -134,3 +165,5 @@ class Problem:
     api_key: int | None = None
     api_version: int | None = None
     size: int | None = None
+    offset: int | None = None  # stream offset of the frame's size prefix, where one frame is concerned
+    frame: bytes | None = field(default=None, repr=False)  # an unpaired response's bytes (whole or head)

@@ -25,7 +25,7 @@ import pytest
 from kinspect.analyze.inputs import AnalyzeInputError, check_inputs, check_java
 from kinspect.analyze.job import analyze, compute
 from kinspect.analyze.sample_data import write_captures
-from kinspect.capture.schema import METADATA_VERSION_KEY, arrow_schema
+from kinspect.capture.schema import METADATA_VERSION_KEY, SCHEMA_VERSION, arrow_schema
 from tests.support.paths import ROOT
 
 TOP = 5  # fewer than the generated clients and topics, so the cut is tested
@@ -215,6 +215,7 @@ TABLE_NAMES = ("summary", "api_sizes", "size_histogram", "top_clients", "top_top
                "kip482_savings", "varint_savings", "varint_histogram", "latency", "error_codes")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", TABLE_NAMES)
 def test_table_matches_plain_python(analyzed, name):
     result, want, _ = analyzed
@@ -223,6 +224,7 @@ def test_table_matches_plain_python(analyzed, name):
     assert got == want[name]
 
 
+@pytest.mark.integration
 def test_generated_captures_cover_the_cases(analyzed):
     result, want, lines = analyzed
     s = want["summary"][0]
@@ -239,6 +241,7 @@ def test_generated_captures_cover_the_cases(analyzed):
     assert [line.split(":")[0] for line in lines[:len(TABLE_NAMES)]] == list(TABLE_NAMES)  # progress, in order
 
 
+@pytest.mark.integration
 def test_percentiles_are_nearest_rank(spark):
     """Exact nearest-rank percentiles for every group size 1..400, ties and all."""
     from kinspect.analyze.tables import _percentiles
@@ -256,6 +259,7 @@ def test_percentiles_are_nearest_rank(spark):
 # ----------------------------------------------------------------------------- what is written
 
 
+@pytest.mark.integration
 def test_parquet_and_csv_hold_the_tables(analyzed, generated):
     result, _, _ = analyzed
     _, out = generated
@@ -270,6 +274,7 @@ def test_parquet_and_csv_hold_the_tables(analyzed, generated):
             assert line == ["" if v is None else repr(v) if isinstance(v, float) else str(v) for v in row.values()]
 
 
+@pytest.mark.integration
 def test_report_is_self_contained_with_plots_and_figures(analyzed, generated):
     result, want, _ = analyzed
     _, out = generated
@@ -327,18 +332,19 @@ def test_file_with_missing_columns(tmp_path):
 
 def test_newer_schema_version(tmp_path):
     write_captures(tmp_path, 20, files=2, schema_version=99)
-    with pytest.raises(AnalyzeInputError, match=r"has capture schema version 99; this kinspect reads versions up to 1"):
+    with pytest.raises(AnalyzeInputError, match=rf"has capture schema version 99; this kinspect reads versions up to {SCHEMA_VERSION}"):
         check_inputs([str(tmp_path)])
 
 
+@pytest.mark.integration
 def test_newer_schema_version_in_the_rows(spark, tmp_path):
-    """A file whose footer says 1 but whose rows say 99: only the job's own check (through Spark) sees it."""
+    """A file whose footer says the current version but whose rows say 99: only the job's own check (through Spark) sees it."""
     path = write_captures(tmp_path / "src", 20, files=1)[0]
     table = pq.read_table(path)
     table = table.set_column(0, "schema_version", pa.array([99] * table.num_rows, pa.int16()))
     (tmp_path / "run").mkdir()
     pq.write_table(table.replace_schema_metadata(arrow_schema().metadata), tmp_path / "run" / "capture-00000.parquet")
-    assert pq.read_metadata(tmp_path / "run" / "capture-00000.parquet").metadata[METADATA_VERSION_KEY] == b"1"
+    assert pq.read_metadata(tmp_path / "run" / "capture-00000.parquet").metadata[METADATA_VERSION_KEY] == str(SCHEMA_VERSION).encode()
     with pytest.raises(AnalyzeInputError, match="capture schema version 99"):
         compute(spark, [str(tmp_path / "run")])
 
@@ -348,6 +354,7 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 180) -> subpro
                           capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.integration
 def test_cli_bad_input_exits_2_before_spark(tmp_path):
     result = run_cli(str(tmp_path / "missing"), "--out", str(tmp_path / "out"))
     assert result.returncode == 2
@@ -358,6 +365,7 @@ def test_cli_bad_input_exits_2_before_spark(tmp_path):
     assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
 
 
+@pytest.mark.integration
 def test_cli_without_java(tmp_path):
     write_captures(tmp_path / "c", 5, files=1)
     env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
@@ -371,6 +379,7 @@ def test_cli_without_java(tmp_path):
     assert result.returncode == 2 and "no-jdk/bin/java is not an executable" in result.stderr
 
 
+@pytest.mark.integration
 @pytest.mark.timeout(240)
 def test_cli_end_to_end(tmp_path):
     """`python -m kinspect.analyze` with its own Spark (local[1]): tables, report and progress lines."""
@@ -468,6 +477,7 @@ def test_captures_of_real_traffic(spark, codec, tmp_path):
     assert_self_contained((tmp_path / "report" / "report.html").read_text())
 
 
+@pytest.mark.integration
 def test_outputs_through_hadoop_filesystems(spark, analyzed, tmp_path):
     """The paths taken for URIs (s3a://, hdfs://...), exercised here with file:// URIs."""
     from kinspect.analyze.output import hadoop_write, spark_parquet

@@ -35,6 +35,7 @@ from kinspect.capture.schema import (
     arrow_schema,
 )
 from kinspect.capture.writer import CaptureWriter
+from kinspect import app
 from kinspect.cli import proxy_command
 from kinspect.cli.main import build_parser
 from kinspect.config import load_config
@@ -64,7 +65,7 @@ def recorded_exchanges(codec: Codec, limit: int | None = None) -> list[Exchange]
     for n, requests in enumerate(sorted(TRAFFIC.glob("*/*.requests.bin"))):
         responses = requests.with_name(requests.name.replace("requests", "responses"))
         session = Session(codec, ConnectionInfo(n, "127.0.0.1:4000", "127.0.0.1:9092"))
-        events = session.client_data(requests.read_bytes(), 10.0) + session.broker_data(responses.read_bytes(), 10.5)
+        events = session.client_data(requests.read_bytes(), 10.0).events + session.broker_data(responses.read_bytes(), 10.5).events
         out += [e for e in events if type(e) is Exchange]
     return out[:limit]
 
@@ -103,8 +104,8 @@ class Gate:
 
 
 def _readme_schema_table() -> str:
-    text = (ROOT / "README.md").read_text()
-    start = text.index("### Capture schema")
+    text = (ROOT / "docs" / "capture.md").read_text()  # the README's reference moved to docs/
+    start = text.index("## Capture schema")
     end = text.find("\n## ", start)
     return text[start:end if end != -1 else len(text)]
 
@@ -257,11 +258,11 @@ def test_config_and_flags_enable_the_capture(tmp_path: Path, codec: Codec):
     args = build_parser().parse_args(["proxy", "--capture-dir", str(tmp_path / "flag")])
     config = load_config(None, proxy_command.overrides_from(args))
     assert config.capture.enabled and config.capture.directory == str(tmp_path / "flag")
-    observers, metrics = proxy_command.build_observers(config, codec)
-    capture = proxy_command.capture_of(observers)
+    observers, metrics = app.build_observers(config, codec)
+    capture = next(o for o in observers if isinstance(o, CaptureObserver))
     assert capture is not None and capture.writer.directory == tmp_path / "flag"
     assert metrics.registry.get_sample_value("kinspect_capture_rows_total") == 0
-    assert proxy_command.capture_of(proxy_command.build_observers(load_config(None), codec)[0]) is None
+    assert not [o for o in app.build_observers(load_config(None), codec)[0] if isinstance(o, CaptureObserver)]
 
 
 # ----------------------------------------------------------------------------- real traffic through the proxy

@@ -14,6 +14,7 @@ from kinspect.capture.varint_sizes import uvarint_size, zigzag_size
 from kinspect.protocol.codec import Codec
 from kinspect.protocol.errors import UnknownApiError
 from kinspect.protocol.primitives import write_uvarint, zigzag_encode
+from kinspect.session.facts import request_header_tags, response_header_facts
 from kinspect.session.events import ConnectionInfo, Exchange, Request, Response
 from tests.spec_values import struct_value
 from tests.support.proxy_harness import record_batch
@@ -30,7 +31,9 @@ def exchange(codec: Codec, request_frame: bytes, response_frame: bytes | None, *
     conn = ConnectionInfo(7, "127.0.0.1:5555", "broker:9092", node_id=111)
     header = codec.decode_request_header(request_frame)
     name = codec.registry.api_name(header.api_key)
-    request = Request(conn, 100.0, header, name, size or len(request_frame), request_frame, complete, codec)
+    known = codec.registry.message(header.api_key, "request", header.api_version) is not None
+    request = Request(conn, 100.0, 0, header, name, known, *request_header_tags(request_frame, header),
+                      size or len(request_frame), request_frame, complete, codec)
     if response_frame is None:
         return Exchange(request, None, None)
     version = header.api_version if response_version is None else response_version
@@ -38,8 +41,9 @@ def exchange(codec: Codec, request_frame: bytes, response_frame: bytes | None, *
         hv = codec.response_header_version(header.api_key, header.api_version)
     except UnknownApiError:
         hv = 0
-    response = Response(conn, 100.0 + latency, header.api_key, name, version, header.api_version,
-                        header.correlation_id, hv, len(response_frame), response_frame, complete, codec)
+    response = Response(conn, 100.0 + latency, 0, header.api_key, name, known, version, header.api_version,
+                        header.correlation_id, hv, *response_header_facts(response_frame, hv), len(response_frame),
+                        response_frame, complete, codec)
     return Exchange(request, response, latency)
 
 
@@ -400,7 +404,7 @@ def test_rows_of_all_recorded_traffic_fit_the_schema(codec, builder):
     for n, requests in enumerate(CONNECTIONS):
         responses = requests.with_name(requests.name.replace("requests", "responses"))
         session = Session(codec, ConnectionInfo(n, "c:1", "b:2"))
-        events = session.client_data(requests.read_bytes(), 1.0) + session.broker_data(responses.read_bytes(), 1.5)
+        events = session.client_data(requests.read_bytes(), 1.0).events + session.broker_data(responses.read_bytes(), 1.5).events
         exchanges = [e for e in events if type(e) is Exchange]
         rows += [builder.build(e) for e in exchanges]
         frames += [(e.request.frame, e.response.frame if e.response else None) for e in exchanges]

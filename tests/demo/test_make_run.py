@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kinspect.demo.runner import RUNNING, DemoError, choose_ports, prepare_workdir
+from kinspect.demo.runner import RUNNING, DemoError, choose_ports, prepare_workdir, release_workdir
 from kinspect.demo.summary import END_MARKER, SummaryObserver, percentile, render_summary
 from kinspect.demo.workload import CODECS, RECORDS_PER_CODEC
 from kinspect.session import ConnectionInfo, Session
@@ -33,6 +33,7 @@ from tests.support.paths import ROOT
 REPO = ROOT
 SUMMARY_DEADLINE = 120.0  # seconds from `make run` to the end of the summary, fresh venv included
 STOP_DEADLINE = 30.0
+ANALYZE_DEADLINE = 420.0  # `make analyze`: the pipeline extra's install (pyspark) and the Spark job
 
 
 # ----------------------------------------------------------------------------- processes
@@ -163,7 +164,7 @@ def parse_summary(text: str) -> dict:
 
 
 @pytest.mark.integration
-@pytest.mark.timeout(SUMMARY_DEADLINE + STOP_DEADLINE + 60)
+@pytest.mark.timeout(SUMMARY_DEADLINE + STOP_DEADLINE + ANALYZE_DEADLINE + 60)
 def test_make_run_from_a_clean_clone(tmp_path: Path):
     clone = clean_clone(tmp_path / "kinspect")
     assert not (clone / ".venv").exists() and not list(clone.glob("kinspect/protocol/*.so"))
@@ -180,6 +181,8 @@ def test_make_run_from_a_clean_clone(tmp_path: Path):
         tansu_pid = int(re.search(r"broker: tansu pid (\d+)", text).group(1))
         assert alive(tansu_pid)
         assert (clone / ".venv" / "bin" / "kinspect").is_file()  # the clone's own fresh venv ran it
+        # The install is quiet: one line saying what it does, not setuptools' editable-install notice.
+        assert "make run: installing kinspect" in text and "Editable installation" not in text
         summary = parse_summary(text)
 
         # The workload's own account and kinspect's agree.
@@ -235,6 +238,19 @@ def test_make_run_from_a_clean_clone(tmp_path: Path):
         rows = sum(pq.read_table(f).num_rows for f in captures.glob("*.parquet"))
         assert rows == total and not list(captures.glob("*.tmp"))
         assert f"captures: {rows:,} rows in" in text
+        # Nothing shows where the developer's checkout is: paths are the clone's.
+        assert "/work/" not in text.replace(str(clone), "CLONE") or str(clone).startswith("/work/")
+
+        # The documented next step, as the summary names it: make analyze, in the same folder.
+        assert re.search(r"^  next step  make analyze  \(the Spark report on these captures", text, re.M)
+        analyze = subprocess.run(["make", "analyze"], cwd=clone, env=clean_env(), stdin=subprocess.DEVNULL,
+                                 capture_output=True, text=True, timeout=ANALYZE_DEADLINE)
+        assert analyze.returncode == 0, analyze.stdout[-3000:] + analyze.stderr[-3000:]
+        report = clone / ".kinspect-demo" / "report"
+        assert (report / "report.html").stat().st_size > 1000
+        assert (report / "tables" / "api_sizes.csv").is_file()
+        assert "kinspect analyze: done" in analyze.stderr
+        assert "Editable installation" not in analyze.stdout + analyze.stderr  # a quiet install is quiet
     finally:
         if group_members(pgid):
             os.killpg(pgid, signal.SIGKILL)
@@ -314,9 +330,9 @@ def test_summary_of_a_session(codec):
     for cid in range(3):
         frame = api_versions(codec, cid)
         request_sizes.append(len(frame) - 4)
-        events = session.client_data(frame, float(cid))
+        events = session.client_data(frame, float(cid)).events
         response = cid.to_bytes(4, "big") + api_response[4:]
-        events += session.broker_data(len(response).to_bytes(4, "big") + response, cid + 0.5)
+        events += session.broker_data(len(response).to_bytes(4, "big") + response, cid + 0.5).events
         for event in events:
             observer.on_event(event)
     sizes = []
@@ -324,8 +340,8 @@ def test_summary_of_a_session(codec):
         frame = produce(codec, cid, "t", [b"v%d" % i for i in range(n)])
         sizes.append(len(frame) - 4)
         response = cid.to_bytes(4, "big") + produce_response[4:]
-        for event in (session.client_data(frame, 1.0)
-                      + session.broker_data(len(response).to_bytes(4, "big") + response, 1.5)):
+        for event in (session.client_data(frame, 1.0).events
+                      + session.broker_data(len(response).to_bytes(4, "big") + response, 1.5).events):
             observer.on_event(event)
 
     text = render_summary(observer, ["workload: synthetic"], [("metrics", "http://127.0.0.1:1/metrics")])
@@ -357,7 +373,9 @@ def test_workdir_is_emptied_only_when_the_demo_made_it(tmp_path: Path):
     (work / "captures").mkdir()
     (work / "captures" / "old.parquet").write_bytes(b"x")
     (work / "kinspect.log").write_text("old")
-    assert prepare_workdir(work) == work and sorted(p.name for p in work.iterdir()) == [".kinspect-demo-workdir"]
+    assert prepare_workdir(work) == work
+    assert sorted(p.name for p in work.iterdir()) == [".kinspect-demo-workdir", ".kinspect-demo.lock"]
+    release_workdir(work)
     foreign = tmp_path / "mine"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("keep me")
@@ -366,12 +384,61 @@ def test_workdir_is_emptied_only_when_the_demo_made_it(tmp_path: Path):
     assert (foreign / "notes.txt").read_text() == "keep me"
 
 
+def test_a_second_demo_in_the_same_workdir_is_refused(tmp_path: Path):
+    """A running demo holds a lock in its workdir: another one there stops before emptying it."""
+    import fcntl
+
+    from kinspect.demo.runner import WORKDIR_LOCK
+
+    work = prepare_workdir(tmp_path / "work")
+    (work / "captures").mkdir()
+    try:
+        # Another process's lock (flock is per open file: a second open of the file stands for it).
+        release_workdir(work)
+        with open(work / WORKDIR_LOCK, "a+") as other:
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            other.truncate(0)
+            other.write("pid 4242\n")
+            other.flush()
+            with pytest.raises(DemoError, match=r"work is in use by a running kinspect demo \(pid 4242\); stop it, "
+                                                r"or give this one another --workdir"):
+                prepare_workdir(work)
+            assert (work / "captures").is_dir()  # nothing was emptied
+        assert prepare_workdir(work) == work  # free again once the other one has gone
+        assert not (work / "captures").exists()
+    finally:
+        release_workdir(work)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(60)
+def test_a_second_demo_process_is_refused(tmp_path: Path):
+    work = tmp_path / "work"
+    first = start_demo(work, "--no-workload")
+    try:
+        out = Output(first)
+        out.until(RUNNING, time.monotonic() + 30)
+        second = subprocess.run([sys.executable, "-m", "kinspect.cli.main", "demo", "--workdir", str(work),
+                                 "--no-workload"], capture_output=True, text=True, timeout=30)
+        assert second.returncode == 2 and second.stdout == ""
+        assert second.stderr.splitlines() == [
+            f"kinspect demo: cannot start: workdir {work} is in use by a running kinspect demo (pid {first.pid}); "
+            "stop it, or give this one another --workdir"]
+        assert (work / "kinspect.log").is_file() and first.poll() is None  # the first one is untouched
+    finally:
+        os.killpg(first.pid, signal.SIGTERM)
+        first.wait(timeout=30)
+
+
 def test_fixed_ports_must_be_free():
     import socket
 
     def four_free() -> int:  # a base whose four ports are all free (other tests run beside this one)
-        for _ in range(50):
-            base = free_port()
+        import random
+
+        for _ in range(200):
+            # Below the ephemeral range (32768+), where busy machines' outgoing connections churn.
+            base = random.randrange(20000, 32000)
             try:
                 choose_ports(base)
                 return base

@@ -4,9 +4,11 @@
   and deploy/prometheus/alerts.yml;
 - every PromQL expression of the dashboard (Grafana variables replaced by concrete values) and
   of the rules parses (promtool check rules on a generated recording-rules file);
-- every metric they name is a kinspect metric (kinspect.observers.metrics.METRIC_NAMES) or `up`;
+- every metric they name is a kinspect metric (kinspect.observers.metrics.METRIC_NAMES, and the
+  client inventory's kinspect.observers.inventory.METRIC_NAMES), one of the process collectors'
+  (RUNTIME_METRIC_NAMES), or `up`;
 - the dashboard: every panel uses ${datasource}, has a title and a target, and the committed JSON
-  is exactly what deploy/grafana/make_dashboard.py generates;
+  is exactly what deploy/grafana/make_dashboard.py generates (with grafana-foundation-sdk);
 - a real Prometheus (Debian's binary) on a loopback port scrapes a running kinspect's /metrics
   while a real client produces and consumes through it, loads the rules, accepts every
   dashboard and rule expression on /api/v1/query, and sees the series this traffic makes.
@@ -74,10 +76,12 @@ def run_promtool(*args: str) -> subprocess.CompletedProcess:
 
 
 def allowed_series_names() -> set[str]:
-    """Series names the dashboard and rules may use: kinspect's own, histograms with suffixes."""
-    from kinspect.observers.metrics import METRIC_NAMES
+    """Series names the dashboard and rules may use: kinspect's own (the inventory's included) and the
+    process's, histograms with suffixes."""
+    from kinspect.observers import inventory
+    from kinspect.observers.metrics import METRIC_NAMES, RUNTIME_METRIC_NAMES
 
-    types = dict(METRIC_NAMES)
+    types = {**METRIC_NAMES, **inventory.METRIC_NAMES, **RUNTIME_METRIC_NAMES}
     allowed = {"up"}
     for name, kind in types.items():
         allowed.add(name)
@@ -194,12 +198,14 @@ def http_json(url: str) -> dict:
 # ------------------------------------------------------------------------- static checks
 
 
+@pytest.mark.integration
 def test_promtool_check_config():
     r = run_promtool("check", "config", str(PROM_CONFIG))
     assert r.returncode == 0, r.stdout + r.stderr
     assert "1 rule files found" in r.stdout + r.stderr
 
 
+@pytest.mark.integration
 def test_promtool_check_config_with_kubernetes_job_uncommented(tmp_path):
     """The commented pod job is valid once uncommented."""
     text = PROM_CONFIG.read_text(encoding="utf-8")
@@ -222,6 +228,7 @@ def test_promtool_check_config_with_kubernetes_job_uncommented(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+@pytest.mark.integration
 def test_promtool_check_rules():
     r = run_promtool("check", "rules", str(ALERTS))
     assert r.returncode == 0, r.stdout + r.stderr
@@ -240,6 +247,7 @@ def test_rules_cover_the_required_alerts():
     assert body.count("summary:") == len(exprs) and body.count("description:") == len(exprs)
 
 
+@pytest.mark.integration
 def test_dashboard_exprs_parse_with_promtool(tmp_path):
     exprs = dashboard_exprs(load_dashboard())
     assert exprs
@@ -255,6 +263,7 @@ def test_dashboard_exprs_parse_with_promtool(tmp_path):
     assert f"SUCCESS: {len(exprs)} rules found" in r.stdout
 
 
+@pytest.mark.integration
 def test_rule_exprs_reparse_with_promtool(tmp_path):
     """The extractor used below sees the same expressions promtool accepts."""
     exprs = rule_exprs()
@@ -312,11 +321,15 @@ def test_dashboard_panels():
         for t in p["targets"]:
             assert t.get("datasource") == ds, (p["title"], t)
             assert t.get("expr"), (p["title"], t)
+    rows = [p["title"] for p in panels if p["type"] == "row"]
+    assert rows == ["Overview", "Sizes", "Tagged fields", "Latency and errors", "Produce", "Upgrade readiness",
+                    "Health", "Process"]
     titles = " | ".join(p["title"] for p in data_panels).lower()
     for needle in ("request size", "response size", "p50 / p99", "request rate", "tagged-field",
                    "tag-section", "latency", "error", "produced records", "produced batches",
                    "connections", "bytes by direction", "decode failures", "problems",
-                   "in-flight", "build info"):
+                   "in-flight", "build info", "client software", "target release", "resident memory",
+                   "file descriptors"):
         assert needle in titles, needle
     heatmaps = [p for p in data_panels if p["type"] == "heatmap"]
     assert len(heatmaps) == 2
@@ -326,6 +339,7 @@ def test_dashboard_panels():
         assert "_bucket" in p["targets"][0]["expr"] and "by (le)" in p["targets"][0]["expr"]
 
 
+@pytest.mark.integration
 def test_dashboard_is_generated(tmp_path):
     out = tmp_path / "dashboard.json"
     for _ in range(2):  # twice: the output must not change from one run to the next
@@ -358,7 +372,7 @@ def metrics_endpoint():
     from confluent_kafka import Consumer, Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from kinspect.observers.http_endpoints import HttpEndpoints, listeners_serving
+    from kinspect.observers.http_endpoints import HttpEndpoints, readiness_of
     from kinspect.observers.metrics import MetricsObserver
     from tests.support.proxy_harness import ProxyHarness
     from tests.support.tansu import TansuBroker, free_port
@@ -373,7 +387,7 @@ def metrics_endpoint():
     try:
         harness.start()
         metrics.server = harness.server
-        endpoints = harness.call(HttpEndpoints(metrics.registry, listeners_serving(harness.server)).start())
+        endpoints = harness.call(HttpEndpoints(metrics.registry, readiness_of(harness.server)).start())
         bootstrap = f"127.0.0.1:{listen}"
         admin = AdminClient({"bootstrap.servers": bootstrap})
         for _ in range(2):  # the second attempt answers TOPIC_ALREADY_EXISTS
@@ -407,6 +421,9 @@ def metrics_endpoint():
             "kinspect_produced_records_total", "kinspect_produced_batches_total", "kinspect_connections_open",
             "kinspect_connections_total", "kinspect_bytes_total", "kinspect_inflight_requests",
             "kinspect_inflight_limit", "kinspect_build_info", "up",
+            # the process, platform and GC collectors on kinspect's registry
+            "process_resident_memory_bytes", "process_open_fds", "process_max_fds", "process_cpu_seconds_total",
+            "python_gc_collections_total",
         }
         yield MetricsEndpoint(f"127.0.0.1:{endpoints.port}", "/metrics", always)
     finally:
@@ -490,12 +507,14 @@ def prometheus(metrics_endpoint, tmp_path_factory):
         log.close()
 
 
+@pytest.mark.integration
 def test_prometheus_scrapes_endpoint(prometheus):
     r = prometheus.query(f'up{{job="{prometheus.job}"}}')
     assert r["status"] == "success"
     assert [s["value"][1] for s in r["data"]["result"]] == ["1"]
 
 
+@pytest.mark.integration
 def test_prometheus_accepts_dashboard_exprs(prometheus):
     failures = []
     for where, expr in dashboard_exprs(load_dashboard()):
@@ -505,12 +524,14 @@ def test_prometheus_accepts_dashboard_exprs(prometheus):
     assert not failures, failures
 
 
+@pytest.mark.integration
 def test_prometheus_accepts_rule_exprs(prometheus):
     for alert, expr in rule_exprs():
         r = prometheus.query(expr)
         assert r.get("status") == "success", (alert, expr, r)
 
 
+@pytest.mark.integration
 def test_prometheus_loads_and_evaluates_rules(prometheus):
     alerts = [a for a, _ in rule_exprs()]
     deadline = time.monotonic() + 15
@@ -524,6 +545,7 @@ def test_prometheus_loads_and_evaluates_rules(prometheus):
     assert sorted(r["name"] for r in rules) == sorted(alerts)
 
 
+@pytest.mark.integration
 def test_dashboard_metrics_exist_in_scrape(prometheus, metrics_endpoint):
     """The series that this traffic must produce, and that the dashboard and rules use, are scraped."""
     deadline = time.monotonic() + 20

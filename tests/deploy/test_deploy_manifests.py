@@ -351,6 +351,7 @@ def image_venv(tmp_path_factory, builder):
     return {"venv": venv, "wheel": wheel, "env": env}
 
 
+@pytest.mark.integration
 def test_wheel_holds_every_subpackage_the_specs_and_the_c_extension(image_venv):
     names = zipfile.ZipFile(image_venv["wheel"]).namelist()
     packages = sorted(p.parent.relative_to(ROOT).as_posix()
@@ -367,6 +368,7 @@ def test_wheel_holds_every_subpackage_the_specs_and_the_c_extension(image_venv):
     assert not [n for n in names if n.startswith(("tests/", "benchmarks/", "deploy/"))]
 
 
+@pytest.mark.integration
 def test_installed_runtime_has_kinspect_and_no_pyspark(image_venv):
     py = image_venv["venv"] / "bin" / "python"
     r = subprocess.run([image_venv["venv"] / "bin" / "kinspect", "--help"], check=False, capture_output=True,
@@ -387,6 +389,7 @@ def test_installed_runtime_has_kinspect_and_no_pyspark(image_venv):
     assert not list(site.glob("pyspark*"))
 
 
+@pytest.mark.integration
 def test_healthcheck_passes_against_kinspect_and_fails_without_it(image_venv, runtime):
     """kinspect from the image's venv with the image's config; the Dockerfile's HEALTHCHECK CMD."""
     venv = image_venv["venv"]
@@ -626,6 +629,7 @@ def compose_kinspect_config(stack: dict):
     return load_config(source)
 
 
+@pytest.mark.integration
 def test_compose_validates_against_the_compose_spec(tmp_path):
     checker = BIN / "check-jsonschema"
     r = subprocess.run([checker, "--builtin-schema", "vendor.compose-spec", COMPOSE_FILE],
@@ -679,6 +683,7 @@ def test_compose_kinspect_config_and_ports():
     assert config.proxy.listen.startswith("0.0.0.0:") and config.metrics.listen.startswith("0.0.0.0:")
 
 
+@pytest.mark.integration
 def test_compose_prometheus_config_passes_promtool_as_mounted(tmp_path):
     stack = compose()
     prometheus = stack["services"]["prometheus"]
@@ -719,6 +724,7 @@ def test_compose_grafana_provisioning_reaches_the_dashboard(tmp_path):
     assert (root / home.lstrip("/")).read_bytes() == DASHBOARD.read_bytes()
 
 
+@pytest.mark.integration
 def test_compose_tansu_settings_are_tansu_options():
     """The environment compose gives Tansu names options of the Tansu the tests run."""
     r = subprocess.run([str(tansu_binary()), "broker", "--help"], check=False, capture_output=True, text=True,
@@ -730,6 +736,7 @@ def test_compose_tansu_settings_are_tansu_options():
             assert f"[env: {name}=" in r.stdout, name
 
 
+@pytest.mark.integration
 def test_compose_kinspect_config_proxies_tansu_as_advertised_in_compose(tmp_path):
     """Tansu advertising tansu:9092 as in compose, kinspect on compose's config: a client on the
     host produces through kinspect alone. Only what Docker provides is stood in for: loopback

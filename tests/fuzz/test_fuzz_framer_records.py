@@ -1,7 +1,7 @@
 """Hostile streams for the framers and hostile record sets for the records summary, C and Python alike.
 
-The framers: frames or FrameError, the same frames whatever the chunking, Framer,
-FrameSplitter and split_frames agreeing, and no allocation for a size that has not arrived.
+The pipeline's framing: frames or FrameError, the same frames whatever the chunking, whole
+and head-keeping streams and split_frames agreeing, and no allocation for a size that has not arrived.
 The records summary: a summary or RecordsError (the summary's own error, a ValueError),
 the C twin equal to the Python reference on every input (message included), through
 ScanResult too (None where the records bytes are not a record set).
@@ -18,7 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kinspect.protocol.framer import FrameError, Framer, FrameSplitter, FrameTooLarge, split_frames
+from kinspect.protocol.framer import FrameError, FrameTooLarge, split_frames
+from tests.support.framers import head_framer, whole_framer
 from kinspect.protocol.records import RecordsError, summarize_records, summarize_records_python
 from tests.protocol.test_records import GZIP, NONE, mixed_record_set, v2_batch
 from tests.support.paths import ROOT
@@ -61,7 +62,7 @@ def streams(draw) -> bytes:
 @settings(max_examples=300, **_BOUNDED)
 @given(stream=streams(), chunk=st.integers(0, 40))
 def test_framers_agree_on_hostile_streams(stream, chunk):
-    """The atheris harness's stream check: Framer, FrameSplitter and split_frames cut alike or fail alike."""
+    """The atheris harness's stream check: the pipeline's FrameStream and split_frames cut alike or fail alike."""
     fuzz_codec.check_stream(bytes([chunk]) + stream)
 
 
@@ -71,7 +72,7 @@ def test_chunking_never_changes_the_frames(stream, cuts):
     """Fed all at once, one byte at a time, or at random cuts: the same frames, the same failure."""
 
     def run(pieces):
-        framer, frames = Framer(4096), []
+        framer, frames = whole_framer(4096), []
         try:
             for piece in pieces:
                 frames += framer.feed(piece)
@@ -87,7 +88,7 @@ def test_chunking_never_changes_the_frames(stream, cuts):
 
 @pytest.mark.parametrize("size", [-1, -(2**31), 4097, 2**31 - 1])
 def test_bad_size_fails_and_stays_failed(size):
-    for make in (lambda: Framer(4096), lambda: FrameSplitter(4096, keep_limit=256)):
+    for make in (lambda: whole_framer(4096), lambda: head_framer(4096, keep_limit=256)):
         framer = make()
         with pytest.raises(FrameTooLarge if size > 0 else FrameError, match=str(size)):
             framer.feed(frame(b"ok") + struct.pack(">i", size) + b"rest")
@@ -103,7 +104,7 @@ def test_a_claimed_size_allocates_nothing_until_it_arrives():
     claim = 100 * 1024 * 1024
     tracemalloc.start()
     try:
-        framer, splitter = Framer(), FrameSplitter()
+        framer, splitter = whole_framer(), head_framer()
         for feed in (framer.feed, splitter.feed):
             assert feed(struct.pack(">i", claim)) == []
         for _ in range(64):
@@ -113,7 +114,7 @@ def test_a_claimed_size_allocates_nothing_until_it_arrives():
     finally:
         tracemalloc.stop()
     assert out[0] == [(claim, b"\x00" * 512, False)] and not any(out[1:])  # the head, once, then only counting
-    assert framer.pending_frame_size == claim and framer.buffered == 64 * 1024
+    assert framer.buffered == 4 + 64 * 1024
     assert splitter.buffered == 0
     assert peak < 1024 * 1024, peak
 

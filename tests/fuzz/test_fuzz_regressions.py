@@ -16,7 +16,8 @@ import pytest
 
 from kinspect.protocol.codec import CompiledStruct
 from kinspect.protocol.errors import SpecError
-from kinspect.protocol.framer import FrameError, Framer, FrameSplitter, FrameTooLarge
+from kinspect.protocol.framer import FrameError, FrameTooLarge
+from tests.support.framers import head_framer, whole_framer
 from kinspect.protocol.spec_model import MAX_DEPTH, parse_message
 from tests.support.paths import ROOT
 
@@ -29,7 +30,7 @@ pytestmark = pytest.mark.timeout(60)
 
 
 # Bug 1 (tests/fuzz/test_fuzz_framer_records.py, test_chunking_never_changes_the_frames):
-# Framer.feed and FrameSplitter.feed raised on a bad size prefix and dropped the frames the
+# The framers (now the pipeline's FrameStream) raised on a bad size prefix and dropped the frames the
 # same call had completed before it. Fed byte by byte, the empty frame below was returned;
 # fed at once it vanished, so whether kinspect saw a valid frame depended on TCP
 # segmentation. The error now carries them as FrameError.frames.
@@ -39,20 +40,20 @@ VALID_THEN_HUGE = struct.pack(">i", 3) + b"abc" + struct.pack(">i", 2**31 - 1)
 
 def test_frames_before_a_bad_size_are_handed_over():
     with pytest.raises(FrameError, match="negative frame size -1") as info:
-        Framer().feed(EMPTY_THEN_NEGATIVE)
+        whole_framer().feed(EMPTY_THEN_NEGATIVE)
     assert info.value.frames == [b""]
     with pytest.raises(FrameError) as info:
-        FrameSplitter().feed(EMPTY_THEN_NEGATIVE)
+        head_framer().feed(EMPTY_THEN_NEGATIVE)
     assert info.value.frames == [(0, b"", True)]
     with pytest.raises(FrameTooLarge) as info:
-        Framer(1000).feed(VALID_THEN_HUGE)
+        whole_framer(1000).feed(VALID_THEN_HUGE)
     assert info.value.frames == [b"abc"] and info.value.size == 2**31 - 1
     with pytest.raises(FrameTooLarge) as info:
-        FrameSplitter(1000, keep_limit=2, head_bytes=1).feed(VALID_THEN_HUGE)
+        head_framer(1000, keep_limit=2, head_bytes=1).feed(VALID_THEN_HUGE)
     assert info.value.frames == [(3, b"a", False)]  # a large frame is reported by its head
     # Nothing completed before the bad size: an empty list, not a stale one.
     with pytest.raises(FrameError) as info:
-        Framer().feed(b"\xff\xff\xff\xfe")
+        whole_framer().feed(b"\xff\xff\xff\xfe")
     assert info.value.frames == []
 
 

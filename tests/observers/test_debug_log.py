@@ -30,7 +30,7 @@ from kinspect.observers.redaction import SECRET_FIELDS, Redactor
 from kinspect.protocol.codec import Codec
 from kinspect.proxy.problem_log import ProblemLog
 from kinspect.session import Problem, Request
-from kinspect.session.connection import Session
+from kinspect.session import Session
 from kinspect.session.events import ConnectionInfo
 from tests.support.proxy_harness import ProxyHarness, recv_frame, request_frame
 from tests.support.tansu import TansuBroker, free_port
@@ -114,14 +114,14 @@ class Wire:
         self.now += 0.001
         key = self.codec.registry.api_key_of(api)
         frame = request_frame(self.codec, key, version, self.correlation, body, client_id=self.client_id)
-        self._dispatch(self.session.client_data(frame, self.now))
+        self._dispatch(self.session.client_data(frame, self.now).events)
         return self.correlation
 
     def response(self, api: str, version: int, correlation: int, body: dict) -> None:
         self.now += 0.001
         key = self.codec.registry.api_key_of(api)
         frame = self.codec.encode_response(key, version, {"CorrelationId": correlation}, body)
-        self._dispatch(self.session.broker_data(framed(frame), self.now))
+        self._dispatch(self.session.broker_data(framed(frame), self.now).events)
 
     def exchange(self, api: str, version: int, request: dict, response: dict) -> None:
         self.response(api, version, self.request(api, version, request), response)
@@ -409,7 +409,7 @@ def test_request_unknown_tagged_fields_logged_by_size(log_stream, codec):
         {"RequestApiKey": key, "RequestApiVersion": 2, "CorrelationId": 1, "ClientId": "c",
          "_unknown_tagged_fields": [(5, b"HEADER-TAG-SECRET")]},
         {"AuthBytes": SASL_PLAIN, "_unknown_tagged_fields": [(7, b"BODY-TAG-SECRET")]})
-    for e in wire.session.client_data(framed(frame), 0.0):
+    for e in wire.session.client_data(framed(frame), 0.0).events:
         wire.observers[0].on_event(e)
     (line,) = events(json_lines(log_stream), "kafka.request", "SaslAuthenticate")
     assert line["header_tagged_fields"] == [{"path": "", "tag": 5, "size": 17}]
@@ -486,7 +486,7 @@ def test_decode_failure_logs_a_warning(log_stream, codec):
     frame = codec.encode_request({"RequestApiKey": key, "RequestApiVersion": 2, "CorrelationId": 5, "ClientId": "c"},
                                  {"AuthBytes": SASL_PLAIN})
     cut = frame[:-8]  # the AuthBytes length says more than is there
-    for e in wire.session.client_data(framed(cut), 0.0):
+    for e in wire.session.client_data(framed(cut), 0.0).events:
         debug.on_event(e)
     (line,) = events(json_lines(log_stream), "kafka.decode_failed")
     assert line["level"] == "warning" and line["api"] == "SaslAuthenticate" and line["direction"] == "request"

@@ -17,7 +17,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kinspect.observers.http_endpoints import HttpEndpoints, listeners_serving
+from kinspect.observers.http_endpoints import HttpEndpoints, readiness_of
 from kinspect.observers.metrics import MetricsObserver
 from kinspect.protocol.codec import Codec
 from kinspect.protocol.error_codes import ERROR_NAMES, error_name
@@ -309,8 +309,8 @@ def test_observer_counts_problems_and_unknown_apis(codec: Codec):
     observer = MetricsObserver()
     session = Session(codec, ConnectionInfo(1, "c", "b"), SessionConfig(max_frame_bytes=1000))
     events = session.client_data(api_versions(codec, 1) + struct.pack(">ihhi", 12, 18, 99, 2)
-                                 + struct.pack(">hh", -1, 0) + struct.pack(">ihhih", 10, 999, 0, 3, -1), 0.0)
-    events += session.broker_data(struct.pack(">i", 5000), 1.0)  # frame too large
+                                 + struct.pack(">hh", -1, 0) + struct.pack(">ihhih", 10, 999, 0, 3, -1), 0.0).events
+    events += session.broker_data(struct.pack(">i", 5000), 1.0).events  # frame too large
     for e in events:
         observer.on_event(e)
     r = observer.registry
@@ -340,7 +340,7 @@ def test_http_endpoints():
                           "proxy.upstream": f"127.0.0.1:{upstream}"}, observers=(observer,))
     observer.server = proxy.server
     proxy.start()
-    endpoints = HttpEndpoints(observer.registry, listeners_serving(proxy.server))
+    endpoints = HttpEndpoints(observer.registry, readiness_of(proxy.server))
     try:
         proxy.call(endpoints.start("127.0.0.1", 0))
         assert endpoints.port

@@ -6,6 +6,7 @@ clean machine, not how fast anything is; the figures in the README come from ful
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -25,8 +26,12 @@ SMOKE = {
     "bench_capture.py": (["--rounds", "1"], r"capture \(deque\)\s+[\d.]+ \S*s\s+\(\s*[\d.]+x no-op\)"),
     "bench_analyze.py": (["--sizes", "2000,4000", "--reps", "1", "--warm-rows", "1000"], r"time\(4,000\) / time\(2,000\)"),
     "bench_pcap.py": (["--mb", "2", "--reps", "1"], r"kinspect\s+[\d.]+ MB/s"),
-    "bench_proxy.py": (["--quick", "--reps", "1", "--records", "2000", "--paths", "direct,kinspect-passthrough"],
-                       r"produce MB/s\s+[\d.]+\s+[\d.]+ \([\d.]+%\)"),
+    # bulk table, a small-request row with the proxy's CPU per request, the idle-memory figure
+    "bench_proxy.py": (["--quick", "--reps", "1", "--records", "2000", "--small-requests", "20", "--idle", "200",
+                        "--paths", "direct,kinspect-passthrough"],
+                       r"produce MB/s\s+[\d.]+\s+[\d.]+ \([\d.]+%\)[\s\S]*"
+                       r"apiversions/serial\s+kinspect-passthrough\s+\d+\s+[\d.]+\s[\s\S]*"
+                       r"idle memory: 200 idle connections through kinspect .* [\d.]+ KiB per connection"),
 }
 
 
@@ -58,3 +63,31 @@ def test_the_soak_command():
     rows = re.findall(r"^\s+(\d+)\s+([\d.]+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)", result.stdout, re.M)
     assert [int(r[0]) for r in rows] == [0, 5, 10, 15, 20], result.stdout
     assert int(rows[-1][6]) >= 1000 and int(rows[-1][7]) > 0  # produced and consumed through kinspect
+
+
+def test_profile_summary_splits_py_spy_samples_by_part(tmp_path):
+    """bench_proxy --profile prints this summary: I/O leaves apart, metrics counted where they are called."""
+    spec = importlib.util.spec_from_file_location("profile_summary", BENCH / "profile_summary.py")
+    summary_module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(summary_module)
+    loop = "<module> (kinspect:6);main (kinspect/cli/main.py:30);Runner.run (asyncio/runners.py:118)"
+    relay = loop + ";_Side.data_received (kinspect/proxy/relay.py:39);Relay.data (kinspect/proxy/relay.py:107)"
+    raw = tmp_path / "rep0-kinspect-passthrough.txt"
+    raw.write_text("\n".join([
+        f"{loop} 60",
+        f"{relay};Relay._write (kinspect/proxy/relay.py:143) 20",
+        f"{relay};Relay._inspect (kinspect/proxy/relay.py:124);Dispatcher.dispatch (kinspect/proxy/observers.py:37);"
+        "MetricsObserver.on_event (kinspect/observers/metrics.py:186);MutexValue.inc (prometheus_client/values.py:28) 15",
+        f"{relay};Session.client_data (kinspect/session/connection.py:99);FrameSplitter.feed (kinspect/protocol/framer.py:165) 4",
+        f"{relay};Relay.data (kinspect/proxy/relay.py:119) 1",
+        "",
+    ]))
+    result = summary_module.summarize(raw)
+    assert result["samples"] == 100 and result["python_samples"] == 20
+    assert dict(result["parts"]) == {summary_module.LOOP_PART: 80.0, "metrics (observer + prometheus_client)": 15.0,
+                                     "framing + scan (session, protocol)": 4.0,
+                                     "relay Python (forwarding, dispatch)": 1.0}
+    assert dict(result["python_parts"])["metrics (observer + prometheus_client)"] == 75.0
+    assert result["self"][0] == ("Runner.run (asyncio/runners.py)", 60.0)
+    text = summary_module.render(result, top=3)
+    assert "the 20 samples in Python code, by part:\n     75.0%  metrics" in text

@@ -1,4 +1,4 @@
-"""The README tells the truth: its config reference, metric names and commands match the code."""
+"""The README and docs/ tell the truth: config reference, capture schema, metric names and commands match the code."""
 
 from __future__ import annotations
 
@@ -21,24 +21,65 @@ from tests.support.proxy_harness import TANSU_NODE_ID, api_versions, metadata, r
 from tests.support.tansu import TansuBroker, free_port
 from tests.support.paths import ROOT
 
-README = (ROOT / "README.md").read_text("utf-8")
+# The pages whose commands, keys and metric names are checked here: the README and the reference
+# moved out of it. A page joins the list once every command it shows maps to a test (EXERCISED).
+PAGES = ["README.md"] + [f"docs/{name}.md" for name in (
+    "README", "demo", "commands", "install", "configuration", "metrics", "capture", "codec", "fuzzing",
+    "testing", "benchmarks")]
+DOCS = {page: (ROOT / page).read_text("utf-8") for page in PAGES}
+README = "\n".join(DOCS.values())  # every checked page, as one text
 TESTS = {p.name: p.read_text("utf-8") for p in (ROOT / "tests").rglob("test_*.py")}
 sys.path.insert(0, str(ROOT / "tools"))
 import readme_tables  # noqa: E402
 
 
 def _extra_metric_names() -> set[str]:
-    """Metric families served beside METRIC_NAMES (the capture writer's own collector)."""
+    """Metric families served beside METRIC_NAMES (the capture writer's and the client inventory's collectors)."""
     from kinspect.capture import metrics as capture_metrics
+    from kinspect.observers import inventory
 
-    return set(capture_metrics.METRIC_NAMES)
+    return set(capture_metrics.METRIC_NAMES) | set(inventory.METRIC_NAMES)
+
+
+def test_generated_tables_are_up_to_date():
+    """docs/configuration.md's config reference and docs/capture.md's schema equal what the code generates."""
+    for name, (page, table) in readme_tables.regions().items():
+        text = page.read_text("utf-8")
+        assert readme_tables.render(text, name, table) == text, f"{name}: run python tools/readme_tables.py --write"
+    assert readme_tables.main([]) == 0
 
 
 def test_config_reference_is_generated_from_the_documented_config():
     toml_text = (ROOT / "config" / "kinspect.toml").read_text("utf-8")
-    assert readme_tables.render(README, toml_text) == README, "run python tools/readme_tables.py --write"
     documented = [key for key, _, _ in readme_tables.config_entries(toml_text)]
-    assert sorted(documented) == sorted(config_keys()), "README/config keys differ from the code's keys"
+    assert sorted(documented) == sorted(config_keys()), "config/kinspect.toml's keys differ from the code's keys"
+    # The defaults column is the code's: proxy.upstream has none, whatever the example file names.
+    page = DOCS["docs/configuration.md"]
+    assert "| `proxy.upstream` | `\"\"` |" in page
+    assert "| `proxy.listen` | `\"127.0.0.1:19092\"` |" in page and "| `inspect.max_inflight` | `1000` |" in page
+
+
+def test_capture_schema_table_names_every_column():
+    from kinspect.capture.schema import COLUMNS, SCHEMA_VERSION, STRUCTS
+
+    page = DOCS["docs/capture.md"]
+    rows = set(re.findall(r"^\| `([a-z_.]+)` \| `[^`]+` \|", page, re.M))
+    assert {name for name, _, _ in COLUMNS} <= rows
+    assert {f"{s}.{name}" for s, members in STRUCTS.items() for name, _, _ in members} <= rows
+    assert f"Schema version {SCHEMA_VERSION}." in page
+
+
+def test_readme_is_one_screen_and_links_the_reference():
+    readme = DOCS["README.md"]
+    assert len(readme.splitlines()) <= 90
+    for page in ("demo", "commands", "install", "configuration", "metrics", "capture", "analyze", "codec",
+                 "fuzzing", "testing", "benchmarks", "performance", "deploy", "pcap", "upgrade", "README"):
+        assert f"(docs/{page}.md" in readme or f"({page}.md" in DOCS["docs/README.md"], page
+    for page in PAGES[1:]:  # every page the README's index reaches exists
+        assert (ROOT / page).is_file()
+    # No developer's machine in the sample output.
+    for page, text in DOCS.items():
+        assert not re.search(r"/work/|/root/|/home/(?!you/)", text), page
 
 
 def test_every_metric_is_in_the_readme_and_every_name_there_exists():
@@ -56,7 +97,9 @@ def test_every_metric_is_in_the_readme_and_every_name_there_exists():
 # command in the README fails test_every_readme_command_is_exercised until it is added here.
 EXERCISED = {
     "make run": ("test_make_run.py", "test_make_run_from_a_clean_clone"),
+    "make analyze": ("test_make_run.py", "test_make_run_from_a_clean_clone"),
     "make test": ("test_readme.py", "test_ci_runs_make_test"),
+    "make test-fast": ("test_markers.py", "test_make_test_fast_leaves_out_integration_tests"),
     "make bench": ("test_benchmarks.py", "test_make_bench_runs_every_benchmark"),
     "make specs": ("test_cli.py", "test_specs_import_command"),
     "kinspect demo": ("test_make_run.py", "test_make_run_from_a_clean_clone"),
@@ -66,6 +109,18 @@ EXERCISED = {
     "kinspect proxy --mode rewrite": ("test_readme.py", "test_readme_proxy_commands_run"),
     "kinspect proxy": ("test_proxy_integration.py", "test_kinspect_proxy_command_rewrite_mode_and_sigterm"),
     "kinspect decode": ("test_cli.py", "test_decode_a_recorded_connection"),
+    "kinspect decode requests.bin responses.bin": ("test_cli.py", "test_record_a_conversation_with_socat"),
+    "socat -r requests.bin": ("test_cli.py", "test_record_a_conversation_with_socat"),
+    "python -c \"from confluent_kafka.admin": ("test_cli.py", "test_record_a_conversation_with_socat"),
+    "pip install .": ("test_install.py", "test_pip_install_dot_without_a_compiler"),
+    "pip install '.[pipeline]'": ("test_install.py", "test_pip_install_dot_pipeline"),
+    "pipx install .": ("test_install.py", "test_pipx_install_dot"),
+    "python -m build": ("test_install.py", "test_build_makes_an_sdist_and_a_wheel_with_the_c_codec"),
+    # The install hints, run as printed where kinspect was installed that way.
+    "pip install 'kinspect[": ("test_install.py", "test_wheel_install_runs_the_base_commands_and_hints_the_extras"),
+    "pipx inject kinspect": ("test_install.py", "test_pipx_install_dot"),
+    ".venv/bin/kinspect analyze": ("test_make_run.py", "test_make_run_from_a_clean_clone"),
+    ".venv/bin/python -m pytest": ("test_markers.py", "test_make_test_fast_leaves_out_integration_tests"),
     "kinspect specs list": ("test_cli.py", "test_specs_list_and_show"),
     "kinspect specs show": ("test_cli.py", "test_specs_list_and_show"),
     "kinspect specs import": ("test_cli.py", "test_specs_import_command"),
@@ -84,18 +139,20 @@ EXERCISED = {
     ".venv/bin/python fuzz/make_corpus.py": ("test_readme.py", "test_fuzz_commands"),
     "nice .venv/bin/python fuzz/fuzz_codec.py": ("test_readme.py", "test_fuzz_commands"),
 }
-_INLINE = re.compile(r"`((?:make|kinspect|python|pip|docker|nice|\.venv/bin/\w+) [^`]*)`")
+_INLINE = re.compile(r"`((?:make|kinspect|python|pip|pipx|docker|nice|socat|kcat|\.venv/bin/\w+) [^`]*)`")
 
 
 def readme_commands(blocks_only: bool = False) -> list[str]:
     """Commands in the README's sh blocks (continuations joined, comments cut) and inline ones."""
     commands, block, pending = [], None, ""
-    for line in README.splitlines():
+    for line in README.splitlines():  # README.md and the docs pages
         stripped = line.strip()
         if stripped.startswith("```"):
             block = stripped[3:] if block is None else None
             continue
         if block == "sh":
+            if stripped.startswith("#"):  # a comment line
+                continue
             text = pending + re.sub(r"\s+#\s.*$", "", stripped)
             if text.endswith("\\"):
                 pending = text[:-1] + " "
@@ -110,7 +167,7 @@ def readme_commands(blocks_only: bool = False) -> list[str]:
 
 
 def _covering(command: str):
-    keys = [k for k in EXERCISED if command.startswith(k) or k.startswith(command)]
+    keys = [k for k in EXERCISED if command.startswith(k)] or [k for k in EXERCISED if k.startswith(command)]
     return EXERCISED[max(keys, key=len)] if keys else None
 
 
@@ -132,7 +189,8 @@ def test_readme_kinspect_commands_parse():
         if not command.startswith("kinspect "):
             continue
         # Optional parts shown in brackets are taken as given; "..." repeats are dropped.
-        argv = shlex.split(command.replace("[", "").replace("]", "").replace("DIR...", "").replace("CAPTURES...", ""))
+        argv = shlex.split(command.replace("[", "").replace("]", "").replace("DIR...", "").replace("CAPTURES...", "")
+                           .replace(" &", ""))
         argv = ["19092" if a == "P" else a for a in argv]  # the placeholder of a number
         try:
             parser.parse_args(argv[1:])
@@ -147,8 +205,32 @@ def test_ci_runs_make_test():
     # make test installs every extra the README's commands use (the pipeline for analyze).
     assert "pip install --quiet -e '.[test,proxy,pipeline]'" in makefile
     assert re.search(r"^test: ", makefile, re.M) and "no tests ran" in makefile
+    # ... and the system packages: Java for Spark among them (installed as root, else named).
+    tools = re.search(r"^SYSTEM_TOOLS := (.*)$", makefile, re.M).group(1).split()
+    assert {"promtool:prometheus", "java:openjdk-17-jre-headless", "socat:socat"} <= set(tools)
+    assert re.search(r"^test: \$\(STAMP\) \$\(SYSDEPS\)", makefile, re.M)
 
 
+@pytest.mark.integration
+def test_an_edit_of_the_c_codec_reinstalls(tmp_path):
+    """The install stamps depend on the C sources: after an edit of _wire.c, make test and make run rebuild it."""
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    for name in (".installed", ".installed-run"):
+        stamp = venv / name
+        stamp.touch()  # an install newer than every source
+        make = ["make", "-n", f"VENV={venv}", str(stamp)]
+        unchanged = subprocess.run(make, cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert unchanged.returncode == 0 and "pip install" not in unchanged.stdout, unchanged.stdout
+        plan = subprocess.run([*make, "-W", "kinspect/protocol/_wire.c"], cwd=ROOT, capture_output=True,
+                              text=True, timeout=60)
+        assert plan.returncode == 0, plan.stderr
+        assert "pip install --quiet -e '." in plan.stdout, plan.stdout
+        # Quietly: setuptools' editable-install notice is silenced for the build.
+        assert 'PYTHONWARNINGS="ignore:Editable installation:UserWarning"' in plan.stdout
+
+
+@pytest.mark.integration
 def test_fuzz_commands(tmp_path):
     """The corpus command builds seeds; every seed passes the harness's check (atheris runs it the same way)."""
     out = tmp_path / "corpus"
@@ -162,12 +244,17 @@ def test_fuzz_commands(tmp_path):
     spec.loader.exec_module(harness)
     for seed in seeds[::7]:  # a seventh of them: the fuzz tests cover the rest of the mutations
         harness.check(seed.read_bytes())
+    # The documented -artifact_prefix=fuzz/crashes/ works on a fresh clone: the harness makes the folder.
+    crashes = tmp_path / "fuzz" / "crashes"
+    harness.prepare_artifact_dirs(["fuzz_codec.py", "corpus", f"-artifact_prefix={crashes}/", "-timeout=10"])
+    assert crashes.is_dir()
     assert re.search(r'^fuzz = \["atheris', (ROOT / "pyproject.toml").read_text("utf-8"), re.M)
 
 
 def _readme_command(prefix: str) -> list[str]:
-    (command,) = [c for c in readme_commands() if c.startswith(prefix) and "--capture-dir" not in c]
-    return shlex.split(command)
+    commands = {c for c in readme_commands() if c.startswith(prefix) and "--capture-dir" not in c}
+    assert len(commands) == 1, commands  # the same line may be shown on several pages
+    return shlex.split(commands.pop())
 
 
 def _run_proxy(argv: list[str], tmp_path: Path) -> subprocess.Popen:

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kinspect.protocol.framer import FrameError, Framer, FrameTooLarge, split_frames
+from kinspect.protocol.framer import FrameError, FrameTooLarge, split_frames
+from tests.support.framers import head_framer, whole_framer
 
 
 def _stream(payloads: list[bytes]) -> bytes:
@@ -21,7 +22,7 @@ def _stream(payloads: list[bytes]) -> bytes:
 def test_any_chunking_gives_the_same_frames(payloads, seed):
     data = _stream(payloads)
     rng = random.Random(seed)
-    framer = Framer()
+    framer = whole_framer()
     got = []
     pos = 0
     while pos < len(data):
@@ -34,22 +35,22 @@ def test_any_chunking_gives_the_same_frames(payloads, seed):
 
 def test_one_byte_at_a_time():
     payloads = [b"a" * 5, b"", b"xyz" * 100]
-    framer = Framer()
+    framer = whole_framer()
     data = _stream(payloads)
     got = [f for i in range(len(data)) for f in framer.feed(data[i : i + 1])]
     assert got == payloads
 
 
 def test_partial_frame_is_held():
-    framer = Framer()
+    framer = whole_framer()
     assert framer.feed(struct.pack(">i", 10) + b"12345") == []
-    assert framer.pending_frame_size == 10
+    assert framer.buffered == 9
     assert framer.feed(b"67890\x00\x00") == [b"1234567890"]
-    assert framer.buffered == 2 and framer.pending_frame_size is None
+    assert framer.buffered == 2
 
 
 def test_too_large_frame_is_reported_without_buffering():
-    framer = Framer(max_frame_bytes=1024)
+    framer = whole_framer(max_frame_bytes=1024)
     with pytest.raises(FrameTooLarge) as info:
         framer.feed(struct.pack(">i", 2**31 - 1))
     assert info.value.size == 2**31 - 1 and "exceeds the 1024-byte limit" in str(info.value)
@@ -59,7 +60,7 @@ def test_too_large_frame_is_reported_without_buffering():
 
 def test_negative_size():
     with pytest.raises(FrameError, match="negative"):
-        Framer().feed(struct.pack(">i", -5))
+        whole_framer().feed(struct.pack(">i", -5))
 
 
 def test_split_frames_counts_trailing_bytes():
@@ -74,11 +75,10 @@ def test_split_frames_counts_trailing_bytes():
 @given(payloads=st.lists(st.binary(max_size=400), max_size=10), seed=st.integers(0, 2**32),
        keep=st.integers(0, 300), head=st.integers(1, 64))
 def test_splitter_any_chunking_gives_whole_frames_or_heads(payloads, seed, keep, head):
-    from kinspect.protocol.framer import FrameSplitter
 
     data = _stream(payloads)
     rng = random.Random(seed)
-    splitter = FrameSplitter(keep_limit=keep, head_bytes=head)
+    splitter = head_framer(keep_limit=keep, head_bytes=head)
     got = []
     pos = 0
     while pos < len(data):

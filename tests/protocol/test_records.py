@@ -985,6 +985,7 @@ def test_module_imports_stdlib_only():
     assert optional <= {"kinspect.protocol._wire", "crc32c"}, optional
 
 
+@pytest.mark.integration
 def test_module_alone_pulls_in_no_asyncio_or_logging():
     code = (
         "import importlib.util, sys\n"

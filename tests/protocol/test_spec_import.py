@@ -107,3 +107,15 @@ def test_importer_needs_the_notices(tmp_path):
         import_specs([("x", src)], tmp_path / "out")
     index = import_specs([("x", src)], tmp_path / "out2", require_notices=False)
     assert index["layers"][0]["files"] == 1
+
+
+def test_the_api_key_table_is_generated_from_the_specs():
+    """kinspect/protocol/api_keys.py is what the shipped specs give (make specs writes it)."""
+    from kinspect.protocol import api_key_table
+
+    committed = (ROOT / "kinspect" / "protocol" / "api_keys.py").read_text("utf-8")
+    assert committed == api_key_table.render()
+    from kinspect.protocol import api_keys
+
+    assert api_keys.PRODUCE == 0 and api_keys.API_VERSIONS == 18 and api_keys.DESCRIBE_CLUSTER == 60
+    assert api_keys.API_NAMES[3] == "Metadata"

@@ -123,6 +123,21 @@ def test_client_reset_mid_response(rig: RewriteRig, codec: Codec):
     assert_no_leaks(rig, fds)
 
 
+def unsent_until_acked(conn: socket.socket, timeout: float = 10.0) -> None:
+    """Wait until the peer has acknowledged every byte sent on conn (Linux SIOCOUTQ: bytes not yet acked)."""
+    import fcntl
+    import termios
+
+    deadline = time.monotonic() + timeout
+    buf = bytearray(4)
+    while True:
+        fcntl.ioctl(conn.fileno(), termios.TIOCOUTQ, buf)
+        if struct.unpack("i", buf)[0] == 0:
+            return
+        assert time.monotonic() < deadline, "the peer did not read what was sent"
+        time.sleep(0.005)
+
+
 def test_broker_reset_mid_response(codec: Codec):
     """The broker sends half a response and resets: the client gets exactly that half, then the close;
     the request is reported unanswered; nothing is left behind."""
@@ -132,7 +147,7 @@ def test_broker_reset_mid_response(codec: Codec):
         frame = recv_frame(conn)
         result["request"] = frame
         conn.sendall(struct.pack(">i", len(response)) + response[: len(response) // 2])
-        time.sleep(0.2)
+        unsent_until_acked(conn)  # a reset drops what is still in the send queue
         conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RST)
 
     broker = ScriptedBroker(script)
@@ -283,8 +298,10 @@ def test_connect_timeout_closes_the_client_logs_and_counts(codec: Codec, caplog)
                 assert read_until_closed(sock, 3) == b""
             assert_clean(proxy, fds)
         lines = [r.getMessage() for r in caplog.records if "no broker reachable" in r.getMessage()]
-        assert len(lines) == 3
-        assert all(silent in line and "proxy.connect_timeout" in line for line in lines[:2]), lines
+        # One line per broker within the log interval: the second timeout to the same broker is held back.
+        assert len(lines) == 2
+        assert silent in lines[0] and "proxy.connect_timeout" in lines[0], lines
+        assert "Connection refused" in lines[1], lines
         m = scrape(observer, proxy)
         failures = {dict(k[1])["reason"]: v for k, v in m.items() if k[0] == "kinspect_upstream_connect_failures_total"}
         assert failures == {"timeout": 2.0, "refused": 1.0, "error": 0.0}

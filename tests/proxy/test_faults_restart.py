@@ -151,8 +151,8 @@ def test_broker_restart_during_produce_and_consume(tmp_path, codec: Codec, idemp
             for i in range(PHASE_B // 2):
                 producer.produce(TOPIC, value=b"b-%05d" % i, partition=1, on_delivery=report)
                 producer.poll(0)
-            time.sleep(1.0)
-            assert rig.proxy.run(lambda: rig.proxy.server.inflight()) > 0  # requests waiting for the frozen broker
+            # requests waiting for the frozen broker
+            poll_until(lambda: rig.proxy.run(lambda: rig.proxy.server.inflight()) > 0, 10)
             restart(rig)
             create_topic(rig.bootstrap)
             try:

@@ -25,7 +25,6 @@ from kafka.record.memory_records import MemoryRecords
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kinspect.cli.proxy_command import build_observers
 from kinspect.observers.metrics import MetricsObserver
 from kinspect.protocol.codec import Codec
 from tests.support.proxy_harness import (
@@ -222,10 +221,8 @@ def test_unknown_series_cap_counts_the_overflow(codec: Codec):
     reader.start()
     proxy = ProxyHarness({"proxy.mode": "passthrough", "proxy.listen": "127.0.0.1:0",
                           "proxy.upstream": f"127.0.0.1:{sink.getsockname()[1]}",
-                          "metrics.max_unknown_series": 2}).start()
-    _, observer = build_observers(proxy.server.config)  # the CLI's wiring: the cap comes from the config
-    observer.server = proxy.server
-    proxy.dispatcher.observers.append(observer)
+                          "metrics.enabled": True, "metrics.max_unknown_series": 2}).start()
+    observer = proxy.app.metrics  # the CLI's wiring: the cap comes from the config
     try:
         frames = b""
         for i in range(10):  # ApiVersions v100..v109, header v1, an empty body

@@ -277,7 +277,8 @@ def test_slow_reader_keeps_memory_bounded(rig: RewriteRig, codec: Codec, version
                                topic_id=topic_id))
         # Not reading: the kernel buffers fill, then kinspect's write buffer, then kinspect pauses the broker.
         poll_until(lambda: samples["broker_paused"] > 0, 10)
-        time.sleep(1.5)
+        # The broker stays paused while the client does not read: seen paused in 200 samples (5 ms apart).
+        poll_until(lambda: samples["broker_paused"] >= 200, 20)
         paused_rss = rss_bytes()
         assert samples["client_buffer"] <= limit, samples
         # Now read, slowly at first, and check every response arrived whole and in order.
@@ -519,8 +520,8 @@ def test_acks0_producer_in_rewrite_mode_leaves_nothing_behind(codec: Codec):
         with connect(proxy.server.bootstrap_port) as sock:
             sock.sendall(frames)
             poll_until(lambda: received["bytes"] == len(frames), 10)
-            relays = proxy.run(lambda: [(r.session.inflight, len(r.rewriter._expected)) for r in proxy.server.relays])
-            assert relays == [(0, 0)]
+            relays = proxy.run(lambda: [r.session.inflight for r in proxy.server.relays])
+            assert relays == [0]  # one correlation table: nothing kept for responses that never come
         acks0 = [x for x in proxy.events_of(Exchange) if x.request.api_key == 0]
         assert len(acks0) == n and all(x.response is None and not x.request.expects_response for x in acks0)
     finally:
@@ -573,7 +574,6 @@ def test_shutdown_right_after_a_new_node_listener(codec: Codec):
             await proxy.server.shutdown(0)
 
         proxy.call(metadata_then_shutdown())
-        time.sleep(0.1)
-        assert _refused(node_port)  # fails: the node listener was never closed
+        poll_until(lambda: _refused(node_port), 5)  # fails: the node listener was never closed
     finally:
         proxy.stop()

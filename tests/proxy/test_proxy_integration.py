@@ -576,7 +576,7 @@ def test_kinspect_proxy_command_rewrite_mode_and_sigterm(tmp_path: Path, codec: 
                 sock.sendall(api_versions(codec, 1))
                 recv_frame(sock)
                 sock.sendall(fetch(codec, 2, "cli.topic", offset=len(sent), max_wait_ms=1500))
-                time.sleep(0.3)
+                poll_until(lambda: inflight_requests(base_url) >= 1, 10)  # the Fetch waits at the broker
                 signalled = time.monotonic()
                 proc.send_signal(signal.SIGTERM)
                 frame = recv_frame(sock)  # the in-flight request is answered ...
@@ -599,3 +599,14 @@ def test_kinspect_proxy_command_rewrite_mode_and_sigterm(tmp_path: Path, codec: 
         debug = [line for line in lines if line.get("event") == "kafka.request"]
         assert debug and {line["api"] for line in debug} == {"CreateTopics"}
         assert "cli.topic" in debug[0]["body"]
+
+
+def inflight_requests(base_url: str) -> float:
+    """kinspect_inflight_requests as the running command's /metrics serves it."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = urllib.request.urlopen(f"{base_url}/metrics", timeout=5).read().decode()
+    return sum(s.value for family in text_string_to_metric_families(text) for s in family.samples
+               if s.name == "kinspect_inflight_requests")

@@ -6,9 +6,11 @@ import pytest
 
 from kinspect.config import load_config
 from kinspect.protocol.codec import Codec
-from kinspect.proxy.observers import Dispatcher, EventLog
+from kinspect.proxy.observers import Dispatcher
+from tests.support.event_log import EventLog
 from kinspect.proxy.problem_log import ProblemLog
-from kinspect.proxy.server import HEAD_BYTES, ProxyServer
+from kinspect.proxy.server import ProxyServer
+from kinspect.session.framing import KEEP_HEAD, KEEP_WHOLE, HOLD
 
 
 def _server(overrides: dict, observers=()) -> ProxyServer:
@@ -19,14 +21,34 @@ PASSTHROUGH = {"proxy.listen": "127.0.0.1:0", "proxy.upstream": "127.0.0.1:9092"
 
 
 def test_bodies_are_kept_only_when_an_observer_reads_them():
-    assert _server(PASSTHROUGH, [ProblemLog()]).session_config.inspect_max_bytes == HEAD_BYTES
-    assert _server(PASSTHROUGH, [ProblemLog(), EventLog()]).session_config.inspect_max_bytes == 1024 * 1024
+    heads = _server(PASSTHROUGH, [ProblemLog()]).plan
+    assert heads.request_mode(3, 12) == KEEP_HEAD and heads.response_mode(3, 12) == KEEP_HEAD
+    # The session itself reads SASL handshakes and KIP-511 client software, whoever observes.
+    assert heads.request_mode(17, 0) == KEEP_WHOLE and heads.request_mode(18, 3) == KEEP_WHOLE
+    assert _server(PASSTHROUGH, [ProblemLog(), EventLog()]).plan.response_mode(3, 12) == KEEP_WHOLE
 
     class Unknown:  # an observer that does not say is assumed to read bodies
         def on_event(self, event):
             pass
 
-    assert _server(PASSTHROUGH, [Unknown()]).session_config.inspect_max_bytes == 1024 * 1024
+    assert _server(PASSTHROUGH, [Unknown()]).plan.request_mode(0, 9) == KEEP_WHOLE
+
+    class Picky:  # an observer that says per frame kind
+        def wants_body(self, api_key, version, direction):
+            return api_key == 0 and direction == "request"
+
+        def on_event(self, event):
+            pass
+
+    picky = _server(PASSTHROUGH, [ProblemLog(), Picky()]).plan
+    assert picky.request_mode(0, 9) == KEEP_WHOLE and picky.response_mode(0, 9) == KEEP_HEAD
+
+
+def test_rewrite_mode_holds_only_responses_that_carry_addresses():
+    plan = _server({"proxy.mode": "rewrite", "proxy.listen": "127.0.0.1:0", "proxy.bootstrap_servers": ["b:1"],
+                    "proxy.node_port_base": 20000}, [ProblemLog()]).plan
+    assert plan.response_mode(3, 12) == HOLD and plan.response_mode(10, 4) == HOLD
+    assert plan.response_mode(18, 3) == KEEP_HEAD and plan.response_mode(1, 15) == KEEP_HEAD
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,8 @@ import pytest
 
 from kinspect.protocol.codec import Codec
 from kinspect.protocol.codegen import UNKNOWN_TAGS
-from kinspect.proxy.rewrite import NodeMap, ResponseRewriter, carries_addresses, rewrite_response
+from kinspect.session import ConnectionInfo, Plan, Problem, Session
+from kinspect.session.address_rewrite import AddressRewrite, NodeMap, carries_addresses, rewrite_response
 
 NODES = NodeMap("kinspect.local", port_base=20000, ports={7: 29999})
 ENDPOINTS = [{"NodeId": 1, "Host": "broker-1.internal", "Port": 9092, "Rack": None},
@@ -79,32 +80,55 @@ def test_which_responses_are_held():
     assert not carries_addresses(18, 3)
 
 
-def test_stream_holds_only_expected_frames_in_any_chunking(codec):
+def _rewriting_session(codec, transform=None) -> Session:
+    plan = Plan(False, transform or AddressRewrite(codec, NODES))
+    return Session(codec, ConnectionInfo(1, "127.0.0.1:1", "b:9092"), plan=plan)
+
+
+def _ask(codec, session, api_key, version, correlation_id, body):
+    header = {"RequestApiKey": api_key, "RequestApiVersion": version, "CorrelationId": correlation_id, "ClientId": "c"}
+    frame = codec.encode_request(header, body)
+    session.client_data(struct.pack(">i", len(frame)) + frame, 1.0)
+
+
+def test_stream_holds_only_planned_frames_in_any_chunking(codec):
     metadata = codec.encode_response(3, 12, {"CorrelationId": 2}, {
         "ThrottleTimeMs": 0, "Brokers": ENDPOINTS, "ClusterId": "c", "ControllerId": 1, "Topics": []})
-    other = codec.encode_response(18, 3, {"CorrelationId": 1}, {"ErrorCode": 0, "ApiKeys": [], "ThrottleTimeMs": 0})
-    stream = b"".join(struct.pack(">i", len(f)) + f for f in (other, metadata, other))
+    versions = {"ErrorCode": 0, "ApiKeys": [], "ThrottleTimeMs": 0}
+    first = codec.encode_response(18, 3, {"CorrelationId": 1}, versions)
+    last = codec.encode_response(18, 3, {"CorrelationId": 3}, versions)
+    stream = b"".join(struct.pack(">i", len(f)) + f for f in (first, metadata, last))
     expected_metadata, _ = rewrite_response(codec, metadata, 3, 12, NODES)
-    expected = b"".join(struct.pack(">i", len(f)) + f for f in (other, expected_metadata, other))
+    expected = b"".join(struct.pack(">i", len(f)) + f for f in (first, expected_metadata, last))
     rng = random.Random(3)
     for _ in range(50):
-        rw = ResponseRewriter(lambda f, k, v: rewrite_response(codec, f, k, v, NODES)[0], 1 << 20)
-        rw.expect(2, 3, 12)
-        out, pos = [], 0
+        session = _rewriting_session(codec)
+        _ask(codec, session, 18, 3, 1, {"ClientSoftwareName": "x", "ClientSoftwareVersion": "1"})
+        _ask(codec, session, 3, 12, 2, {"Topics": None, "AllowAutoTopicCreation": True,
+                                         "IncludeTopicAuthorizedOperations": False})
+        _ask(codec, session, 18, 3, 3, {"ClientSoftwareName": "x", "ClientSoftwareVersion": "1"})
+        out, events, pos = [], [], 0
         while pos < len(stream):
             step = rng.randint(1, 40)
-            out += rw.feed(stream[pos : pos + step])
+            forward, new = session.broker_data(stream[pos : pos + step], 2.0)
+            out += forward
+            events += new
             pos += step
-        assert b"".join(out) == expected and not rw.errors
+        assert b"".join(out) == expected
+        assert not [e for e in events if isinstance(e, Problem)] and session.inflight == 0
+        # Observers see the broker's frames as it sent them.
+        assert [e.size for e in events if type(e).__name__ == "Response"] == [len(first), len(metadata), len(last)]
 
 
 def test_a_response_that_cannot_be_rewritten_goes_on_unchanged(codec):
-    rw = ResponseRewriter(lambda f, k, v: rewrite_response(codec, f, k, v, NODES)[0], 1 << 20)
-    rw.expect(2, 3, 12)
+    session = _rewriting_session(codec)
+    _ask(codec, session, 3, 12, 2, {"Topics": None, "AllowAutoTopicCreation": True,
+                                     "IncludeTopicAuthorizedOperations": False})
     garbage = struct.pack(">i", 2) + b"\xff\xff\xff"
-    out = b"".join(rw.feed(struct.pack(">i", len(garbage)) + garbage))
-    assert out == struct.pack(">i", len(garbage)) + garbage
-    assert rw.errors and "could not rewrite" in rw.errors[0]
+    forward, events = session.broker_data(struct.pack(">i", len(garbage)) + garbage, 2.0)
+    assert b"".join(forward) == struct.pack(">i", len(garbage)) + garbage
+    problems = [e for e in events if isinstance(e, Problem)]
+    assert problems and problems[0].kind == "transform_failed" and "could not rewrite" in problems[0].detail
 
 
 def test_share_group_responses(codec):

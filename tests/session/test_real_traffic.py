@@ -9,7 +9,8 @@ import pytest
 
 from kinspect.offline_decode import DecodeStats, decode_conversation
 from kinspect.protocol.codec import Codec
-from kinspect.protocol.framer import Framer, split_frames
+from kinspect.protocol.framer import split_frames
+from tests.support.framers import whole_framer
 from tests.support.paths import TRAFFIC
 
 CLIENTS = ["confluent_kafka", "kafka_python", "aiokafka"]
@@ -105,8 +106,8 @@ def _strings_named(value, struct):
 def test_framer_fed_one_byte_at_a_time_and_whole(client: str):
     path = sorted((TRAFFIC / client).glob("*.responses.bin"))[1]
     data = path.read_bytes()
-    whole = Framer().feed(data)
-    framer = Framer()
+    whole = whole_framer().feed(data)
+    framer = whole_framer()
     one_by_one = [f for i in range(len(data)) for f in framer.feed(data[i : i + 1])]
     assert whole == one_by_one == [f for _, f in split_frames(data)[0]]
     assert framer.buffered == 0

@@ -31,11 +31,13 @@ from typing import Callable
 
 import uvloop
 
+from kinspect.app import build_app
 from kinspect.config import load_config
 from kinspect.protocol.codec import Codec
 from kinspect.protocol.errors import DecodeError
-from kinspect.proxy.observers import Dispatcher, EventLog
-from kinspect.proxy.rewrite import carries_addresses
+from kinspect.proxy.observers import Dispatcher
+from tests.support.event_log import EventLog
+from kinspect.session.address_rewrite import carries_addresses
 from kinspect.proxy.server import ProxyServer
 from kinspect.session import Exchange, Problem, Request, Response
 from tests.support.recording_relay import RecordingRelay
@@ -57,11 +59,14 @@ class ProxyHarness:
     """
 
     def __init__(self, overrides: dict, codec: Codec | None = None, observers: tuple = ()) -> None:
-        self.config = load_config(None, overrides)
+        # Assembled as `kinspect proxy` assembles it; metrics only when a test asks (it brings its own observer).
+        # The readiness probe is off: the tests' scripted brokers answer one connection each.
+        self.config = load_config(None, {"metrics.enabled": False, "proxy.readiness_probe_interval": 0, **overrides})
         self.codec = codec or Codec()
         self.events = EventLog()
-        self.dispatcher = Dispatcher([self.events, *observers])
-        self.server = ProxyServer(self.config, self.codec, self.dispatcher)
+        self.app = build_app(self.config, self.codec, extra_observers=[self.events, *observers])
+        self.server = self.app.server
+        self.dispatcher = self.server.dispatcher
         self.loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self.leftover_tasks: list[asyncio.Task] = []
@@ -75,7 +80,7 @@ class ProxyHarness:
         self._thread = threading.Thread(target=self._run, name="kinspect-proxy", daemon=True)
         self._thread.start()
         try:
-            self.call(self.server.start())
+            self.call(self.app.start(serve_http=False))
         except BaseException:
             self._stop_loop()
             raise
@@ -93,8 +98,8 @@ class ProxyHarness:
         if self._thread is None:
             return
         try:
-            if not self.server._stopping:
-                self.call(self.server.shutdown(grace), timeout=grace + 15)
+            if not self.server.stopping:
+                self.call(self.app.stop(grace), timeout=grace + 75)
             self.leftover_tasks = self.call(self._settle_tasks())
         finally:
             self._stop_loop()
@@ -159,12 +164,12 @@ class ProxyHarness:
         return [t for t in asyncio.all_tasks() if t is not current and not t.done()]
 
     def kinspect_tasks(self) -> list:
-        """Tasks on the proxy's loop other than the periodic sweeper (which lives as long as the server)."""
-        sweeper = self.server._sweeper
+        """Tasks on the proxy's loop other than the server's housekeeping (which lives as long as the server)."""
+        housekeeping = self.server.housekeeping_tasks
 
         async def _tasks():
             await asyncio.sleep(0)
-            return [t for t in self._tasks_now() if t is not sweeper]
+            return [t for t in self._tasks_now() if t not in housekeeping]
 
         return self.call(_tasks())
 
@@ -219,10 +224,13 @@ class RewriteRig:
     (kinspect then listens on 127.0.0.1) and kinspect reaches Tansu directly.
     """
 
-    def __init__(self, out_dir: Path, record: bool = True, overrides: dict | None = None) -> None:
+    def __init__(self, out_dir: Path, record: bool = True, overrides: dict | None = None,
+                 codec: Codec | None = None, observers: tuple = ()) -> None:
         self.out_dir = Path(out_dir)
         self.record = record
         self.overrides = overrides or {}
+        self.codec = codec
+        self.observers = observers
         self.tansu: TansuBroker | None = None
         self.back: RecordingRelay | None = None
         self.front_boot: RecordingRelay | None = None
@@ -263,7 +271,7 @@ class RewriteRig:
             "proxy.connect_timeout": 5.0,
             **self.overrides,
         }
-        self.proxy = ProxyHarness(overrides).start()
+        self.proxy = ProxyHarness(overrides, self.codec, self.observers).start()
         if self.record:
             self.front_boot = RecordingRelay(KINSPECT_HOST, self.proxy.server.bootstrap_port,
                                              self.out_dir / "front_boot").start()

@@ -1,0 +1,137 @@
+"""What a process costs, read from /proc: CPU time, resident memory, open descriptors; CPU pinning."""
+
+from __future__ import annotations
+
+import os
+import resource
+from pathlib import Path
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU time of a whole process (every thread, live or exited), from /proc/<pid>/stat.
+
+    Its resolution is one clock tick (10 ms): phases must use a second or more of CPU.
+    """
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def user_system_seconds(pid: int | None) -> tuple[float, float] | None:
+    """(user, system) CPU time of a whole process from /proc/<pid>/stat: Python and C code vs syscalls."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+        return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def run_seconds(pid: int | None) -> float | None:
+    """Time on a CPU of the process's live threads, in ns resolution (/proc/<pid>/task/*/schedstat).
+
+    A cross-check of cpu_seconds with finer resolution; it misses threads that exited.
+    """
+    if pid is None:
+        return None
+    total = 0
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                    total += int(f.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue  # the thread ended meanwhile
+    except OSError:
+        return None
+    return total / 1e9
+
+
+class CpuMeter:
+    """CPU used by a process between start() and stop(), by both counters."""
+
+    def __init__(self, pid: int | None) -> None:
+        self.pid = pid
+        self.us0 = self.r0 = None
+
+    def start(self) -> "CpuMeter":
+        self.us0, self.r0 = user_system_seconds(self.pid), run_seconds(self.pid)
+        return self
+
+    def stop(self) -> dict:
+        us1, r1 = user_system_seconds(self.pid), run_seconds(self.pid)
+        if self.us0 is None or us1 is None:
+            user = system = None
+        else:
+            user, system = us1[0] - self.us0[0], us1[1] - self.us0[1]
+        return {
+            "cpu_s": None if user is None else user + system, "user_s": user, "system_s": system,
+            "run_s": None if self.r0 is None or r1 is None else r1 - self.r0,
+        }
+
+
+def rss_kib(pid: int) -> int | None:
+    """Resident set size (VmRSS) in KiB."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def open_fds(pid: int) -> int | None:
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return None
+
+
+def loadavg() -> list[str]:
+    try:
+        with open("/proc/loadavg") as f:
+            return f.read().split()[:3]
+    except OSError:
+        return []
+
+
+def raise_nofile(wanted: int) -> tuple[int, str]:
+    """Raise this process's RLIMIT_NOFILE (inherited by the processes it starts) towards `wanted`.
+
+    The soft limit goes up to the hard limit; the hard limit itself only with the privilege
+    to raise it (root). Returns the soft limit in force and a sentence saying what was done.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft >= wanted:
+        return soft, f"RLIMIT_NOFILE {soft} already allows {wanted}"
+    if hard != resource.RLIM_INFINITY and hard < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, wanted))
+            return wanted, f"RLIMIT_NOFILE raised from {soft}/{hard} to {wanted}/{wanted} (soft/hard)"
+        except (ValueError, OSError):
+            pass  # not privileged (no CAP_SYS_RESOURCE): the hard limit stays
+    new = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if new == soft:
+        return soft, f"RLIMIT_NOFILE is {soft} (the hard limit, which cannot be raised here)"
+    resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+    return new, f"RLIMIT_NOFILE soft limit raised from {soft} to {new} (hard limit {hard}, which cannot be raised here)"
+
+
+def pin_self(cpus: set[int]) -> None:
+    """Pin this process's current thread, and so every thread and process it starts from now on."""
+    os.sched_setaffinity(0, cpus)
+
+
+def pin_command(cmd: list[str], cpus: set[int]) -> list[str]:
+    """`cmd` run under taskset (which execs it: the pid stays the command's own)."""
+    return ["taskset", "-c", ",".join(str(c) for c in sorted(cpus))] + cmd

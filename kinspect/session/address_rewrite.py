@@ -1,0 +1,126 @@
+"""Rewrite mode's response transform: broker addresses in responses point at kinspect's own listeners.
+
+These are the only frames whose bytes kinspect changes. A response that may carry
+broker addresses (Metadata, FindCoordinator, DescribeCluster, and the KIP-951
+NodeEndpoints of Produce, Fetch and the share-group responses) is held by the session
+until whole, then rewritten here; every other byte passes at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from kinspect.protocol.api_keys import (
+    DESCRIBE_CLUSTER, FETCH, FIND_COORDINATOR, METADATA, PRODUCE, SHARE_ACKNOWLEDGE, SHARE_FETCH,
+)
+from kinspect.protocol.codec import Codec
+
+# api key -> first version whose response can carry broker addresses
+ADDRESS_RESPONSES = {
+    METADATA: 0,  # Brokers
+    FIND_COORDINATOR: 0,  # NodeId/Host/Port, and Coordinators from v4
+    DESCRIBE_CLUSTER: 0,  # Brokers
+    PRODUCE: 10,  # NodeEndpoints (KIP-951)
+    FETCH: 16,  # NodeEndpoints (KIP-951)
+    SHARE_FETCH: 0,  # NodeEndpoints
+    SHARE_ACKNOWLEDGE: 0,  # NodeEndpoints
+}
+_NODE_ID_FIELDS = ("NodeId", "BrokerId")
+
+
+# Responses whose only addresses are KIP-951's NodeEndpoints, in their root tag section at
+# the very end of the frame: holding them (a whole Fetch response) costs streaming, so
+# proxy.rewrite_node_endpoints can turn it off.
+NODE_ENDPOINT_APIS = frozenset({PRODUCE, FETCH, SHARE_FETCH, SHARE_ACKNOWLEDGE})
+TAGGED_NODE_ENDPOINT_APIS = frozenset({PRODUCE, FETCH})
+
+
+def carries_addresses(api_key: int, version: int, node_endpoints: bool = True) -> bool:
+    first = ADDRESS_RESPONSES.get(api_key)
+    if first is None or version < first:
+        return False
+    return node_endpoints or api_key not in NODE_ENDPOINT_APIS
+
+
+@dataclass
+class NodeMap:
+    """Broker node id -> kinspect port, and what kinspect learnt of each broker's real address."""
+
+    advertised_host: str
+    port_base: int | None = None
+    ports: dict[int, int] = field(default_factory=dict)
+    upstream: dict[int, tuple[str, int]] = field(default_factory=dict)
+
+    def port_for(self, node_id: int) -> int:
+        port = self.ports.get(node_id)
+        if port is None:
+            if self.port_base is None:
+                raise KeyError(f"node {node_id} has no port: set proxy.node_port_base or proxy.node_ports")
+            port = self.port_base + node_id
+            if not 0 < port < 65536:
+                raise KeyError(f"node {node_id} maps to port {port}, outside 1-65535")
+        return port
+
+
+def _rewrite_structs(value, nodes: NodeMap, seen: list) -> bool:
+    """Rewrite Host/Port of every struct that names a broker; True if anything changed."""
+    changed = False
+    if isinstance(value, list):
+        for item in value:
+            changed |= _rewrite_structs(item, nodes, seen)
+        return changed
+    if not isinstance(value, dict):
+        return False
+    if "Host" in value and "Port" in value:
+        node_id = next((value[k] for k in _NODE_ID_FIELDS if isinstance(value.get(k), int)), None)
+        if node_id is not None and node_id >= 0:
+            seen.append((node_id, value["Host"], value["Port"]))
+            new = (nodes.advertised_host, nodes.port_for(node_id))
+            if (value["Host"], value["Port"]) != new:
+                value["Host"], value["Port"] = new
+                changed = True
+    for item in value.values():
+        if isinstance(item, (list, dict)):
+            changed |= _rewrite_structs(item, nodes, seen)
+    return changed
+
+
+def rewrite_response(codec: Codec, frame: bytes, api_key: int, version: int, nodes: NodeMap):
+    """Return (frame to send, [(node id, real host, real port)]); the frame unchanged if nothing moved."""
+    if api_key in TAGGED_NODE_ENDPOINT_APIS:
+        # Most Produce/Fetch responses carry no NodeEndpoints (a tagged field there): a scan
+        # says so without decoding. In the share-group responses it is a plain field.
+        facts = codec.scan_response(frame, api_key, version)
+        if not any(name == "NodeEndpoints" for _, _, name, _ in facts.tagged_fields):
+            return frame, []
+    decoded = codec.decode_response(frame, api_key, version)
+    seen: list = []
+    if not _rewrite_structs(decoded.body, nodes, seen):
+        return frame, seen
+    return codec.encode_response(api_key, version, decoded.header, decoded.body, decoded.trailing), seen
+
+
+class AddressRewrite:
+    """The ResponseTransform of rewrite mode: each broker named in a response gets kinspect's address.
+
+    `on_broker(node_id, host, port)` is told every broker a response names with its real
+    address (the proxy opens a listener for it); it runs before the response is sent on.
+    """
+
+    def __init__(self, codec: Codec, nodes: NodeMap, node_endpoints: bool = True,
+                 on_broker: Callable[[int, str, int], None] | None = None) -> None:
+        self.codec = codec
+        self.nodes = nodes
+        self.node_endpoints = node_endpoints
+        self.on_broker = on_broker
+
+    def wants(self, api_key: int, version: int) -> bool:
+        return carries_addresses(api_key, version, self.node_endpoints)
+
+    def apply(self, frame: bytes, api_key: int, version: int) -> bytes:
+        new, seen = rewrite_response(self.codec, frame, api_key, version, self.nodes)
+        if self.on_broker is not None:
+            for node_id, host, port in seen:
+                self.on_broker(node_id, host, port)
+        return new

@@ -1,0 +1,178 @@
+"""Splits one direction's byte stream into Kafka frames once, keeping of each what its plan asks (sans-IO).
+
+A frame is a 4-byte big-endian size and that many bytes. As soon as a frame's size and
+its first 8 bytes are in (api key, version and correlation id of a request; correlation
+id of a response), `plan(first_bytes, size)` decides what to keep of it:
+
+- KEEP_HEAD: its first `head_bytes` (enough for any header); the rest is only counted;
+- KEEP_WHOLE: the whole frame, when it is at most `keep_limit` bytes (else its head);
+- HOLD: the whole frame, and in a forwarding stream its bytes are held back so that the
+  caller can send a transformed frame in their place.
+
+`plan` returns (mode, ticket); the ticket travels with the frame (the response's request,
+for example). A stream made with `forwarding=True` also returns the bytes to send on, in
+order: every byte as it arrives, except a frame's first bytes until its plan is known and
+the whole of a held frame, which appears as a `None` placeholder at its place.
+
+A size below zero or above `max_frame_bytes` cannot be followed: `feed` raises
+FrameTooLarge / FrameError, carrying what it completed before (`frames`) and, in a
+forwarding stream, every byte not yet forwarded (`forward`), so nothing is lost.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from kinspect.protocol.framer import FrameError, FrameTooLarge
+
+KEEP_HEAD, KEEP_WHOLE, HOLD = 0, 1, 2
+_OVER_LIMIT = 3  # internal: a frame to keep whole that is over keep_limit: its head, never complete
+DECIDING_BYTES = 8  # of a frame's own bytes, what `plan` is given (fewer if the frame is shorter)
+_SIZE = struct.Struct(">i")
+
+
+class FrameStream:
+    """One direction of one connection; `feed(data)` returns (forward, frames).
+
+    frames: (offset, size, data, complete, ticket, mode) per frame, in order, where offset
+    is the stream offset of its size prefix, data the whole frame when complete, else its
+    head. forward: None for a stream that does not forward (the caller sends `data` as it is).
+    """
+
+    __slots__ = ("plan", "max_frame_bytes", "keep_limit", "head_bytes", "forwarding", "failed",
+                 "_buffer", "_buffer_offset", "_forwarded", "_size", "_mode", "_ticket", "_skip")
+
+    def __init__(self, plan, max_frame_bytes: int, keep_limit: int, head_bytes: int = 512,
+                 forwarding: bool = False) -> None:
+        self.plan = plan
+        self.max_frame_bytes = max_frame_bytes
+        self.keep_limit = keep_limit
+        self.head_bytes = head_bytes
+        self.forwarding = forwarding
+        self.failed = False
+        self._buffer = bytearray()
+        self._buffer_offset = 0  # stream offset of the buffer's first byte
+        self._forwarded = 0  # bytes at the buffer's start already forwarded
+        self._size = -1  # size of the frame at the buffer's start once planned, -1 before
+        self._mode = KEEP_HEAD
+        self._ticket = None
+        self._skip = 0  # bytes of a frame whose head was taken, still to pass over
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buffer)
+
+    def end(self) -> bytes:
+        """The stream ended: the bytes received but not yet forwarded (a frame cut short), to send as they are."""
+        unsent = bytes(self._buffer[self._forwarded:]) if self.forwarding else b""
+        self._buffer.clear()
+        self._forwarded = 0
+        self.failed = True
+        return unsent
+
+    @property
+    def in_progress(self):
+        """The ticket of a frame begun but not ended, else None."""
+        return self._ticket if (self._size >= 0 or self._skip) else None
+
+    def feed(self, data) -> tuple[list | None, list]:
+        if self.failed:
+            raise FrameError("the stream failed earlier; it cannot be re-synchronised")
+        forward = [] if self.forwarding else None
+        frames: list = []
+        skip = self._skip
+        if skip:
+            n = min(skip, len(data))
+            self._skip = skip - n
+            self._buffer_offset += n
+            if forward is not None:
+                forward.append(data if n == len(data) and type(data) is bytes else bytes(data[:n]))
+            if n == len(data):
+                return forward, frames
+            data = memoryview(data)[n:]
+        buf = self._buffer
+        held = bool(buf)
+        if held:
+            buf += data
+            view = memoryview(buf)
+            sent = self._forwarded
+        else:
+            view = memoryview(data)
+            sent = 0
+        base = self._buffer_offset  # stream offset of view[0]
+        end = len(view)
+        pos = 0  # start of the frame being read
+        size, mode, ticket = self._size, self._mode, self._ticket
+        plan = self.plan
+        head_bytes = self.head_bytes
+        try:
+            while True:
+                if size < 0:
+                    if end - pos < 4:
+                        break
+                    size = _SIZE.unpack_from(view, pos)[0]
+                    if size < 0 or size > self.max_frame_bytes:
+                        bad, size = size, -1
+                        if bad < 0:
+                            raise FrameError(f"negative frame size {bad}")
+                        raise FrameTooLarge(bad, self.max_frame_bytes)
+                    deciding = size if size < DECIDING_BYTES else DECIDING_BYTES
+                    if end - pos - 4 < deciding:
+                        size = -1
+                        break
+                    mode, ticket = plan(bytes(view[pos + 4 : pos + 4 + deciding]), size)
+                    if mode == KEEP_WHOLE and size > self.keep_limit:
+                        mode = _OVER_LIMIT
+                    if mode == HOLD and forward is not None and sent < pos:
+                        forward.append(bytes(view[sent:pos]))
+                        sent = pos
+                if (mode == KEEP_HEAD and size > head_bytes) or mode == _OVER_LIMIT:
+                    head = size if size < head_bytes else head_bytes
+                    if end - pos - 4 < head:
+                        break
+                    frames.append((base + pos, size, bytes(view[pos + 4 : pos + 4 + head]), False, ticket, KEEP_HEAD))
+                    have = end - pos - 4
+                    if have < size:  # the frame runs on past this chunk: pass over the rest as it comes
+                        self._skip = size - have
+                        pos, size = end, -1
+                        break
+                    pos += 4 + size
+                    size = -1
+                    continue
+                if end - pos - 4 < size:
+                    break
+                frames.append((base + pos, size, bytes(view[pos + 4 : pos + 4 + size]), True, ticket, mode))
+                pos += 4 + size
+                if mode == HOLD and forward is not None:
+                    forward.append(None)
+                    sent = pos
+                size = -1
+        except FrameError as exc:
+            self.failed = True
+            exc.frames = frames
+            if forward is not None:
+                if sent < end:
+                    forward.append(bytes(view[sent:end]))
+                exc.forward = forward
+            view.release()
+            buf.clear()
+            raise
+        if forward is not None:
+            # Forward what is settled: everything but a frame start not yet planned, or a held frame.
+            frontier = pos if (size < 0 or mode == HOLD) else end
+            if sent < frontier:
+                whole_chunk = not held and sent == 0 and frontier == end and type(data) is bytes
+                forward.append(data if whole_chunk else bytes(view[sent:frontier]))
+                sent = frontier
+        self._size, self._mode, self._ticket = size, mode, ticket
+        self._forwarded = sent - pos if sent > pos else 0
+        if held:
+            view.release()
+            if pos:
+                del buf[:pos]
+        else:
+            if pos < end:
+                buf += view[pos:]
+            view.release()
+        self._buffer_offset = base + pos
+        return forward, frames

@@ -1,0 +1,1 @@
+"""Upgrade readiness: which clients a broker upgrade would break (issue 13)."""

@@ -1,0 +1,74 @@
+"""`make test-fast` runs the unit tests only: what starts a broker, Prometheus, Spark or a subprocess is `integration`."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.paths import ROOT
+
+# What a test does when it starts something outside the interpreter (the broker, Prometheus and
+# Spark are all subprocesses, started through these).
+_STARTS = re.compile(r"\b(TansuBroker\(|ProxyRig\(|subprocess\.(run|Popen|check_output|check_call)\(|Popen\(|"
+                     r"spark_session\(|SparkSession|PrometheusServer\(|promtool)")
+
+
+def test_make_test_fast_is_the_unit_selection():
+    makefile = (ROOT / "Makefile").read_text("utf-8")
+    rule = makefile.split("\ntest-fast:", 1)[1].split("\n\n", 1)[0]
+    assert '-m "not integration"' in rule and "no tests ran" in rule
+    assert re.search(r'^    "integration: ', (ROOT / "pyproject.toml").read_text("utf-8"), re.M)
+
+
+def test_modules_that_start_processes_mark_them():
+    """A test module that starts a broker, Spark, Prometheus or a subprocess marks those tests integration."""
+    unmarked = []
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        text = path.read_text("utf-8")
+        if _STARTS.search(text) and "integration" not in text:
+            unmarked.append(str(path.relative_to(ROOT)))
+    assert unmarked == []
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_make_test_fast_leaves_out_integration_tests():
+    """The selection `make test-fast` runs (and the documented one-folder run) collects no integration test."""
+    collect = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only"]
+    fast = subprocess.run([*collect, "-m", "not integration"], cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert fast.returncode == 0, fast.stdout[-3000:]
+    slow = subprocess.run([*collect, "-m", "integration"], cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert slow.returncode == 0, slow.stdout[-3000:]
+    fast_ids = {line for line in fast.stdout.splitlines() if "::" in line}
+    slow_ids = {line for line in slow.stdout.splitlines() if "::" in line}
+    assert len(fast_ids) > 1000 and len(slow_ids) > 50
+    assert not fast_ids & slow_ids
+    # Whole modules that only run real components are all on the integration side.
+    for module in ("tests/proxy/test_proxy_integration.py", "tests/project/test_install.py",
+                   "tests/demo/test_make_run.py::test_make_run_from_a_clean_clone"):
+        assert not any(i.startswith(module) for i in fast_ids), module
+        assert any(i.startswith(module) for i in slow_ids), module
+    # docs/testing.md's one-folder run.
+    folder = subprocess.run([*collect, "tests/protocol"], cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert folder.returncode == 0 and re.search(r"^\d+ tests collected", folder.stdout, re.M), folder.stdout[-2000:]
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_a_passing_run_leaves_nothing_in_the_temp_folder(tmp_path):
+    """pyproject.toml's retention policy: a passing test's tmp_path is removed, a failing one's kept."""
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test_sample.py").write_text(
+        "def test_passes(tmp_path):\n    (tmp_path / 'big').write_bytes(b'x' * 100_000)\n\n"
+        "def test_fails(tmp_path):\n    (tmp_path / 'evidence').write_text('kept')\n    assert False\n")
+    base = tmp_path / "base"
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c",
+                             str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path), f"--basetemp={base}",
+                             str(tests)], capture_output=True, text=True, timeout=100)
+    assert "1 failed, 1 passed" in result.stdout, result.stdout[-2000:]
+    left = sorted(p.name for p in base.rglob("*") if p.is_file())
+    assert left == ["evidence"], left
