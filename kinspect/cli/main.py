@@ -16,7 +16,7 @@ from kinspect import __version__
 # name -> (module, one-line help, extras the command cannot run without)
 COMMANDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "specs": ("kinspect.cli.specs_command", "import, list and show message specs", ()),
-    "decode": ("kinspect.cli.decode_command", "decode recorded Kafka traffic of one connection to JSON Lines", ()),
+    "decode": ("kinspect.cli.decode_command", "decode recorded Kafka traffic (a connection, or a pcap) to JSON Lines", ()),
     "proxy": ("kinspect.cli.proxy_command", "run the sidecar proxy", ()),
     "clients": ("kinspect.cli.clients_command",
                 "the client inventory (software, versions, addresses) and what a broker upgrade would reject", ()),
