@@ -47,6 +47,10 @@ class RecordBuilder:
                 record = _problem_record(self.codec, event, self.acks_zero.get(flow.id, {}), self.roundtrip, stats)
                 if record is None:
                     continue
+                if event.kind == "unpaired_response" and "warning" not in record:
+                    # Counted as unpaired, not as a decoding failure: in a capture its request
+                    # may simply have been lost (a gap, a capture started mid-stream).
+                    stats.decode_errors -= 1
             elif kind is Exchange and event.response is not None and records:
                 records[-1]["latency"] = round(event.latency, 6)
                 continue
