@@ -67,7 +67,7 @@ def decode_conversation(
             elif kind is Response:
                 yield response_record(event, roundtrip, stats)
             elif kind is Problem:
-                record = _problem_record(codec, event, acks_zero, roundtrip, stats)
+                record = problem_record(codec, event, acks_zero, roundtrip, stats)
                 if record is not None:
                     yield record
     for direction, left in zip(("request", "response"), session.buffered):
@@ -76,7 +76,7 @@ def decode_conversation(
             stats.errors.append({"direction": direction, "error": f"{left} bytes of an incomplete last frame"})
 
 
-def _problem_record(codec: Codec, problem: Problem, acks_zero: dict, roundtrip: bool, stats: DecodeStats):
+def problem_record(codec: Codec, problem: Problem, acks_zero: dict, roundtrip: bool, stats: DecodeStats):
     """A record for a frame the session could not pair or read; None for problems that are not a frame."""
     if problem.kind in ("frame_too_large", "tls_on_plaintext") or (problem.kind == "decode_error" and problem.offset is None):
         stats.decode_errors += 1

@@ -13,7 +13,7 @@ from kinspect.offline_decode import DecodeStats, decode_conversation
 
 def add_parser(commands) -> None:
     p = commands.add_parser(
-        "decode", help="decode recorded Kafka traffic of one connection to JSON Lines",
+        "decode", help="decode recorded Kafka traffic (a connection, or a pcap) to JSON Lines",
         description="REQUESTS holds the client-to-broker bytes of one connection as they crossed the socket "
         "(4-byte size-prefixed frames); RESPONSES the broker-to-client bytes of the same connection.",
     )

@@ -16,13 +16,15 @@ from kinspect import __version__
 # name -> (module, one-line help, extras the command cannot run without)
 COMMANDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "specs": ("kinspect.cli.specs_command", "import, list and show message specs", ()),
-    "decode": ("kinspect.cli.decode_command", "decode recorded Kafka traffic of one connection to JSON Lines", ()),
+    "decode": ("kinspect.cli.decode_command", "decode recorded Kafka traffic (a connection, or a pcap) to JSON Lines", ()),
     "proxy": ("kinspect.cli.proxy_command", "run the sidecar proxy", ()),
     "clients": ("kinspect.cli.clients_command",
                 "the client inventory (software, versions, addresses) and what a broker upgrade would reject", ()),
     "capture": ("kinspect.cli.capture_command", "write a pcap file's Kafka exchanges as Parquet captures", ()),
     "analyze": ("kinspect.cli.analyze_command", "analyze capture files with PySpark: tables and an HTML report",
                 ("pipeline",)),
+    "capture": ("kinspect.cli.capture_command",
+                "write the Kafka exchanges of a tcpdump capture as Parquet capture files", ("proxy",)),
     # demo checks its own packages: --no-workload needs fewer
     "demo": ("kinspect.cli.demo_command",
              "run a broker with kinspect in front of it and a sample workload; print what kinspect saw", ()),

@@ -91,6 +91,8 @@ def run(args, codec) -> int:
     for line in summary(stats, reader):
         print(f"kinspect: {line}", file=sys.stderr)
     line = f"{decoded.frames} frames decoded, {decoded.decode_errors} failed to decode"
+    if decoded.unpaired_responses:
+        line += f", {decoded.unpaired_responses} responses without their request"
     if args.roundtrip:
         line += f", {decoded.roundtrip_mismatches} re-encoded differently"
     print(f"kinspect: {line}", file=sys.stderr)

@@ -5,10 +5,15 @@ from __future__ import annotations
 import struct
 
 from kinspect.protocol.codec import Codec
-from kinspect.session import ConnectionInfo, Session, SessionConfig
+from kinspect.session import ConnectionInfo, Plan, Session, SessionConfig
 
 _SIZE = struct.Struct(">i")
 _ZEROS = bytes(1024 * 1024)
+
+
+def shared_plan() -> Plan:
+    """One plan for every flow of a capture (it caches its per-api decisions)."""
+    return Plan(True)
 
 
 def session_config(inspect) -> SessionConfig:
@@ -29,9 +34,10 @@ class FlowFeeder:
     __slots__ = ("session", "connection")
 
     def __init__(self, codec: Codec, connection_id: int, client_address: str, broker: str,
-                 config: SessionConfig) -> None:
+                 config: SessionConfig, plan: Plan | None = None) -> None:
         self.connection = ConnectionInfo(connection_id, client_address, broker)
-        self.session = Session(codec, self.connection, config)
+        # Every body is kept (up to the inspection limit): decode and capture read them all.
+        self.session = Session(codec, self.connection, config, plan or Plan(True))
 
     @staticmethod
     def _chunks(size: int, data: bytes, complete: bool):
@@ -45,13 +51,13 @@ class FlowFeeder:
     def request(self, size: int, data: bytes, complete: bool, time: float) -> list:
         events: list = []
         for chunk in self._chunks(size, data, complete):
-            events.extend(self.session.client_data(chunk, time).events)
+            events.extend(self.session.client_data(chunk, time).events)  # client bytes are never changed
         return events
 
     def response(self, size: int, data: bytes, complete: bool, time: float) -> list:
         events: list = []
         for chunk in self._chunks(size, data, complete):
-            events.extend(self.session.broker_data(chunk, time).events)
+            events.extend(self.session.broker_data(chunk, time).events)  # no transform: nothing held or changed
         return events
 
     def close(self, time: float) -> list:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kinspect.pcap.feed import FlowFeeder
+from kinspect.pcap.feed import FlowFeeder, shared_plan
 from kinspect.pcap.framing import StreamFramer
 from kinspect.pcap.reader import TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN, PacketReader, Segment, address
 from kinspect.pcap.reassembly import Reassembler
@@ -89,6 +89,7 @@ class FlowTable:
         self.ports = frozenset(ports)
         self.head_bytes = head_bytes
         self.on_frame = on_frame  # called with (flow, direction, item) for every frame, before the session sees it
+        self.plan = shared_plan()
         self.flows: dict[tuple, Flow] = {}
         self.undecided: dict[tuple, _Undecided] = {}
         self.ignored: set[tuple] = set()
@@ -162,7 +163,7 @@ class FlowTable:
         self.stats.flows += 1
         if how in ("requests", "guess"):
             self.stats.guessed_directions += 1
-        feeder = FlowFeeder(self.codec, self.stats.flows, _endpoint(client), _endpoint(broker), self.config)
+        feeder = FlowFeeder(self.codec, self.stats.flows, _endpoint(client), _endpoint(broker), self.config, self.plan)
         flow = Flow(self.stats.flows, client, broker, first_time, how, feeder)
         outstanding: dict = {}
         for direction in (REQUEST, RESPONSE):

@@ -7,6 +7,9 @@ import struct
 from kinspect.pcap.resync import HeaderCheck, Resync
 
 _SIZE = struct.Struct(">i")
+# A direction that has not yielded one frame in this many bytes is not Kafka (TLS, another
+# protocol): its bytes are counted as discarded without being searched any more.
+NOT_KAFKA_BYTES = 1024 * 1024
 
 
 class StreamFramer:
@@ -21,7 +24,8 @@ class StreamFramer:
     """
 
     __slots__ = ("direction", "check", "outstanding", "max_frame_bytes", "keep_limit", "head_bytes", "out",
-                 "synced", "_buf", "_buf_offset", "_skip", "_resync")
+                 "synced", "_buf", "_buf_offset", "_skip", "_resync", "frames", "discarded", "abandoned",
+                 "_ignored")
 
     def __init__(self, direction: str, check: HeaderCheck, outstanding: dict, out: list, *, synced: bool,
                  keep_limit: int, head_bytes: int = 512) -> None:
@@ -37,8 +41,19 @@ class StreamFramer:
         self._buf_offset = 0  # stream offset of _buf[0]
         self._skip = 0  # bytes of a large frame (head already emitted) still to pass over
         self._resync = Resync(check, direction, outstanding)
+        self.frames = 0
+        self.discarded = 0
+        self.abandoned = False
+        self._ignored = None  # [offset, count, time] of the bytes passed over since abandoning
 
     def data(self, offset: int, data: bytes, time: float) -> None:
+        if self.abandoned:  # reported once, as one stretch, when the flow ends
+            self.discarded += len(data)
+            if self._ignored is None:
+                self._ignored = [offset, 0, time]
+            self._ignored[1] += len(data)
+            self._ignored[2] = time
+            return
         if self._skip:
             n = min(self._skip, len(data))
             self._skip -= n
@@ -56,6 +71,8 @@ class StreamFramer:
 
     def gap(self, offset: int, missing: int, time: float) -> None:
         self.out.append(("gap", offset, missing, time))
+        if self.abandoned:
+            return
         if self._skip >= missing:  # inside a large frame already reported: sync holds
             self._skip -= missing
             return
@@ -79,12 +96,16 @@ class StreamFramer:
     def finish(self, time: float) -> None:
         """The flow ended: whatever is held is an incomplete frame or unsynced bytes."""
         self._drop(len(self._buf), time)
+        if self._ignored is not None:
+            self.out.append(("discarded", self._ignored[0], self._ignored[1], self._ignored[2]))
+            self._ignored = None
 
     # ------------------------------------------------------------------ internals
 
     def _drop(self, count: int, time: float) -> None:
         if count:
             self.out.append(("discarded", self._buf_offset, count, time))
+            self.discarded += count
             del self._buf[:count]
             self._buf_offset += count
             self._resync.dropped(count)
@@ -109,6 +130,7 @@ class StreamFramer:
                 frame = bytes(buf[pos + 4 : pos + 4 + head])
                 have = min(end - pos - 4, size)
                 out.append(("frame", base + pos, size, frame, False, time))
+                self.frames += 1
                 self._note(frame, requests, outstanding)
                 pos += 4 + have
                 if have < size:
@@ -119,6 +141,7 @@ class StreamFramer:
                 break
             frame = bytes(buf[pos + 4 : pos + 4 + size])
             out.append(("frame", base + pos, size, frame, True, time))
+            self.frames += 1
             self._note(frame, requests, outstanding)
             pos += 4 + size
         if pos:
@@ -141,6 +164,10 @@ class StreamFramer:
 
     def _regain(self, time: float) -> None:
         found, keep_from = self._resync.find(self._buf)
+        if found is None and not self.frames and self.discarded + keep_from > NOT_KAFKA_BYTES:
+            self._drop(len(self._buf), time)
+            self.abandoned = True
+            return
         if found is None:
             # Keep at most one candidate frame's worth of bytes waiting for a decision.
             self._drop(max(keep_from, len(self._buf) - self.check.whole_check_bytes - 64), time)

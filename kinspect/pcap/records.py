@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
-from kinspect.offline_decode import DecodeStats, request_record, response_record
+from kinspect.offline_decode import DecodeStats, problem_record, request_record, response_record
 from kinspect.session import Exchange, Problem, Request, Response
 
-# Problems that are a frame of their own in the output; the rest (unknown_api, unanswered, ...)
-# are notes on a frame or a flow and are listed by the stream summary.
-_FRAME_PROBLEMS = ("unpaired_response", "decode_error", "sasl_tokens", "frame_too_large")
+ACKS_ZERO_KEPT = 1024  # acks=0 Produce correlation ids remembered per flow (a broker may answer them anyway)
 
 
 class RecordBuilder:
-    """Builds decode records; each carries the flow, its connection number and the packet time."""
+    """Builds decode records; each carries the flow, its connection number and the packet time.
+
+    `offset` is the frame's offset in its direction of the flow as captured (the session's
+    own count skips what a gap lost).
+    """
 
     def __init__(self, codec, stats: DecodeStats | None = None, roundtrip: bool = False) -> None:
         self.codec = codec
         self.stats = stats if stats is not None else DecodeStats()
         self.roundtrip = roundtrip  # re-encode every whole frame and compare, as `kinspect decode --roundtrip`
+        self.acks_zero: dict[int, dict[int, int]] = {}  # flow id -> correlation id -> Produce version
 
     @staticmethod
     def _where(flow, time: float) -> dict:
@@ -26,31 +29,34 @@ class RecordBuilder:
                       frame: bytes = b"") -> list[dict]:
         """The records of one frame (its bytes, or its head when over the inspection limit) from its events."""
         records = []
+        stats = self.stats
         for event in events:
             kind = type(event)
             if kind is Request:
-                roundtrip = self.roundtrip and event.complete
-                record = request_record(event, roundtrip, self.stats, offset)
+                record = request_record(event, self.roundtrip and event.complete, stats)
+                if not event.expects_response:
+                    acks = self.acks_zero.setdefault(flow.id, {})
+                    acks[event.correlation_id] = event.api_version
+                    if len(acks) > ACKS_ZERO_KEPT:
+                        del acks[next(iter(acks))]
                 self._limit(record, event)
             elif kind is Response:
-                record = response_record(event, self.roundtrip and event.complete, self.stats, offset)
+                record = response_record(event, self.roundtrip and event.complete, stats)
                 self._limit(record, event)
-            elif kind is Problem and event.kind in _FRAME_PROBLEMS:
-                self.stats.frames += 1
-                # An unpaired response is a pairing fact (Tansu answers acks=0), not a decoding failure.
-                if event.kind == "unpaired_response":
-                    self.stats.unpaired_responses += 1
-                elif event.kind != "sasl_tokens":
-                    self.stats.decode_errors += 1
-                record = {"direction": event.direction, "offset": offset, "size": event.size}
-                if event.kind == "unpaired_response" and len(frame) >= 4:
-                    record["correlation_id"] = int.from_bytes(frame[:4], "big", signed=True)
-                record["error"] = {"reason": event.detail, "kind": event.kind}
+            elif kind is Problem:
+                record = problem_record(self.codec, event, self.acks_zero.get(flow.id, {}), self.roundtrip, stats)
+                if record is None:
+                    continue
+                if event.kind == "unpaired_response" and "warning" not in record:
+                    # Counted as unpaired, not as a decoding failure: in a capture its request
+                    # may simply have been lost (a gap, a capture started mid-stream).
+                    stats.decode_errors -= 1
             elif kind is Exchange and event.response is not None and records:
                 records[-1]["latency"] = round(event.latency, 6)
                 continue
             else:
                 continue
+            record["offset"] = offset
             records.append({**self._where(flow, time), **record})
         return records
 
@@ -73,5 +79,6 @@ class RecordBuilder:
         return record
 
     def close_records(self, flow, events: list) -> list[dict]:
+        self.acks_zero.pop(flow.id, None)
         return [{**self._where(flow, e.time), "direction": e.direction, "unanswered": e.detail}
                 for e in events if type(e) is Problem and e.kind == "unanswered"]

@@ -54,7 +54,7 @@ class _Sink:
             self._flow(flow).notes[direction].append((item[0], item[1], item[2]))
 
     def flow_closed(self, flow, events):
-        self._flow(flow)
+        self._flow(flow).records.extend(self.builder.close_records(flow, events))
 
 
 def reassemble(path, ports=(), codec: Codec | None = None, inspect: InspectConfig = WHOLE):

@@ -25,10 +25,9 @@ def _check(path, port):
     flows, stats, decoded = reassemble(path, [port])
     assert stats.gaps == 0 and stats.discarded_bytes == 0 and stats.resyncs == 0
     assert decoded.decode_errors == 0
-    unpaired = [r for f in flows.values() for r in f.records
-                if (r.get("error") or {}).get("kind") == "unpaired_response"]
-    # Tansu answered one Produce with acks=0 in the recording; the session pairs as the proxy does.
-    assert len(unpaired) == decoded.unpaired_responses and all("acks=0" in r["error"]["reason"] for r in unpaired)
+    # Tansu answered one Produce with acks=0 in the recording: decoded, with the warning `kinspect decode` gives.
+    answered = [r for f in flows.values() for r in f.records if "acks=0" in r.get("warning", "")]
+    assert len(answered) == 1 and answered[0]["api_name"] == "Produce" and decoded.unpaired_responses == 0
     ordered = sorted(flows.values(), key=lambda f: f.flow.id)
     # The replay sent the conversations in order, one connection each: the flows are the same, in order.
     assert [f.stream("request") for f in ordered] == _expected_requests()
