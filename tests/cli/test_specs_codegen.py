@@ -5,8 +5,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from kinspect.protocol.codec import Codec, codegen
 from kinspect.protocol.codec.runtime import namespace
+
+pytestmark = pytest.mark.integration  # runs the kinspect command
 
 
 def _kinspect(*args: str) -> subprocess.CompletedProcess:
