@@ -15,6 +15,9 @@ from pathlib import Path
 
 from kinspect.capture.schema import COLUMN_NAMES, METADATA_VERSION_KEY, SCHEMA_VERSION
 
+# columns every capture file has (schema v1); the v2 ones (issue 13) are optional and read as null
+OPTIONAL_COLUMNS = ("client_software_name", "client_software_version", "record_magics")
+REQUIRED_COLUMNS = tuple(name for name in COLUMN_NAMES if name not in OPTIONAL_COLUMNS)
 CAPTURE_GLOB = "capture-*.parquet"  # writers write *.parquet.tmp and rename, so .tmp never matches
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
@@ -80,7 +83,7 @@ def check_capture_file(file: Path) -> int:
     except ValueError:
         raise AnalyzeInputError(f"malformed capture file {file}: schema version {raw!r} is not a number") from None
     check_schema_version(version, str(file))
-    missing = [name for name in COLUMN_NAMES if name not in names]
+    missing = [name for name in REQUIRED_COLUMNS if name not in names]
     if missing:
         raise AnalyzeInputError(f"malformed capture file {file}: missing columns {', '.join(missing)}")
     return version

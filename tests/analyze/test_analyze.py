@@ -1,6 +1,6 @@
 """The analyze job's tables against a plain-Python computation of the same figures from the same files.
 
-Generated captures (kinspect.analyze.sample_data: several files in two directories, every
+Generated captures (tests/support/sample_data.py: several files in two directories, every
 api shape, nulls, acks=0 rows, tagged and integer fields, error codes) are analyzed once
 on the test run's SparkSession; every table is then recomputed here with pyarrow and plain
 loops, and the two must agree row for row and value for value. The input checks, the
@@ -24,7 +24,7 @@ import pytest
 
 from kinspect.analyze.inputs import AnalyzeInputError, check_inputs, check_java
 from kinspect.analyze.job import analyze, compute
-from kinspect.analyze.sample_data import write_captures
+from tests.support.sample_data import write_captures
 from kinspect.capture.schema import METADATA_VERSION_KEY, arrow_schema
 from tests.support.paths import ROOT
 
@@ -61,10 +61,17 @@ def messages(rows: list[dict]):
 
 
 def by_bytes(groups: dict, key: str, top: int) -> list[dict]:
-    out = [{key: k, "exchanges": v[0], "request_bytes": v[1], "response_bytes": v[2], "bytes": v[1] + v[2]}
-           for k, v in groups.items()]
+    """The top rows by bytes, then one "(other)" row summing the rest."""
+    out = [{key: k, "exchanges": v[0], "request_bytes": v[1], "response_bytes": v[2], "bytes": v[1] + v[2],
+            "grouped": 1} for k, v in groups.items()]
     out.sort(key=lambda r: (-r["bytes"], r[key] is not None, r[key] or ""))
-    return out[:top]
+    rest = out[top:]
+    if rest:
+        other = {key: "(other)", "grouped": len(rest)}
+        for column in ("exchanges", "request_bytes", "response_bytes", "bytes"):
+            other[column] = sum(r[column] for r in rest)
+        return out[:top] + [other]
+    return out
 
 
 def pct(saved: int, total: int):
@@ -235,17 +242,21 @@ def test_generated_captures_cover_the_cases(analyzed):
     assert any(r["direction"] == "response" and r["version"] == 0 for r in want["kip482_savings"]
                if r["api"] == "ApiVersions")
     assert None in {r["client_id"] for r in result.tables["top_clients"]} | {r["client_id"] for r in want["top_clients"]}
-    assert len(result.tables["top_clients"]) == TOP and len(result.tables["top_topics"]) == TOP
-    assert [line.split(":")[0] for line in lines[:len(TABLE_NAMES)]] == list(TABLE_NAMES)  # progress, in order
+    assert len(result.tables["top_clients"]) == TOP + 1 and len(result.tables["top_topics"]) == TOP + 1
+    assert result.tables["top_topics"][-1]["topic"] == "(other)" and result.tables["top_topics"][-1]["grouped"] > 1
+    assert lines[0].startswith("read: captures aggregated into ")
+    assert [line.split(":")[0] for line in lines[1:len(TABLE_NAMES) + 1]] == list(TABLE_NAMES)  # progress, in order
 
 
 def test_percentiles_are_nearest_rank(spark):
     """Exact nearest-rank percentiles for every group size 1..400, ties and all."""
-    from kinspect.analyze.tables import _percentiles
+    from kinspect.analyze.tables import percentiles, with_ranks
 
     rows = [(n, (i * 7919) % (n + 3)) for n in range(1, 401) for i in range(n)]
-    df = spark.createDataFrame(rows, "n int, v int")
-    got = {r["n"]: (r["p50"], r["p90"], r["p99"]) for r in df.groupBy("n").agg(*_percentiles("v")).collect()}
+    counted = collections.Counter(rows)  # what the fact cube holds: one row per distinct value, with its count
+    df = spark.createDataFrame([(g, v, c) for (g, v), c in counted.items()], "g int, v bigint, n bigint")
+    got = {r["g"]: (r["p50"], r["p90"], r["p99"])
+           for r in with_ranks(df, ["g"]).groupBy("g").agg(*percentiles()).collect()}
     values = collections.defaultdict(list)
     for n, v in rows:
         values[n].append(v)
