@@ -55,6 +55,8 @@ def capture_files(path: str) -> list[Path]:
     where = local_path(path)
     if not where.exists():
         raise AnalyzeInputError(f"capture directory not found: {path}")
+    if not os.access(where, os.R_OK | (os.X_OK if where.is_dir() else 0)):
+        raise AnalyzeInputError(f"cannot read {path}: permission denied")
     if where.is_file():
         files = [where]
     else:
@@ -62,6 +64,10 @@ def capture_files(path: str) -> list[Path]:
         if not files:
             raise AnalyzeInputError(f"no capture files ({CAPTURE_GLOB}) in {path}")
     for file in files:
+        if not file.is_file():
+            raise AnalyzeInputError(f"malformed capture file {file}: not a file")
+        if not os.access(file, os.R_OK):
+            raise AnalyzeInputError(f"cannot read capture file {file}: permission denied")
         check_capture_file(file)
     return files
 

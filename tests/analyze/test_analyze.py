@@ -369,6 +369,30 @@ def test_cli_bad_input_exits_2_before_spark(tmp_path):
     assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("case", ["out is a file", "out under a file", "bad master", "bad conf",
+                                  "capture is a directory"])
+def test_cli_checks_every_argument_before_spark(tmp_path, case):
+    """Each bad argument: one line on stderr, exit 2, and Spark never started (so it is quick)."""
+    write_captures(tmp_path / "c", 5, files=1)
+    (tmp_path / "report.html").write_text("an existing file")
+    args = [str(tmp_path / "c"), "--out", str(tmp_path / "out")]
+    expect = {
+        "out is a file": (["--out", str(tmp_path / "report.html")], f"--out {tmp_path / 'report.html'} is an "
+                          "existing file, not a directory"),
+        "out under a file": (["--out", str(tmp_path / "report.html" / "x")], "is a file, not a directory"),
+        "bad master": (["--master", "locl[2]"], "--master 'locl[2]' is not a Spark master URL"),
+        "bad conf": (["--conf", "spark.ui.enabled"], "--conf 'spark.ui.enabled': expected KEY=VALUE"),
+        "capture is a directory": ([], "malformed capture file"),
+    }[case]
+    if case == "capture is a directory":
+        (tmp_path / "c" / "capture-00099.parquet").mkdir()
+    result = run_cli(*args, *expect[0], timeout=60)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kinspect analyze: ") and expect[1] in lines[0], lines
+    assert "starting Spark" not in result.stderr and not (tmp_path / "out").exists()
+
+
 def test_cli_without_java(tmp_path):
     write_captures(tmp_path / "c", 5, files=1)
     env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
@@ -390,10 +414,13 @@ def test_cli_end_to_end(tmp_path):
     result = run_cli(str(tmp_path / "c"), "--out", str(tmp_path / "report"), "--master", "local[1]", "--top", "3",
                      "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=2", env=env)
     assert result.returncode == 0, result.stderr[-3000:]
+    # Spark's log at ERROR: no WARN line on a normal run
+    assert not re.search(r"\bWARN\b", result.stderr), result.stderr[-3000:]
     progress = [line for line in result.stderr.splitlines() if line.startswith("kinspect analyze: ")]
     assert progress[0].startswith("kinspect analyze: starting Spark (local[1])")
     assert any(line.startswith("kinspect analyze: api_sizes: ") for line in progress)
-    assert progress[-1].startswith("kinspect analyze: done")
+    assert re.match(r"kinspect analyze: done: Spark start [\d.]+ s, read [\d.]+ s, tables [\d.]+ s, "
+                    r"report [\d.]+ s", progress[-1]), progress[-1]
     want = reference(read_rows([tmp_path / "c"]), 3)
     for name in ("api_sizes", "top_topics", "latency"):
         assert pq.read_table(tmp_path / "report" / "tables" / name).to_pylist() == want[name]
