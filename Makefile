@@ -12,12 +12,17 @@ $(STAMP): pyproject.toml $(wildcard setup.py)
 	$(PY) -m pip install --quiet -e '.[test,proxy,pipeline]'
 	touch $(STAMP)
 
-# Debian's prometheus package gives the tests promtool and a real Prometheus (installed when root).
+# Debian's prometheus package gives the tests promtool and a real Prometheus, chromium opens the
+# analyze report (both installed when root).
 SYSDEPS := $(VENV)/.sysdeps
 $(SYSDEPS):
 	@if ! command -v promtool >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; \
 	  else echo "promtool is missing: install Debian's prometheus package (as root: apt-get install prometheus)" >&2; exit 1; fi; \
+	fi
+	@if ! command -v chromium >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "chromium is missing: install Debian's chromium package (as root: apt-get install chromium)" >&2; exit 1; fi; \
 	fi
 	mkdir -p $(VENV) && touch $(SYSDEPS)
 

@@ -83,12 +83,14 @@ def size_shuffle(spark, captures) -> int:
     return partitions
 
 
-def compute(spark, paths: list[str], top: int = 50, progress: Progress | None = None) -> Analysis:
+def compute(spark, paths: list[str], top: int = 50, progress: Progress | None = None,
+            targets: dict | None = None) -> Analysis:
     """Every table of the report, collected on the driver (they are small aggregates).
 
     The captures are read once: each exchange becomes a few facts, aggregated in one
     shuffle into a small cube (kinspect.analyze.facts) that is kept in memory (or on
-    disk) while every table is derived from it.
+    disk) while every table is derived from it. `targets` are the upgrade targets
+    (kinspect.analyze.upgrade; default: every release of the shipped specs).
     """
     from pyspark import StorageLevel
     from pyspark.errors import PySparkException
@@ -96,9 +98,14 @@ def compute(spark, paths: list[str], top: int = 50, progress: Progress | None = 
 
     from kinspect.analyze.facts import build_facts
     from kinspect.analyze.tables import TABLES
+    from kinspect.analyze.upgrade import UPGRADE_TABLES, builtin_targets
 
     say = progress or (lambda _: None)
     paths = check_inputs(paths)
+    if targets is None:
+        targets = builtin_targets()
+    builders = {name: (lambda cube, build=build: build(cube, top)) for name, (build, _) in TABLES.items()}
+    builders |= {name: (lambda cube, build=build: build(cube, targets)) for name, (build, _) in UPGRADE_TABLES.items()}
     started = time.perf_counter()
     captures = read_captures(spark, paths)
     # the session may be the caller's: its settings come back as they were when the job ends
@@ -123,14 +130,14 @@ def compute(spark, paths: list[str], top: int = 50, progress: Progress | None = 
         # all tables unioned, and than one after the other).
         def collect(name: str):
             started = time.perf_counter()
-            frame = TABLES[name][0](cube, top)
+            frame = builders[name](cube)
             spark.sparkContext.setJobDescription(f"kinspect analyze: {name}")
             rows = [r.asDict(recursive=True) for r in frame.collect()]
             return rows, frame.schema, time.perf_counter() - started
 
         started = time.perf_counter()
         with ThreadPoolExecutor(max_workers=4) as pool:
-            futures = {name: pool.submit(collect, name) for name in TABLES}
+            futures = {name: pool.submit(collect, name) for name in builders}
             for name, future in futures.items():
                 rows, schema, seconds = future.result()
                 if name == "summary":
@@ -142,7 +149,7 @@ def compute(spark, paths: list[str], top: int = 50, progress: Progress | None = 
                 result.seconds[name] = seconds
                 say(f"{name}: {len(rows)} rows ({seconds:.1f} s)")
         result.seconds["tables"] = time.perf_counter() - started
-        say(f"tables: {len(TABLES)} tables ({result.seconds['tables']:.1f} s)")
+        say(f"tables: {len(builders)} tables ({result.seconds['tables']:.1f} s)")
     finally:
         cube.unpersist()
         for key, value in saved.items():
@@ -154,12 +161,12 @@ def compute(spark, paths: list[str], top: int = 50, progress: Progress | None = 
 
 
 def analyze(spark, paths: list[str], out: str, top: int = 50, html: bool = True,
-            progress: Progress | None = None) -> Analysis:
+            progress: Progress | None = None, targets: dict | None = None) -> Analysis:
     """Compute every table and write REPORT/tables/<name>/ (Parquet), REPORT/tables/<name>.csv, REPORT/report.html."""
     from kinspect.analyze import output
 
     say = progress or (lambda _: None)
-    result = compute(spark, paths, top, progress)
+    result = compute(spark, paths, top, progress, targets)
     started = time.perf_counter()
     output.ensure_dir(out)
     for name, rows in result.tables.items():
