@@ -13,8 +13,11 @@ import re
 import shutil
 from pathlib import Path
 
-from kinspect.capture.schema import METADATA_VERSION_KEY, SCHEMA_VERSION, column_names
+from kinspect.capture.schema import COLUMN_NAMES, METADATA_VERSION_KEY, SCHEMA_VERSION, column_names
 
+# columns every capture file has (schema v1); the v2 ones (issue 13) are optional and read as null
+OPTIONAL_COLUMNS = ("client_software_name", "client_software_version", "record_magics")
+REQUIRED_COLUMNS = tuple(name for name in COLUMN_NAMES if name not in OPTIONAL_COLUMNS)
 CAPTURE_GLOB = "capture-*.parquet"  # writers write *.parquet.tmp and rename, so .tmp never matches
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
@@ -52,6 +55,8 @@ def capture_files(path: str) -> list[Path]:
     where = local_path(path)
     if not where.exists():
         raise AnalyzeInputError(f"capture directory not found: {path}")
+    if not os.access(where, os.R_OK | (os.X_OK if where.is_dir() else 0)):
+        raise AnalyzeInputError(f"cannot read {path}: permission denied")
     if where.is_file():
         files = [where]
     else:
@@ -59,6 +64,10 @@ def capture_files(path: str) -> list[Path]:
         if not files:
             raise AnalyzeInputError(f"no capture files ({CAPTURE_GLOB}) in {path}")
     for file in files:
+        if not file.is_file():
+            raise AnalyzeInputError(f"malformed capture file {file}: not a file")
+        if not os.access(file, os.R_OK):
+            raise AnalyzeInputError(f"cannot read capture file {file}: permission denied")
         check_capture_file(file)
     return files
 

@@ -1,187 +1,190 @@
-"""The report's tables, each a function from the captures DataFrame to a small aggregate DataFrame.
+"""The report's tables, each derived from the one fact aggregate (kinspect.analyze.facts), never from the captures.
 
-Definitions shared by every table (the README's "Analyze captures" section repeats them):
+Definitions shared by every table (docs/analyze.md repeats them):
 - `api` is the api name, or `api_<key>` for an api the specs do not know.
 - A request's version is `request_version`; a response's is `response_version` (the version
   its body was read at), or the request's when that is null.
 - Percentiles are exact, by nearest rank: pN of n values is the value at rank ceil(N/100 * n)
-  of the sorted values (Spark's percentile_disc). Latencies are microseconds in the
-  captures and milliseconds (value / 1000) in the tables.
+  of the sorted values. Latencies are microseconds in the captures and milliseconds
+  (value / 1000) in the tables.
 - Size histogram buckets are powers of two: bucket k holds sizes in [2^k, 2^(k+1)).
 - A topic's bytes are the request and response bytes of every exchange that names it; an
   exchange naming three topics counts in full for each of them (frames are not split
   by topic, so this is an upper bound per topic, not a share).
 - Rows that never got a response (acks=0 produces) count as requests only.
+- top_clients and top_topics keep the top N by bytes and sum the rest in one last row
+  named "(other)" (`grouped` says how many ids a row sums).
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from kinspect.analyze import facts as K
+
 PERCENTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
+OTHER = "(other)"
 
 
-def api_column() -> Column:
-    return F.coalesce(F.col("api_name"), F.concat(F.lit("api_"), F.col("api_key").cast("string")))
+def ordered(df: DataFrame, *columns) -> DataFrame:
+    """A small table sorted in one partition: no range-partitioning job, which a global sort would start."""
+    return df.coalesce(1).sortWithinPartitions(*columns)
 
 
-def _percentiles(column: str, scale: float | None = None) -> list[Column]:
+def _kind(cube: DataFrame, kind: int) -> DataFrame:
+    return cube.where(F.col("kind") == kind)
+
+
+def percentiles(scale: float | None = None) -> list[Column]:
+    """Exact nearest-rank percentiles of `v` (weighted by `n`): aggregate columns for a
+    groupBy of the same keys over `with_ranks(df, keys)`."""
     out = []
     for name, p in PERCENTILES:
-        value = F.expr(f"percentile_disc({p}) WITHIN GROUP (ORDER BY {column})")
-        out.append((value.cast("long") / scale if scale else value.cast("long")).alias(name))
+        rank = F.greatest(F.lit(1), F.ceil(F.lit(p) * F.col("total")))
+        value = F.min(F.when(F.col("cum") >= rank, F.col("v")))
+        out.append((value / scale if scale else value).alias(name))
     return out
 
 
-def _by_direction(df: DataFrame) -> DataFrame:
-    """One row per message: api, direction, version, size."""
-    requests = df.select(api_column().alias("api"), F.lit("request").alias("direction"),
-                         F.col("request_version").cast("int").alias("version"), F.col("request_size").alias("size"))
-    responses = df.where(F.col("response_size").isNotNull()).select(
-        api_column().alias("api"), F.lit("response").alias("direction"),
-        F.coalesce("response_version", "request_version").cast("int").alias("version"),
-        F.col("response_size").alias("size"))
-    return requests.unionByName(responses)
+def with_ranks(df: DataFrame, keys: list[str]) -> DataFrame:
+    """`cum`: values up to and including this one; `total`: values of the group."""
+    ordered = Window.partitionBy(*keys).orderBy("v").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    return (df.withColumn("cum", F.sum("n").over(ordered))
+            .withColumn("total", F.sum("n").over(Window.partitionBy(*keys))))
 
 
-def summary(df: DataFrame, top: int) -> DataFrame:
-    return df.agg(
-        F.count(F.lit(1)).alias("exchanges"),
-        F.count("response_size").alias("responses"),
-        # microseconds since the epoch, UTC: collect() would turn a timestamp into the driver's local time
-        F.unix_micros(F.min("request_time")).alias("first_request_us"),
-        F.unix_micros(F.max("request_time")).alias("last_request_us"),
-        F.sum("request_size").alias("request_bytes"),
-        F.coalesce(F.sum("response_size"), F.lit(0)).alias("response_bytes"),
-        F.countDistinct(api_column()).alias("apis"),
-        F.countDistinct("client_id").alias("client_ids"),
-        F.sum(F.when(F.col("request_decode_error").isNotNull(), 1).otherwise(0)).alias("request_decode_errors"),
-        F.sum(F.when(F.col("response_decode_error").isNotNull(), 1).otherwise(0)).alias("response_decode_errors"),
-        F.sum(F.when(F.col("request_inspected"), 0).otherwise(1)).alias("requests_not_inspected"),
-        F.min("schema_version").cast("int").alias("min_schema_version"),
-        F.max("schema_version").cast("int").alias("max_schema_version"),
-    )
+def summary(cube: DataFrame, top: int) -> DataFrame:
+    # one aggregation over the cube, each figure from the rows of its kind
+    def of(kind: int, column: str, cond: Column | None = None) -> Column:
+        test = F.col("kind") == kind
+        return F.when(test & cond if cond is not None else test, F.col(column))
+
+    return cube.agg(
+        F.sum(of(K.SUMMARY, "n")).alias("exchanges"), F.sum(of(K.SUMMARY, "m3")).alias("responses"),
+        F.min(of(K.SUMMARY, "lo")).alias("first_request_us"), F.max(of(K.SUMMARY, "hi")).alias("last_request_us"),
+        F.sum(of(K.SUMMARY, "m1")).alias("request_bytes"),
+        F.coalesce(F.sum(of(K.SUMMARY, "m2")), F.lit(0)).alias("response_bytes"),
+        F.countDistinct(of(K.SIZE, "api", F.col("s1") == "request")).alias("apis"),
+        F.count(of(K.CLIENT, "s1")).alias("client_ids"),
+        F.sum(of(K.SUMMARY, "m4")).alias("request_decode_errors"),
+        F.sum(of(K.SUMMARY, "m5")).alias("response_decode_errors"),
+        F.sum(of(K.SUMMARY, "m6")).alias("requests_not_inspected"),
+        F.min(of(K.SUMMARY, "i1")).alias("min_schema_version"), F.max(of(K.SUMMARY, "i1")).alias("max_schema_version"))
 
 
-def api_sizes(df: DataFrame, top: int) -> DataFrame:
-    return (_by_direction(df).groupBy("api", "direction", "version")
-            .agg(F.count(F.lit(1)).alias("count"), *_percentiles("size"),
-                 F.max("size").cast("long").alias("max"), F.sum("size").alias("sum"))
-            .orderBy("api", "direction", "version"))
+def api_sizes(cube: DataFrame, top: int) -> DataFrame:
+    keys = ["api", "direction", "version"]
+    sizes = _kind(cube, K.SIZE).select(F.col("api"), F.col("s1").alias("direction"), F.col("i1").alias("version"),
+                                       "v", "n")
+    return (with_ranks(sizes, keys).groupBy(*keys)
+            .agg(F.sum("n").alias("count"), *percentiles(),
+                 F.max("v").alias("max"), F.sum(F.col("v") * F.col("n")).alias("sum"))
+            .transform(ordered, *keys))
 
 
-def size_histogram(df: DataFrame, top: int) -> DataFrame:
+def size_histogram(cube: DataFrame, top: int) -> DataFrame:
     # bin() is the exact binary string of the size: its length - 1 is floor(log2(size)),
     # with no floating-point log at powers of two.
-    bucket = (F.length(F.bin(F.col("size").cast("long"))) - 1).cast("int")
-    return (_by_direction(df).withColumn("bucket", bucket).groupBy("api", "direction", "bucket")
-            .agg(F.count(F.lit(1)).alias("count"))
+    bucket = (F.length(F.bin(F.col("v"))) - 1).cast("int")
+    return (_kind(cube, K.SIZE).select(F.col("api"), F.col("s1").alias("direction"), bucket.alias("bucket"), "n")
+            .groupBy("api", "direction", "bucket").agg(F.sum("n").alias("count"))
             .withColumn("min_bytes", F.expr("shiftleft(CAST(1 AS BIGINT), bucket)"))
             .select("api", "direction", "bucket", "min_bytes", "count")
-            .orderBy("api", "direction", "bucket"))
+            .transform(ordered, "api", "direction", "bucket"))
 
 
-def _exchange_bytes() -> list[Column]:
-    return [F.count(F.lit(1)).alias("exchanges"), F.sum("request_size").alias("request_bytes"),
-            F.coalesce(F.sum("response_size"), F.lit(0)).alias("response_bytes")]
+def _top_with_other(rows: DataFrame, key: str, top: int) -> DataFrame:
+    """The top `top` rows by bytes, then one row summing the rest (if any), named OTHER."""
+    ranked = (rows.withColumn("bytes", F.col("request_bytes") + F.col("response_bytes"))
+              .withColumn("rank", F.row_number().over(
+                  Window.orderBy(F.col("bytes").desc(), F.col(key).asc_nulls_first()))))
+    head = ranked.where(F.col("rank") <= top).withColumn("grouped", F.lit(1).cast("long"))
+    tail = (ranked.where(F.col("rank") > top)
+            .agg(F.sum("exchanges").alias("exchanges"), F.sum("request_bytes").alias("request_bytes"),
+                 F.sum("response_bytes").alias("response_bytes"), F.sum("bytes").alias("bytes"),
+                 F.count(F.lit(1)).alias("grouped"))
+            .where(F.col("grouped") > 0)
+            .select(F.lit(OTHER).alias(key), "exchanges", "request_bytes", "response_bytes", "bytes",
+                    F.lit(top + 1).alias("rank"), "grouped"))
+    columns = [key, "exchanges", "request_bytes", "response_bytes", "bytes", "grouped"]
+    return head.select(*columns, "rank").unionByName(tail.select(*columns, "rank")).transform(ordered, "rank").drop("rank")
 
 
-def top_clients(df: DataFrame, top: int) -> DataFrame:
-    return (df.groupBy("client_id").agg(*_exchange_bytes())
-            .withColumn("bytes", F.col("request_bytes") + F.col("response_bytes"))
-            .orderBy(F.col("bytes").desc(), F.col("client_id").asc_nulls_first()).limit(top))
+def top_clients(cube: DataFrame, top: int) -> DataFrame:
+    rows = _kind(cube, K.CLIENT).select(F.col("s1").alias("client_id"), F.col("n").alias("exchanges"),
+                                        F.col("m1").alias("request_bytes"), F.col("m2").alias("response_bytes"))
+    return _top_with_other(rows, "client_id", top)
 
 
-def top_topics(df: DataFrame, top: int) -> DataFrame:
-    # A topic named twice in one exchange (request and response, say) counts once.
-    names = F.array_distinct(F.transform("topic_partitions", lambda t: t["topic"]))
-    return (df.select(F.explode(names).alias("topic"), "request_size", "response_size")
-            .groupBy("topic").agg(*_exchange_bytes())
-            .withColumn("bytes", F.col("request_bytes") + F.col("response_bytes"))
-            .orderBy(F.col("bytes").desc(), F.col("topic").asc_nulls_first()).limit(top))
+def top_topics(cube: DataFrame, top: int) -> DataFrame:
+    rows = _kind(cube, K.TOPIC).select(F.col("s1").alias("topic"), F.col("n").alias("exchanges"),
+                                       F.col("m1").alias("request_bytes"), F.col("m2").alias("response_bytes"))
+    return _top_with_other(rows, "topic", top)
 
 
-def tagged_fields(df: DataFrame, top: int) -> DataFrame:
-    t = df.select(api_column().alias("api"), F.explode("tagged_fields").alias("t"))
-    return (t.groupBy(F.col("t.location").alias("location"), "api", F.col("t.path").alias("path"),
-                      F.col("t.tag").alias("tag"), F.col("t.name").alias("name"), F.col("t.known").alias("known"))
-            .agg(F.count(F.lit(1)).alias("count"), F.sum("t.size").alias("bytes"))
-            .orderBy("location", "api", "path", "tag", F.col("name").asc_nulls_first()))
+def tagged_fields(cube: DataFrame, top: int) -> DataFrame:
+    return (_kind(cube, K.TAG)
+            .select(F.col("s1").alias("location"), "api", F.col("s2").alias("path"), F.col("i1").alias("tag"),
+                    F.col("s3").alias("name"), F.col("i2").cast("boolean").alias("known"),
+                    F.col("n").alias("count"), F.col("m1").alias("bytes"))
+            .transform(ordered, "location", "api", "path", "tag", F.col("name").asc_nulls_first()))
 
 
 def _saved_pct(saved: str, total: str) -> Column:
     return F.when(F.col(total) > 0, F.col(saved) * 100.0 / F.col(total))
 
 
-def kip482_savings(df: DataFrame, top: int) -> DataFrame:
-    base = df.where(~F.col("flexible") & F.col("first_flexible_version").isNotNull())
-    common = [api_column().alias("api"), F.col("first_flexible_version").cast("int").alias("compact_version")]
-    requests = base.where(F.col("request_compact_size").isNotNull()).select(
-        *common, F.lit("request").alias("direction"), F.col("request_version").cast("int").alias("version"),
-        F.col("request_size").alias("today"), F.col("request_compact_size").alias("compact"))
-    responses = base.where(F.col("response_compact_size").isNotNull() & F.col("response_size").isNotNull()).select(
-        *common, F.lit("response").alias("direction"),
-        F.coalesce("response_version", "request_version").cast("int").alias("version"),
-        F.col("response_size").alias("today"), F.col("response_compact_size").alias("compact"))
-    return (requests.unionByName(responses).groupBy("api", "direction", "version", "compact_version")
-            .agg(F.count(F.lit(1)).alias("count"), F.sum("today").alias("bytes_today"),
-                 F.sum("compact").alias("bytes_compact"))
+def kip482_savings(cube: DataFrame, top: int) -> DataFrame:
+    return (_kind(cube, K.KIP482)
+            .select("api", F.col("s1").alias("direction"), F.col("i1").alias("version"),
+                    F.col("i2").alias("compact_version"), F.col("n").alias("count"),
+                    F.col("m1").alias("bytes_today"), F.col("m2").alias("bytes_compact"))
             .withColumn("saved", F.col("bytes_today") - F.col("bytes_compact"))
             .withColumn("saved_pct", _saved_pct("saved", "bytes_today"))
-            .select("api", "direction", "version", "compact_version", "count", "bytes_today", "bytes_compact",
-                    "saved", "saved_pct")
-            .orderBy("api", "direction", "version"))
+            .transform(ordered, "api", "direction", "version"))
 
 
-def _integer_fields(df: DataFrame) -> DataFrame:
-    return df.select(api_column().alias("api"), F.explode("integer_fields").alias("f"))
-
-
-def varint_savings(df: DataFrame, top: int) -> DataFrame:
+def varint_savings(cube: DataFrame, top: int) -> DataFrame:
     fixed, packed, upacked = F.col("fixed_bytes"), F.col("packed_bytes"), F.col("upacked_bytes")
     best = F.least(fixed, packed, upacked)
-    return (_integer_fields(df)
-            .groupBy("api", F.col("f.location").alias("location"), F.col("f.path").alias("path"),
-                     F.col("f.type").alias("type"))
-            .agg(F.count(F.lit(1)).alias("exchanges"), F.sum("f.count").alias("count"),
-                 F.sum("f.fixed_bytes").alias("fixed_bytes"), F.sum("f.zigzag_bytes").alias("packed_bytes"),
-                 F.sum("f.uvarint_bytes").alias("upacked_bytes"))
+    return (_kind(cube, K.VARINT)
+            .select("api", F.col("s1").alias("location"), F.col("s2").alias("path"), F.col("s3").alias("type"),
+                    F.col("n").alias("exchanges"), F.col("m1").alias("count"), F.col("m2").alias("fixed_bytes"),
+                    F.col("m3").alias("packed_bytes"), F.col("m4").alias("upacked_bytes"))
             .withColumn("best_bytes", best)
             # ties go to the simpler encoding: fixed, then packed
             .withColumn("best", F.when(best == fixed, "fixed").when(best == packed, "packed").otherwise("upacked"))
-            .withColumn("saved", F.col("fixed_bytes") - F.col("best_bytes"))
-            .withColumn("saved_pct", _saved_pct("saved", "fixed_bytes"))
-            .drop("saved")
-            .orderBy("api", "location", "path"))
+            .withColumn("saved_pct", F.when(fixed > 0, (fixed - best) * 100.0 / fixed))
+            .transform(ordered, "api", "location", "path"))
 
 
-def varint_histogram(df: DataFrame, top: int) -> DataFrame:
-    f = _integer_fields(df)
-    keys = ["api", F.col("f.location").alias("location"), F.col("f.path").alias("path"), F.col("f.type").alias("type")]
-    unsigned = f.select(*keys, F.lit("unsigned").alias("encoding"), F.posexplode("f.uvarint_hist").alias("slot", "n"))
-    zigzag = f.select(*keys, F.lit("zigzag").alias("encoding"), F.posexplode("f.zigzag_hist").alias("slot", "n"))
-    return (unsigned.unionByName(zigzag).where(F.col("n") > 0)
-            .groupBy("api", "location", "path", "type", "encoding", (F.col("slot") + 1).alias("bytes"))
-            .agg(F.sum("n").alias("count"))
-            .orderBy("api", "location", "path", "encoding", "bytes"))
+def varint_histogram(cube: DataFrame, top: int) -> DataFrame:
+    slots = F.array(*[F.struct(F.lit("unsigned" if i < 10 else "zigzag").alias("encoding"),
+                               F.lit(i % 10 + 1).alias("bytes"), F.col(f"h{i}").alias("count"))
+                      for i in range(20)])
+    return (_kind(cube, K.VARINT)
+            .select("api", F.col("s1").alias("location"), F.col("s2").alias("path"), F.col("s3").alias("type"),
+                    F.inline(slots))
+            .where(F.col("count") > 0)
+            .transform(ordered, "api", "location", "path", "encoding", "bytes"))
 
 
-def latency(df: DataFrame, top: int) -> DataFrame:
-    return (df.where(F.col("latency_us").isNotNull()).groupBy(api_column().alias("api"))
-            .agg(F.count(F.lit(1)).alias("count"), *_percentiles("latency_us", 1000.0),
-                 (F.max("latency_us") / 1000.0).alias("max"))
+def latency(cube: DataFrame, top: int) -> DataFrame:
+    rows = _kind(cube, K.LATENCY).select("api", "v", "n")
+    return (with_ranks(rows, ["api"]).groupBy("api")
+            .agg(F.sum("n").alias("count"), *percentiles(1000.0), (F.max("v") / 1000.0).alias("max"))
             .withColumnsRenamed({name: f"{name}_ms" for name, _ in PERCENTILES} | {"max": "max_ms"})
-            .orderBy("api"))
+            .transform(ordered, "api"))
 
 
-def error_codes(df: DataFrame, top: int) -> DataFrame:
-    e = df.select(api_column().alias("api"), F.explode("error_codes").alias("e"))
-    return (e.groupBy("api", F.col("e.code").cast("int").alias("code"), F.col("e.name").alias("name"))
-            .agg(F.sum("e.count").alias("count"), F.count(F.lit(1)).alias("exchanges"))
-            .orderBy("api", F.col("count").desc(), "code"))
+def error_codes(cube: DataFrame, top: int) -> DataFrame:
+    return (_kind(cube, K.ERROR)
+            .select("api", F.col("i1").alias("code"), F.col("s1").alias("name"), F.col("m1").alias("count"),
+                    F.col("n").alias("exchanges"))
+            .transform(ordered, "api", F.col("count").desc(), "code"))
 
 
 # name -> (function, one-line description), in report order
@@ -189,8 +192,8 @@ TABLES: dict[str, tuple[Callable[[DataFrame, int], DataFrame], str]] = {
     "summary": (summary, "exchanges, bytes, time range and decode problems of the whole capture"),
     "api_sizes": (api_sizes, "message sizes per api, direction and version: count, p50, p90, p99, max, sum"),
     "size_histogram": (size_histogram, "message sizes per api and direction in power-of-two buckets"),
-    "top_clients": (top_clients, "client ids by request + response bytes"),
-    "top_topics": (top_topics, "topics by bytes of the exchanges that name them"),
+    "top_clients": (top_clients, "client ids by request + response bytes, the rest summed as (other)"),
+    "top_topics": (top_topics, "topics by bytes of the exchanges that name them, the rest summed as (other)"),
     "tagged_fields": (tagged_fields, "KIP-482 tagged fields seen: where, which tag, how often, how many bytes"),
     "kip482_savings": (kip482_savings, "non-flexible messages: bytes today vs at the first flexible version"),
     "varint_savings": (varint_savings, "integer fields: bytes fixed today vs packed (zig-zag) vs upacked varints"),

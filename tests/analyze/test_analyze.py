@@ -1,6 +1,6 @@
 """The analyze job's tables against a plain-Python computation of the same figures from the same files.
 
-Generated captures (kinspect.analyze.sample_data: several files in two directories, every
+Generated captures (tests/support/sample_data.py: several files in two directories, every
 api shape, nulls, acks=0 rows, tagged and integer fields, error codes) are analyzed once
 on the test run's SparkSession; every table is then recomputed here with pyarrow and plain
 loops, and the two must agree row for row and value for value. The input checks, the
@@ -24,11 +24,13 @@ import pytest
 
 from kinspect.analyze.inputs import AnalyzeInputError, check_inputs, check_java
 from kinspect.analyze.job import analyze, compute
-from kinspect.analyze.sample_data import write_captures
+from kinspect.analyze.upgrade import builtin_targets
+from tests.support.sample_data import write_captures
 from kinspect.capture.schema import METADATA_VERSION_KEY, SCHEMA_VERSION, arrow_schema
 from tests.support.paths import ROOT
 
 TOP = 5  # fewer than the generated clients and topics, so the cut is tested
+TARGETS = builtin_targets()  # one per release of the shipped specs (3.9.2, 4.3.1)
 
 
 # ----------------------------------------------------------------------------- the plain-Python side
@@ -61,10 +63,17 @@ def messages(rows: list[dict]):
 
 
 def by_bytes(groups: dict, key: str, top: int) -> list[dict]:
-    out = [{key: k, "exchanges": v[0], "request_bytes": v[1], "response_bytes": v[2], "bytes": v[1] + v[2]}
-           for k, v in groups.items()]
+    """The top rows by bytes, then one "(other)" row summing the rest."""
+    out = [{key: k, "exchanges": v[0], "request_bytes": v[1], "response_bytes": v[2], "bytes": v[1] + v[2],
+            "grouped": 1} for k, v in groups.items()]
     out.sort(key=lambda r: (-r["bytes"], r[key] is not None, r[key] or ""))
-    return out[:top]
+    rest = out[top:]
+    if rest:
+        other = {key: "(other)", "grouped": len(rest)}
+        for column in ("exchanges", "request_bytes", "response_bytes", "bytes"):
+            other[column] = sum(r[column] for r in rest)
+        return out[:top] + [other]
+    return out
 
 
 def pct(saved: int, total: int):
@@ -181,7 +190,64 @@ def reference(rows: list[dict], top: int) -> dict[str, list[dict]]:
             k[1] += 1
     t["error_codes"] = [{"api": a, "code": c, "name": n, "count": v[0], "exchanges": v[1]}
                         for (a, c, n), v in sorted(errors.items(), key=lambda kv: (kv[0][0], -kv[1][0], kv[0][1]))]
+    t.update(upgrade_reference(rows, TARGETS))
     return t
+
+
+def verdict(target: dict, api_key: int, version: int, magics: list[int]) -> str | None:
+    accepted = target["accepted"].get(api_key)
+    if accepted is None:
+        return "api removed"
+    if version < accepted[0]:
+        return "api version removed"
+    if version > accepted[1]:
+        return "api version unknown to the target"
+    if any(m < target["min_record_magic"] for m in magics):
+        return "record format v0/v1 removed"
+    return None
+
+
+def upgrade_reference(rows: list[dict], targets: dict) -> dict[str, list[dict]]:
+    versions = collections.defaultdict(lambda: {"requests": 0, "ids": set(), "magics": set(), "lo": None, "hi": None})
+    clients = collections.defaultdict(lambda: {"ids": set(), "addresses": set(), "lo": None, "hi": None,
+                                               "requests": 0, "rejected_requests": 0, "rejected": set()})
+    for r in rows:
+        software = r.get("client_software_name") or "unknown"
+        software_version = r.get("client_software_version")
+        magics = r.get("record_magics") or []
+        t_us = int(r["request_time"].timestamp()) * 1_000_000 + r["request_time"].microsecond
+        for name, target in targets.items():
+            reason = verdict(target, r["api_key"], r["request_version"], magics)
+            v = versions[(name, software, software_version, api_of(r), r["api_key"], r["request_version"], reason)]
+            c = clients[(name, software, software_version)]
+            for g in (v, c):
+                g["requests"] += 1
+                g["lo"] = t_us if g["lo"] is None else min(g["lo"], t_us)
+                g["hi"] = t_us if g["hi"] is None else max(g["hi"], t_us)
+            if r["client_id"] is not None:
+                v["ids"].add(r["client_id"])
+                c["ids"].add(r["client_id"])
+            v["magics"].update(magics)
+            c["addresses"].add(r["client_address"])
+            if reason:
+                c["rejected_requests"] += 1
+                c["rejected"].add(f"{api_of(r)} v{r['request_version']}: {reason}")
+    out = {"upgrade_versions": [
+        {"target": k[0], "software": k[1], "software_version": k[2], "api": k[3], "api_key": k[4], "version": k[5],
+         "requests": v["requests"], "client_ids": len(v["ids"]), "record_magics": sorted(v["magics"]),
+         "first_seen_us": v["lo"], "last_seen_us": v["hi"], "rejected": k[6]}
+        for k, v in sorted(versions.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] is not None,
+                                                              kv[0][2] or "", kv[0][3], kv[0][5],
+                                                              kv[0][6] is not None, kv[0][6] or ""))]}
+    out["upgrade_clients"] = [
+        {"target": k[0], "software": k[1], "software_version": k[2], "client_ids": sorted(c["ids"])[:20],
+         "client_id_count": len(c["ids"]), "addresses": sorted(c["addresses"])[:20],
+         "address_count": len(c["addresses"]), "first_seen_us": c["lo"], "last_seen_us": c["hi"],
+         "requests": c["requests"], "rejected_requests": c["rejected_requests"],
+         "rejected": sorted(c["rejected"])[:50]}
+        for k, c in sorted(clients.items(), key=lambda kv: (kv[0][0], -kv[1]["rejected_requests"], kv[0][1],
+                                                             kv[0][2] is not None, kv[0][2] or ""))]
+    return out
 
 
 # ----------------------------------------------------------------------------- fixtures
@@ -192,7 +258,7 @@ def generated(tmp_path_factory) -> tuple[list[Path], Path]:
     base = tmp_path_factory.mktemp("captures")
     first, second = base / "run-a", base / "run-b"
     write_captures(first, 4000, files=3, seed=7)
-    write_captures(second, 700, files=2, seed=8)
+    write_captures(second, 700, files=2, seed=8, v2=False)  # files without the client software columns
     # what a capture directory may also hold and the job must skip: a file being written,
     # and Parquet that is not a capture file
     (first / "capture-00009.parquet.tmp").write_bytes(b"PAR1 half written")
@@ -204,7 +270,7 @@ def generated(tmp_path_factory) -> tuple[list[Path], Path]:
 def analyzed(spark, generated):
     dirs, out = generated
     lines = []
-    result = analyze(spark, [str(d) for d in dirs], str(out), top=TOP, progress=lines.append)
+    result = analyze(spark, [str(d) for d in dirs], str(out), top=TOP, progress=lines.append, targets=TARGETS)
     return result, reference(read_rows(dirs), TOP), lines
 
 
@@ -212,7 +278,8 @@ def analyzed(spark, generated):
 
 
 TABLE_NAMES = ("summary", "api_sizes", "size_histogram", "top_clients", "top_topics", "tagged_fields",
-               "kip482_savings", "varint_savings", "varint_histogram", "latency", "error_codes")
+               "kip482_savings", "varint_savings", "varint_histogram", "latency", "error_codes",
+               "upgrade_clients", "upgrade_versions")
 
 
 @pytest.mark.integration
@@ -237,18 +304,26 @@ def test_generated_captures_cover_the_cases(analyzed):
     assert any(r["direction"] == "response" and r["version"] == 0 for r in want["kip482_savings"]
                if r["api"] == "ApiVersions")
     assert None in {r["client_id"] for r in result.tables["top_clients"]} | {r["client_id"] for r in want["top_clients"]}
-    assert len(result.tables["top_clients"]) == TOP and len(result.tables["top_topics"]) == TOP
-    assert [line.split(":")[0] for line in lines[:len(TABLE_NAMES)]] == list(TABLE_NAMES)  # progress, in order
+    assert len(result.tables["top_clients"]) == TOP + 1 and len(result.tables["top_topics"]) == TOP + 1
+    assert result.tables["top_topics"][-1]["topic"] == "(other)" and result.tables["top_topics"][-1]["grouped"] > 1
+    upgrade = {(r["target"], r["rejected"]) for r in want["upgrade_versions"]}
+    assert ("4.3.1", "record format v0/v1 removed") in upgrade and ("4.3.1", "api version removed") in upgrade
+    assert ("3.9.2", "record format v0/v1 removed") not in upgrade and ("3.9.2", "api removed") in upgrade
+    assert "unknown" in {r["software"] for r in want["upgrade_clients"]}  # the v1 files, and software not sent
+    assert lines[0].startswith("read: captures aggregated into ")
+    assert [line.split(":")[0] for line in lines[1:len(TABLE_NAMES) + 1]] == list(TABLE_NAMES)  # progress, in order
 
 
 @pytest.mark.integration
 def test_percentiles_are_nearest_rank(spark):
     """Exact nearest-rank percentiles for every group size 1..400, ties and all."""
-    from kinspect.analyze.tables import _percentiles
+    from kinspect.analyze.tables import percentiles, with_ranks
 
     rows = [(n, (i * 7919) % (n + 3)) for n in range(1, 401) for i in range(n)]
-    df = spark.createDataFrame(rows, "n int, v int")
-    got = {r["n"]: (r["p50"], r["p90"], r["p99"]) for r in df.groupBy("n").agg(*_percentiles("v")).collect()}
+    counted = collections.Counter(rows)  # what the fact cube holds: one row per distinct value, with its count
+    df = spark.createDataFrame([(g, v, c) for (g, v), c in counted.items()], "g int, v bigint, n bigint")
+    got = {r["g"]: (r["p50"], r["p90"], r["p99"])
+           for r in with_ranks(df, ["g"]).groupBy("g").agg(*percentiles()).collect()}
     values = collections.defaultdict(list)
     for n, v in rows:
         values[n].append(v)
@@ -280,19 +355,26 @@ def test_report_is_self_contained_with_plots_and_figures(analyzed, generated):
     _, out = generated
     html = (out / "report.html").read_text()
     assert_self_contained(html)
-    assert html.count("<svg") >= 10
-    for name in TABLE_NAMES:
+    assert html.count('<div class="chart">') >= 10
+    for name in ("headline", *TABLE_NAMES):
         assert f'id="{name}"' in html
     s = want["summary"][0]
     assert f"{s['exchanges']:,}" in html and f"{s['request_bytes']:,}" in html
     top = want["top_topics"][0]
-    assert f"<title>{top['topic']}: {top['bytes']:,}</title>" in html
+    assert f'"{top["topic"]}"' in html and str(top["bytes"]) in html  # the chart's data
+    today = sum(r["bytes_today"] for r in want["kip482_savings"])
+    saved = sum(r["saved"] for r in want["kip482_savings"])
+    assert f"{saved:,} of the {today:,} bytes of non-flexible messages" in html
 
 
 def assert_self_contained(html: str) -> None:
+    """One page: scripts inline (plotly.js among them), nothing loaded from anywhere."""
     assert html.startswith("<!DOCTYPE html>")
-    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", html, re.I)
-    assert "<script" not in html.lower() and "<link" not in html.lower()
+    assert "Plotly.newPlot" in html
+    outside_scripts = re.sub(r"<script>.*?</script>", "", html, flags=re.S)
+    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", outside_scripts, re.I)
+    assert "<link" not in outside_scripts.lower()
+    assert not re.search(r"<script[^>]*\ssrc\s*=", html, re.I)
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -350,7 +432,7 @@ def test_newer_schema_version_in_the_rows(spark, tmp_path):
 
 
 def run_cli(*args: str, env: dict | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kinspect.analyze", *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "kinspect.cli.main", "analyze", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -363,6 +445,31 @@ def test_cli_bad_input_exits_2_before_spark(tmp_path):
     result = run_cli(str(tmp_path / "v99"), "--out", str(tmp_path / "out"))
     assert result.returncode == 2 and "schema version 99" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("case", ["out is a file", "out under a file", "bad master", "bad conf",
+                                  "capture is a directory"])
+def test_cli_checks_every_argument_before_spark(tmp_path, case):
+    """Each bad argument: one line on stderr, exit 2, and Spark never started (so it is quick)."""
+    write_captures(tmp_path / "c", 5, files=1)
+    (tmp_path / "report.html").write_text("an existing file")
+    args = [str(tmp_path / "c"), "--out", str(tmp_path / "out")]
+    expect = {
+        "out is a file": (["--out", str(tmp_path / "report.html")], f"--out {tmp_path / 'report.html'} is an "
+                          "existing file, not a directory"),
+        "out under a file": (["--out", str(tmp_path / "report.html" / "x")], "is a file, not a directory"),
+        "bad master": (["--master", "locl[2]"], "--master 'locl[2]' is not a Spark master URL"),
+        "bad conf": (["--conf", "spark.ui.enabled"], "--conf 'spark.ui.enabled': expected KEY=VALUE"),
+        "capture is a directory": ([], "malformed capture file"),
+    }[case]
+    if case == "capture is a directory":
+        (tmp_path / "c" / "capture-00099.parquet").mkdir()
+    result = run_cli(*args, *expect[0], timeout=60)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kinspect analyze: ") and expect[1] in lines[0], lines
+    assert "starting Spark" not in result.stderr and not (tmp_path / "out").exists()
 
 
 @pytest.mark.integration
@@ -388,16 +495,19 @@ def test_cli_end_to_end(tmp_path):
     result = run_cli(str(tmp_path / "c"), "--out", str(tmp_path / "report"), "--master", "local[1]", "--top", "3",
                      "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=2", env=env)
     assert result.returncode == 0, result.stderr[-3000:]
+    # Spark's log at ERROR: no WARN line on a normal run
+    assert not re.search(r"\bWARN\b", result.stderr), result.stderr[-3000:]
     progress = [line for line in result.stderr.splitlines() if line.startswith("kinspect analyze: ")]
     assert progress[0].startswith("kinspect analyze: starting Spark (local[1])")
     assert any(line.startswith("kinspect analyze: api_sizes: ") for line in progress)
-    assert progress[-1].startswith("kinspect analyze: done")
-    want = reference(read_rows([tmp_path / "c"]), 3)
+    assert re.match(r"kinspect analyze: done: Spark start [\d.]+ s, read [\d.]+ s, tables [\d.]+ s, "
+                    r"report [\d.]+ s", progress[-1]), progress[-1]
+    want = reference(read_rows([tmp_path / "c"]), 3)  # the CLI's targets: every shipped release, as TARGETS
     for name in ("api_sizes", "top_topics", "latency"):
         assert pq.read_table(tmp_path / "report" / "tables" / name).to_pylist() == want[name]
     html = (tmp_path / "report" / "report.html").read_text()
     assert_self_contained(html)
-    assert "<svg" in html and f"{want['summary'][0]['exchanges']:,}" in html
+    assert '<div class="chart">' in html and f"{want['summary'][0]['exchanges']:,}" in html
 
 
 # ----------------------------------------------------------------------------- real traffic
@@ -488,3 +598,60 @@ def test_outputs_through_hadoop_filesystems(spark, analyzed, tmp_path):
     rows = result.tables["latency"]
     spark_parquet(spark, (tmp_path / "latency").as_uri(), result.schemas["latency"], rows)
     assert pq.read_table(tmp_path / "latency").to_pylist() == rows
+
+
+# ----------------------------------------------------------------------------- the report in a browser
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(180)
+def test_report_in_headless_chromium(analyzed, generated, tmp_path):
+    """report.html opened by Debian's chromium, offline: no console error, every chart drawn with
+    data, and a screenshot (KINSPECT_REPORT_SCREENSHOT=path keeps one, e.g. docs/images/report.png)."""
+    from tests.support.chromium import Page
+
+    _, out = generated
+    page = Page(width=1280, height=1600)
+    try:
+        page.open((out / "report.html").as_uri())
+        charts = page.evaluate("""(() => [...document.querySelectorAll('.js-plotly-plot')].map(p => ({
+            title: (p.layout && p.layout.title && p.layout.title.text) || '',
+            traces: (p.data || []).length,
+            points: p.querySelectorAll('.point').length})))()""")
+        headline = page.evaluate("document.querySelector('#headline + .headline').innerText")
+        shot = Path(os.environ.get("KINSPECT_REPORT_SCREENSHOT") or tmp_path / "report.png")
+        page.screenshot(shot, full_height=1600)
+        errors = list(page.errors)
+    finally:
+        page.close()
+    assert errors == []
+    assert len(charts) >= 10
+    empty = [c["title"] for c in charts if not c["traces"] or not c["points"]]
+    assert empty == [], f"charts drawn without data: {empty}"
+    assert "KIP-482 compact encodings would save" in headline and "top clients" in headline
+    assert shot.stat().st_size > 20_000 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ----------------------------------------------------------------------------- a standalone cluster
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(900)
+def test_cli_on_a_standalone_cluster(spark, tmp_path):
+    """`kinspect analyze --master spark://...` on a real standalone cluster (master and worker on
+    loopback): every table equals the local run's."""
+    from tests.support.spark import StandaloneCluster
+
+    write_captures(tmp_path / "c", 1500, files=3, seed=11)
+    local = compute(spark, [str(tmp_path / "c")], top=TOP)
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    with StandaloneCluster(tmp_path / "cluster", cores=2) as cluster:
+        result = run_cli(str(tmp_path / "c"), "--out", str(tmp_path / "report"), "--master", cluster.url,
+                         "--top", str(TOP), "--conf", "spark.ui.enabled=false",
+                         "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
+                         "--conf", "spark.executor.memory=512m", env=env, timeout=800)
+        executors = list((tmp_path / "cluster" / "work").glob("app-*/*/stderr"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert executors, "no executor ran on the cluster's worker"
+    for name, rows in local.tables.items():
+        assert pq.read_table(tmp_path / "report" / "tables" / name).to_pylist() == rows, name

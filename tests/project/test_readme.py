@@ -131,7 +131,6 @@ EXERCISED = {
     "kinspect specs codegen": ("test_specs_codegen.py", "test_codegen_prints_a_decoder_with_locals_named_after_fields"),
     "kinspect specs import": ("test_cli.py", "test_specs_import_command"),
     "kinspect analyze": ("test_analyze.py", "test_cli_end_to_end"),
-    "python -m kinspect.analyze": ("test_analyze.py", "test_cli_end_to_end"),
     "pip install -e '.[pipeline]'": ("test_readme.py", "test_ci_runs_make_test"),
     "pip install -e '.[proxy]'": ("test_deploy_manifests.py", None),
     "python tools/readme_tables.py": ("test_readme.py", "test_config_reference_is_generated_from_the_documented_config"),

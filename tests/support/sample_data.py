@@ -1,4 +1,4 @@
-"""Generated capture files (schema v1) for the analyze job's tests and benchmark.
+"""Generated capture files for the analyze job's tests, with the client software and record magic columns of schema v2.
 
 The rows are random but coherent: varint sizes and histograms are computed from real
 integer values, compact sizes exist only for non-flexible versions of apis that have a
@@ -21,7 +21,7 @@ from kinspect.protocol.wire.primitives import uvarint_size, zigzag_encode
 # api key, name (None: unknown to the specs), versions, first flexible version
 APIS = (
     (0, "Produce", range(3, 12), 9),
-    (1, "Fetch", range(4, 17), 12),
+    (1, "Fetch", range(0, 17), 12),  # Fetch v0-v3: removed in 4.0 (KIP-896)
     (3, "Metadata", range(1, 13), 9),
     (18, "ApiVersions", range(0, 4), 3),
     (10, "FindCoordinator", range(0, 5), 3),
@@ -48,6 +48,9 @@ INTEGER_PATHS = {
 }
 KNOWN_TAGS = (("request_header", "", 3, "ClientTag"), ("response_body", "", 0, "ThrottleHint"),
               ("response_body", "Topics", 1, "TopicHint"))
+SOFTWARE = (("apache-kafka-java", "3.9.0"), ("apache-kafka-java", "4.1.0"), ("librdkafka", "2.16.1"),
+            ("kafka-python", None), (None, None))
+MAGICS = ([2], [2], [2], [1], [0, 2], [0])
 EPOCH = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 
 
@@ -120,6 +123,7 @@ def exchange(rnd: random.Random, i: int) -> dict:
     integer_fields = [_integer_field(rnd, *spec) for spec in INTEGER_PATHS.get(api_key, ())
                       if not (acks0 and spec[0] == "response") and rnd.random() < 0.9]
     compact_ok = first_flexible is not None and not flexible
+    software, software_version = rnd.choice(SOFTWARE)
     inspected = rnd.random() > 0.02
     return {
         "schema_version": SCHEMA_VERSION,
@@ -162,11 +166,25 @@ def exchange(rnd: random.Random, i: int) -> dict:
         if compact_ok and inspected else None,
         "response_compact_size": (response_size - rnd.randint(0, response_size // 5 + 1))
         if compact_ok and response_size is not None and rnd.random() > 0.02 else None,
+        "client_software_name": software,
+        "client_software_version": software_version,
+        "record_magics": rnd.choice(MAGICS) if api_key == 0 and batches else [],
     }
 
 
+def with_v2_columns(schema):
+    """The capture schema with the v2 columns (issue 13) whether or not this kinspect's schema has them yet."""
+    import pyarrow as pa
+
+    for name, kind in (("client_software_name", pa.string()), ("client_software_version", pa.string()),
+                       ("record_magics", pa.list_(pa.int8()))):
+        if name not in schema.names:
+            schema = schema.append(pa.field(name, kind))
+    return schema
+
+
 def write_captures(out_dir: Path, rows: int, files: int = 3, seed: int = 1, distinct: int | None = None,
-                   schema_version: int = SCHEMA_VERSION) -> list[Path]:
+                   schema_version: int = SCHEMA_VERSION, v2: bool = True) -> list[Path]:
     """Write `rows` exchanges as `files` capture-*.parquet files; returns their paths.
 
     With `distinct`, only that many rows are generated and repeated to reach `rows`
@@ -175,7 +193,7 @@ def write_captures(out_dir: Path, rows: int, files: int = 3, seed: int = 1, dist
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    schema = arrow_schema()
+    schema = with_v2_columns(arrow_schema()) if v2 else arrow_schema()
     if schema_version != SCHEMA_VERSION:
         schema = schema.with_metadata({**schema.metadata, b"kinspect.capture.schema_version":
                                        str(schema_version).encode()})

@@ -1,0 +1,57 @@
+"""The report's charts, drawn with plotly: each a <div> and its script; plotly.js is inlined once by the report."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+from plotly.offline import get_plotlyjs
+
+CONFIG = {"displaylogo": False, "responsive": True, "toImageButtonOptions": {"format": "png"}}
+COLORS = ("#3b6ea8", "#e07b39", "#5a9e4b", "#b0413e", "#7d5ba6", "#8c8c8c")
+
+
+def plotly_js() -> str:
+    """plotly.js itself, to inline in one <script> of the page (nothing fetched when it is opened)."""
+    return get_plotlyjs()
+
+
+def human(value: float) -> str:
+    """1234567 -> '1.2M'; small values as they are."""
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.1f}{unit}"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _html(fig: go.Figure, title: str, height: int, width: int | None = None) -> str:
+    fig.update_layout(title={"text": title, "font": {"size": 14}}, height=height, width=width,
+                      margin={"l": 60, "r": 20, "t": 40, "b": 40}, template="plotly_white",
+                      legend={"orientation": "h", "y": -0.2} if len(fig.data) > 1 else None,
+                      showlegend=len(fig.data) > 1)
+    return f'<div class="chart">{fig.to_html(full_html=False, include_plotlyjs=False, config=CONFIG)}</div>'
+
+
+def hbars(items: list[tuple[str, float]], title: str, unit: str = "bytes") -> str:
+    """Horizontal bars, one per (label, value), largest on top (items come largest first)."""
+    if not items:
+        return ""
+    labels = [label for label, _ in items][::-1]
+    values = [value for _, value in items][::-1]
+    fig = go.Figure(go.Bar(x=values, y=labels, orientation="h", marker_color=COLORS[0],
+                           hovertemplate=f"%{{y}}: %{{x:,}} {unit}<extra></extra>"))
+    fig.update_xaxes(title_text=unit)
+    return _html(fig, title, height=max(220, 60 + 22 * len(items)))
+
+
+def grouped_bars(categories: list[str], series: list[tuple[str, list[float]]], title: str, *,
+                 log: bool = False, unit: str = "", height: int = 320, width: int | None = None,
+                 x_title: str = "") -> str:
+    """Bars per category, one colour per series; `log` gives the value axis a log scale."""
+    if not categories:
+        return ""
+    fig = go.Figure([go.Bar(name=name, x=categories, y=values, marker_color=COLORS[i % len(COLORS)],
+                            hovertemplate=f"%{{x}} {name}: %{{y:,}} {unit}<extra></extra>")
+                     for i, (name, values) in enumerate(series)])
+    fig.update_layout(barmode="group")
+    fig.update_xaxes(type="category", title_text=x_title)
+    fig.update_yaxes(type="log" if log else "linear", title_text=unit)
+    return _html(fig, title, height=height, width=width)
