@@ -67,9 +67,9 @@ STRUCTS = {
 # excludes the 4-byte length prefix, as Kafka's own request metrics do.
 COLUMNS = (
     ("schema_version", "int16", "SCHEMA_VERSION of the writer"),
-    ("request_time", "timestamp_us", "UTC wall-clock time the request was seen (microseconds)"),
-    ("response_time", "timestamp_us?", "when the response was seen; null for acks=0 produces"),
-    ("latency_us", "int64?", "response_time - request_time, from a monotonic clock"),
+    ("request_time", "timestamp_us", "UTC time of the socket read that completed the request (microseconds; packet time for pcap)"),
+    ("response_time", "timestamp_us?", "the same for the response; null for acks=0 produces"),
+    ("latency_us", "int64?", "response_time - request_time, monotonic: frames completed by one read share its time"),
     ("connection_id", "int64", "kinspect's id of the client connection, unique within one proxy run"),
     ("client_address", "string", "client host:port"),
     ("client_id", "string?", "the request header's client id"),
