@@ -99,13 +99,20 @@ def compute(spark, paths: list[str], top: int = 50, progress: Progress | None = 
     from kinspect.analyze.facts import build_facts
     from kinspect.analyze.tables import TABLES
     from kinspect.analyze.upgrade import UPGRADE_TABLES, builtin_targets
+    from kinspect.protocol.errors import SpecError
 
     say = progress or (lambda _: None)
     paths = check_inputs(paths)
     if targets is None:
-        targets = builtin_targets()
+        try:
+            targets = builtin_targets()
+        except SpecError as exc:  # e.g. a driver given the package without its specs/ (a --py-files zip)
+            say(f"no upgrade tables: {exc}")
+            targets = {}
     builders = {name: (lambda cube, build=build: build(cube, top)) for name, (build, _) in TABLES.items()}
-    builders |= {name: (lambda cube, build=build: build(cube, targets)) for name, (build, _) in UPGRADE_TABLES.items()}
+    if targets:
+        builders |= {name: (lambda cube, build=build: build(cube, targets))
+                     for name, (build, _) in UPGRADE_TABLES.items()}
     started = time.perf_counter()
     captures = read_captures(spark, paths)
     # the session may be the caller's: its settings come back as they were when the job ends

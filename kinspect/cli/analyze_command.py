@@ -20,16 +20,17 @@ _MASTER = re.compile(
     r"|yarn|k8s://\S+|connect://\S+)$")
 # Spark's console logging at ERROR (no WARN lines on a normal run); --verbose keeps Spark's own.
 QUIET_LOG4J2 = """\
-rootLogger.level = error
+# The root stays at WARN (at any other level Spark announces a default level of its own);
+# the console shows ERROR and up only.
+rootLogger.level = warn
 rootLogger.appenderRef.stderr.ref = stderr
 appender.console.type = Console
 appender.console.name = stderr
 appender.console.target = SYSTEM_ERR
+appender.console.filter.threshold.type = ThresholdFilter
+appender.console.filter.threshold.level = error
 appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
-# at the root's level, so that Spark does not announce a default level of its own
-logger.repl.name = org.apache.spark.repl.Main
-logger.repl.level = error
 """
 
 
