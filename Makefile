@@ -55,9 +55,11 @@ test: $(STAMP) $(SYSDEPS) $(OLD_AIOKAFKA)/aiokafka
 	$(PY) -m pytest -q -p no:cacheprovider; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "no tests ran" >&2; exit 1; fi; exit $$rc
 
-# The unit tests only: no broker, Prometheus, Spark or subprocess (those are marked integration).
+# The unit tests only: no broker, Prometheus, Spark or subprocess (those are marked integration),
+# on every core (pytest-xdist), one case in 8 of the exhaustive per-api/version parametrisations
+# (tests/support/sample_cases.py; make test runs every case).
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider -m "not integration"; rc=$$?; \
+	$(PY) -m pytest -q -p no:cacheprovider -m "not integration" -p tests.support.sample_cases -n auto; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "no tests ran" >&2; exit 1; fi; exit $$rc
 
 # Every benchmark, printing ratios against the peers measured in the same run.

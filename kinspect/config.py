@@ -244,8 +244,13 @@ def _check_addresses(config: Config, keys: set[str]) -> None:
             values = [value] if value else []
         elif isinstance(value, dict):
             values = [v for pair in value.items() for v in pair]
+        elif key == "proxy.routes":
+            bad = [item for item in value if "=" not in item]
+            if bad:
+                raise ConfigError(f"{key} {bad[0]!r} is not LISTEN=UPSTREAM")
+            values = [part for item in value for part in item.split("=", 1)]
         else:
-            values = [part for item in value for part in (item.split("=", 1) if key == "proxy.routes" else [item])]
+            values = list(value)
         for text in values:
             if not _is_address(text):
                 raise ConfigError(f"{key} {text!r} is not HOST:PORT")

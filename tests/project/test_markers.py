@@ -20,6 +20,7 @@ def test_make_test_fast_is_the_unit_selection():
     makefile = (ROOT / "Makefile").read_text("utf-8")
     rule = makefile.split("\ntest-fast:", 1)[1].split("\n\n", 1)[0]
     assert '-m "not integration"' in rule and "no tests ran" in rule
+    assert "-p tests.support.sample_cases" in rule and "-n auto" in rule
     assert re.search(r'^    "integration: ', (ROOT / "pyproject.toml").read_text("utf-8"), re.M)
 
 
@@ -72,3 +73,20 @@ def test_a_passing_run_leaves_nothing_in_the_temp_folder(tmp_path):
     assert "1 failed, 1 passed" in result.stdout, result.stdout[-2000:]
     left = sorted(p.name for p in base.rglob("*") if p.is_file())
     assert left == ["evidence"], left
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_test_fast_samples_only_exhaustive_parametrisations(tmp_path):
+    """sample_cases keeps one case in 8 of a function with more than 40, and every case of the others."""
+    (tmp_path / "test_sample.py").write_text(
+        "import pytest\n\n"
+        "@pytest.mark.parametrize('n', range(100))\ndef test_exhaustive(n):\n    pass\n\n"
+        "@pytest.mark.parametrize('n', range(40))\ndef test_small(n):\n    pass\n\n"
+        "def test_plain():\n    pass\n")
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
+                             "tests.support.sample_cases", "--rootdir", str(tmp_path), str(tmp_path)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=100)
+    # 13 of the 100 (cases 0, 8, ..., 96), all 40 of the small one, the plain test.
+    assert "54 passed, 87 deselected" in result.stdout, result.stdout[-2000:]
+    assert "87 cases of exhaustive parametrisations left out" in result.stdout
