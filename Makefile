@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # The C codec: an edit of these rebuilds the extension (pip's editable install builds it in place).
-CSOURCES := $(wildcard kinspect/protocol/*.c kinspect/protocol/*.h)
+CSOURCES := $(wildcard kinspect/protocol/codec/*.c kinspect/protocol/codec/*.h)
 # setuptools' "Editable installation" notice is information only: a quiet install stays quiet.
 QUIET_BUILD := PYTHONWARNINGS="ignore:Editable installation:UserWarning"
 
@@ -19,10 +19,11 @@ $(STAMP): pyproject.toml $(wildcard setup.py) $(CSOURCES)
 
 # Debian packages the tests use, as command:package: promtool and a real Prometheus; Java 17 for
 # Spark (the analyze tests, `make analyze`); socat (docs/commands.md records a conversation with it);
-# podman, runc and debootstrap build and run the container image; tcpdump and tshark (with editcap)
-# record and check the captures of tests/pcap. Installed when root; otherwise one line says what to install.
+# podman, runc and debootstrap build and run the container image; tcpdump and tshark (with
+# editcap) record and check the captures of tests/pcap. Installed when root; otherwise one
+# line says what to install.
 SYSTEM_TOOLS := promtool:prometheus java:openjdk-17-jre-headless socat:socat podman:podman runc:runc debootstrap:debootstrap \
-  tcpdump:tcpdump tshark:tshark editcap:tshark
+	tcpdump:tcpdump tshark:tshark editcap:tshark
 SYSDEPS := $(VENV)/.sysdeps
 $(SYSDEPS): Makefile
 	@missing=""; for pair in $(SYSTEM_TOOLS); do cmd=$${pair%%:*}; \
@@ -74,7 +75,7 @@ KAFKA_SPECS ?= ../shared/kafka-specs
 specs: $(STAMP)
 	@test -d $(KAFKA_SPECS) || { echo "make specs: $(KAFKA_SPECS) does not exist: it holds Kafka's message definitions per release (see docs/specs.md); set KAFKA_SPECS=DIR" >&2; exit 2; }
 	$(VENV)/bin/kinspect specs import $(KAFKA_SPECS)/3.9.2 $(KAFKA_SPECS)/4.3.1 --out specs
-	$(PY) -m kinspect.protocol.api_key_table > kinspect/protocol/api_keys.py
+	$(PY) -m kinspect.protocol.specs.api_key_table > kinspect/protocol/specs/api_keys.py
 
 # The one-command demo: Tansu with kinspect in front of it (rewrite mode), a sample workload
 # and its summary, then serving until Ctrl-C. Only what the demo needs is installed.
@@ -103,4 +104,4 @@ analyze: $(PIPELINE_STAMP) java
 	@exec $(VENV)/bin/kinspect analyze $(DEMO_WORKDIR)/captures --out $(DEMO_WORKDIR)/report $(ANALYZE_ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info kinspect/protocol/*.so
+	rm -rf $(VENV) build *.egg-info kinspect/protocol/codec/*.so

@@ -1,12 +1,12 @@
-"""Builds the optional C decoder/scanner kinspect.protocol._wire; everything else is in pyproject.toml."""
+"""Builds the optional C decoder/scanner kinspect.protocol.codec._wire; everything else is in pyproject.toml."""
 
 from setuptools import Extension, setup
 
 setup(
     ext_modules=[
         Extension(
-            "kinspect.protocol._wire",
-            ["kinspect/protocol/_wire.c"],
+            "kinspect.protocol.codec._wire",
+            ["kinspect/protocol/codec/_wire.c"],
             extra_compile_args=["-O2"],
             # A machine without a C compiler still installs the pure-Python package.
             optional=True,

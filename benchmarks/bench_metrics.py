@@ -12,10 +12,12 @@ gets its own copy), then hands them to each observer, one by one, in the same ro
   reference  the pre-issue-12 MetricsObserver (tests/support/reference_metrics.py:
              prometheus_client Counter/Histogram children, a lock per update, a scan per
              complete frame)
-  metrics    MetricsObserver (plain cells, a scan only where scan_needs says one can change
-             a metric)
+  metrics    MetricsObserver (plain cells; a small body seen before is not scanned again)
   *-warm     the same observer on the same events again (scans cached: the cost of the
              metric updates alone)
+The apiversions load repeats one body, the best case for the metrics' memo of small
+bodies; the recorded traffic repeats fewer (its ApiVersions, Metadata and heartbeat
+bodies, across connections).
 Reported, as the median over rounds with the spread (min-max): the thread's CPU time per
 event over the whole loop (time.thread_time_ns, the no-op loop's subtracted), per request
 (a request, its response and their exchange), and CPU time per event type (thread_time_ns
@@ -38,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from kinspect.observers.metrics import MetricsObserver
 from kinspect.protocol.codec import Codec
-from kinspect.protocol.wire_program import native_available
+from kinspect.protocol.codec.wire_program import native_available
 from kinspect.session import ConnectionInfo, Session
 from tests.support.reference_metrics import ReferenceMetricsObserver
 

@@ -20,10 +20,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kinspect.protocol import codegen  # noqa: E402
-from kinspect.protocol.codec import Codec, _compile  # noqa: E402
-from kinspect.protocol.scan_result import ScanResult  # noqa: E402
-from kinspect.protocol.wire_program import build_program, native_module  # noqa: E402
+from kinspect.protocol.codec import codegen  # noqa: E402
+from kinspect.protocol.codec import Codec  # noqa: E402
+from kinspect.protocol.codec.codec import _compile  # noqa: E402
+from kinspect.protocol.codec.scan_result import ScanResult  # noqa: E402
+from kinspect.protocol.codec.wire_program import build_program, native_module  # noqa: E402
 
 
 def message() -> dict:
@@ -80,7 +81,7 @@ def main() -> int:
 
     wire = native_module()
     if wire is None:
-        print("kinspect.protocol._wire is not available (not built, or KINSPECT_PURE_PYTHON=1)")
+        print("kinspect.protocol.codec._wire is not available (not built, or KINSPECT_PURE_PYTHON=1)")
         return 1
     compiled = Codec().body(3, "response", 12)
     raw = bytes(compiled.encode(message()))

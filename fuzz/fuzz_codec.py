@@ -30,12 +30,14 @@ _instrument = None  # atheris.instrument_func when run under atheris: the genera
 
 
 def _load():
-    from kinspect.protocol import codegen, framer, records
-    from kinspect.protocol.codec import _DECODE_FAILURES, Codec, _compile
-    from kinspect.protocol.codec_runtime import summarize_spans_python
+    from kinspect.protocol import records
+    from kinspect.protocol.codec import codegen
+    from kinspect.protocol.framing import framer
+    from kinspect.protocol.codec.codec import _DECODE_FAILURES, Codec, _compile
+    from kinspect.protocol.codec.runtime import summarize_spans_python
     from kinspect.protocol.errors import DecodeError
-    from kinspect.protocol.primitives import Malformed
-    from kinspect.protocol.scan_result import ScanResult
+    from kinspect.protocol.wire.primitives import Malformed
+    from kinspect.protocol.codec.scan_result import ScanResult
 
     return codegen, framer, records, _DECODE_FAILURES, Codec, _compile, summarize_spans_python, DecodeError, \
         Malformed, ScanResult
@@ -205,7 +207,7 @@ def check_records(data: bytes) -> None:
 
 def _cut(stream: bytes, chunk: int, keep_limit: int, head_bytes: int, forwarding: bool):
     """The pipeline's framing of `stream` fed `chunk` bytes at a time: (frames, bytes forwarded, failure)."""
-    from kinspect.session.framing import KEEP_WHOLE, FrameStream
+    from kinspect.protocol.framing.stream import KEEP_WHOLE, FrameStream
 
     framing = FrameStream(lambda first, size: (KEEP_WHOLE, None), 4096, keep_limit, head_bytes, forwarding=forwarding)
     frames, sent, failed = [], [], None

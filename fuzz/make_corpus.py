@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT))
 
 from kinspect.protocol.codec import Codec, correlation_id_of_response
 from kinspect.protocol.errors import DecodeError
-from kinspect.protocol.framer import split_frames
+from kinspect.protocol.framing.framer import split_frames
 
 TRAFFIC = ROOT / "tests" / "data" / "traffic"
 MODE_REQUEST, MODE_RESPONSE, MODE_RECORDS, MODE_STREAM = 0, 1, 2, 3

@@ -17,7 +17,7 @@ from kinspect.observers.http_endpoints import HttpEndpoints, readiness_of
 from kinspect.observers.inventory import InventoryObserver
 from kinspect.observers.metrics import MetricsObserver
 from kinspect.protocol.codec import Codec
-from kinspect.protocol.spec_registry import SpecRegistry
+from kinspect.protocol.specs.registry import SpecRegistry
 from kinspect.proxy.observers import Dispatcher
 from kinspect.proxy.problem_log import ProblemLog
 from kinspect.proxy.server import ProxyServer, parse_address

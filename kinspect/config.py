@@ -78,7 +78,7 @@ class CaptureConfig:
     max_file_seconds: float = 300.0  # ... or once its first row is this old
     queue_rows: int = 100000  # exchanges waiting for the writer thread; more are dropped and counted
     row_group_rows: int = 10000  # rows per Parquet row group (written when full, or when the file ends)
-    queue_bytes: int = 256 * 1024 * 1024  # bytes of frames the queue may hold; more are dropped and counted
+    queue_bytes: int = 256 * 1024 * 1024  # bytes of facts the queue may hold; more are dropped and counted
 
 
 @dataclass

@@ -12,11 +12,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from kinspect.protocol.api_keys import PRODUCE
+from kinspect.protocol.specs.api_keys import PRODUCE
 from kinspect.protocol.codec import Codec
 from kinspect.protocol.errors import DecodeError, EncodeError
-from kinspect.protocol.framer import DEFAULT_MAX_FRAME_BYTES
-from kinspect.protocol.rendering import render_struct
+from kinspect.protocol.framing.framer import DEFAULT_MAX_FRAME_BYTES
+from kinspect.protocol.codec.rendering import render_struct
 from kinspect.session import ConnectionInfo, Plan, Problem, Request, Response, Session, SessionConfig
 from kinspect.session.replay import replay
 
@@ -60,14 +60,14 @@ def decode_conversation(
         for event in events:
             kind = type(event)
             if kind is Request:
-                record = _request_record(event, roundtrip, stats)
+                record = request_record(event, roundtrip, stats)
                 if not event.expects_response:
                     acks_zero[event.correlation_id] = event.api_version
                 yield record
             elif kind is Response:
-                yield _response_record(event, roundtrip, stats)
+                yield response_record(event, roundtrip, stats)
             elif kind is Problem:
-                record = _problem_record(codec, event, acks_zero, roundtrip, stats)
+                record = problem_record(codec, event, acks_zero, roundtrip, stats)
                 if record is not None:
                     yield record
     for direction, left in zip(("request", "response"), session.buffered):
@@ -76,7 +76,7 @@ def decode_conversation(
             stats.errors.append({"direction": direction, "error": f"{left} bytes of an incomplete last frame"})
 
 
-def _problem_record(codec: Codec, problem: Problem, acks_zero: dict, roundtrip: bool, stats: DecodeStats):
+def problem_record(codec: Codec, problem: Problem, acks_zero: dict, roundtrip: bool, stats: DecodeStats):
     """A record for a frame the session could not pair or read; None for problems that are not a frame."""
     if problem.kind in ("frame_too_large", "tls_on_plaintext") or (problem.kind == "decode_error" and problem.offset is None):
         stats.decode_errors += 1
@@ -102,7 +102,7 @@ def _problem_record(codec: Codec, problem: Problem, acks_zero: dict, roundtrip: 
         response = Response(problem.connection, problem.time, problem.offset, PRODUCE, codec.registry.api_name(PRODUCE),
                             True, version, version, correlation_id, codec.response_header_version(PRODUCE, version),
                             0, 0, (), problem.size, frame, True, codec)
-        record = _response_record(response, roundtrip, stats)
+        record = response_record(response, roundtrip, stats)
         record["warning"] = "a response to a Produce with acks=0, which expects none"
         return record
     stats.frames += 1
@@ -112,10 +112,11 @@ def _problem_record(codec: Codec, problem: Problem, acks_zero: dict, roundtrip: 
             "error": {"reason": "no request with this correlation id"}}
 
 
-def _request_record(event: Request, roundtrip: bool, stats: DecodeStats) -> dict:
+def request_record(event: Request, roundtrip: bool, stats: DecodeStats, offset: int | None = None) -> dict:
+    """The JSON record of a request event (offset: where the frame is, if not the event's stream offset)."""
     stats.frames += 1
     codec, frame, header = event.codec, event.frame, event.header
-    record = {"direction": "request", "offset": event.offset, "size": event.size}
+    record = {"direction": "request", "offset": event.offset if offset is None else offset, "size": event.size}
     try:
         record.update(
             api_key=header.api_key, api_name=codec.registry.api_name(header.api_key),
@@ -138,11 +139,13 @@ def _request_record(event: Request, roundtrip: bool, stats: DecodeStats) -> dict
     return record
 
 
-def _response_record(event: Response, roundtrip: bool, stats: DecodeStats) -> dict:
+def response_record(event: Response, roundtrip: bool, stats: DecodeStats, offset: int | None = None) -> dict:
+    """The JSON record of a response event."""
     stats.frames += 1
     codec, frame, api_key, api_version = event.codec, event.frame, event.api_key, event.api_version
     record = {
-        "direction": "response", "offset": event.offset, "size": event.size, "api_key": api_key,
+        "direction": "response", "offset": event.offset if offset is None else offset, "size": event.size,
+        "api_key": api_key,
         "api_name": event.api_name, "api_version": api_version,
     }
     try:

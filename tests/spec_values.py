@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from kinspect.protocol.codegen import UNKNOWN_TAGS
-from kinspect.protocol.spec_model import INTEGER_RANGES, FieldSpec, StructSpec
+from kinspect.protocol.codec.codegen import UNKNOWN_TAGS
+from kinspect.protocol.specs.model import INTEGER_RANGES, FieldSpec, StructSpec
 
 _TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
 _SMALL_BYTES = st.binary(max_size=24)

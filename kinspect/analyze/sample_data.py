@@ -16,7 +16,7 @@ import random
 from pathlib import Path
 
 from kinspect.capture.schema import SCHEMA_VERSION, arrow_schema
-from kinspect.protocol.primitives import uvarint_size, zigzag_encode
+from kinspect.protocol.wire.primitives import uvarint_size, zigzag_encode
 
 # api key, name (None: unknown to the specs), versions, first flexible version
 APIS = (

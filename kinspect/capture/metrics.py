@@ -9,6 +9,7 @@ from kinspect.capture.writer import CaptureWriter
 
 METRIC_NAMES = {
     "kinspect_capture_rows_total": "counter",
+    "kinspect_capture_rows_accepted_total": "counter",
     "kinspect_capture_dropped_rows_total": "counter",
     "kinspect_capture_files_total": "counter",
     "kinspect_capture_queue_rows": "gauge",
@@ -17,7 +18,12 @@ METRIC_NAMES = {
 
 
 class CaptureCollector(Collector):
-    """Rows written and dropped, files finished and the queue's depth, straight from the writer's counters."""
+    """Rows accepted, written and dropped, files finished and the queue's depth, straight from the writer's counters.
+
+    kinspect_capture_rows_total counts rows in finished files only (it stays at 0 until the
+    first file is closed); kinspect_capture_rows_accepted_total counts exchanges queued for
+    writing as they come, so a capture that runs shows at once.
+    """
 
     def __init__(self, writer: CaptureWriter) -> None:
         self.writer = writer
@@ -31,6 +37,8 @@ class CaptureCollector(Collector):
     def _families(self, describing: bool) -> list:
         w = self.writer
         rows = CounterMetricFamily("kinspect_capture_rows", "Exchanges written to capture files")
+        accepted = CounterMetricFamily("kinspect_capture_rows_accepted",
+                                       "Exchanges accepted into the capture queue (written or still to be written)")
         dropped = CounterMetricFamily("kinspect_capture_dropped_rows",
                                       "Exchanges not captured, by reason (queue_full: the capture queue was full by rows or bytes)",
                                       labels=("reason",))
@@ -39,10 +47,11 @@ class CaptureCollector(Collector):
         queue_bytes = GaugeMetricFamily("kinspect_capture_queue_bytes", "Bytes of frames held by the capture queue")
         if not describing:
             rows.add_metric((), w.rows_written)
+            accepted.add_metric((), w.rows_accepted)
             dropped.add_metric(("queue_full",), w.rows_dropped)
-            dropped.add_metric(("row_error",), w.row_errors)
+            dropped.add_metric(("row_error",), w.row_errors + w.fact_errors)
             dropped.add_metric(("write_error",), w.write_errors)
             files.add_metric((), w.files_written)
             queue.add_metric((), w.queue_depth)
             queue_bytes.add_metric((), w.queued_bytes)
-        return [rows, dropped, files, queue, queue_bytes]
+        return [rows, accepted, dropped, files, queue, queue_bytes]

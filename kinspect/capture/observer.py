@@ -1,39 +1,45 @@
-"""The capture observer: hands each Exchange to the capture writer's queue, and does nothing else on the event loop."""
+"""The capture observer: ships each Exchange's facts to the capture writer's queue, and does nothing else on the event loop."""
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 
+from kinspect.capture.facts import FactsTaker
 from kinspect.capture.rows import RowBuilder
 from kinspect.capture.writer import CaptureWriter
 from kinspect.protocol.codec import Codec
+from kinspect.protocol.specs.registry import SpecRegistry
 from kinspect.session.events import Exchange
+
+log = logging.getLogger("kinspect.capture")
 
 
 class CaptureObserver:
-    """Queues Exchange events for the writer thread (rows are built there, never here).
+    """Queues the facts of Exchange events for the writer thread (rows are built there, never here).
 
-    The writer thread decodes with its own Codec over the same spec registry: a codec's
-    error diagnosis swaps state in its compiled decoders, so one codec is not shared
-    between the event loop and the thread.
+    The facts come from the events' cached scans, shared with the metrics: no frame and no
+    codec crosses to the thread (see capture.facts).
     """
-    event_types = (Exchange,)
 
-    needs_bodies = True  # rows are built from whole frames
+    event_types = (Exchange,)
+    needs_bodies = True  # the scans read whole frames
 
     def __init__(self, directory: str | Path, codec: Codec | None = None, *, max_file_bytes: int = 64 * 1024 * 1024,
                  max_file_seconds: float = 300.0, queue_rows: int = 100_000, row_group_rows: int = 10_000,
                  queue_bytes: int = 256 * 1024 * 1024, wall_offset: float | None = None) -> None:
-        registry = codec.registry if codec is not None else None
+        # The events' codec: its scans gather the integer counters once a capture takes facts.
+        codec = codec if codec is not None else Codec(SpecRegistry.default())
         # Event times are time.monotonic(); one offset, taken now, maps them to UTC wall-clock time.
         # A fixed wall_offset is kept as given (0 for events already in epoch seconds: pcap packet times).
         self._fixed_offset = wall_offset is not None
         self.wall_offset = wall_offset if wall_offset is not None else time.time() - time.monotonic()
-        self.writer = CaptureWriter(directory, RowBuilder(Codec(registry), self.wall_offset),
+        self.writer = CaptureWriter(directory, RowBuilder(self.wall_offset),
                                     max_file_bytes=max_file_bytes, max_file_seconds=max_file_seconds,
                                     queue_rows=queue_rows, row_group_rows=row_group_rows,
                                     queue_bytes=queue_bytes)
+        self._take = FactsTaker(codec).take
         self._offer = self.writer.offer
 
     @classmethod
@@ -45,12 +51,17 @@ class CaptureObserver:
 
     def on_event(self, event) -> None:
         if type(event) is Exchange:
-            # The queue holds the frames until the thread is done with them: bound their bytes.
-            response = event.response
-            self._offer(event, len(event.request.frame) + (len(response.frame) if response is not None else 0))
+            try:
+                facts, held = self._take(event)
+            except Exception:  # a bug in taking facts: counted (as a row error), never raised into the loop
+                self.writer.fact_errors += 1
+                if self.writer.fact_errors == 1:
+                    log.exception("capture: cannot take an exchange's facts (further failures are only counted)")
+                return
+            self._offer(facts, held)
 
     def start(self) -> CaptureObserver:
-        if self.writer._thread is None and not self._fixed_offset:  # the clock offset is taken again as the capture starts
+        if self.writer._thread is None and not self._fixed_offset:  # the clock offset is taken again as it starts
             self.wall_offset = self.writer.builder.wall_offset = time.time() - time.monotonic()
         self.writer.start()
         return self

@@ -1,242 +1,155 @@
-"""One capture row (a dict keyed by schema.COLUMNS) from an Exchange, built in the writer thread.
+"""Capture rows from the facts the event loop shipped (capture.facts), in the writer thread, with no codec.
 
-The frames are decoded and scanned here with the codec directly, never through the
-events' cached decode()/scan(): those cache into objects the event loop's observers
-share. Nothing of a record's key, value or headers is read (records are summarized
-from their batch headers), and no bytes field is copied into a row.
+A row is a dict keyed by schema.COLUMNS. Its nested columns hold what is cheapest to
+turn into Arrow a batch at a time (capture.columns): tuples in the struct members'
+order, and for integer_fields the scans' raw (location, slots, counters). Nothing of a
+record's key, value or headers was ever read (records are summarized from their batch
+headers), and no bytes field reaches a row.
 """
 
 from __future__ import annotations
 
-import struct
-from collections import Counter
-
-from kinspect.capture.field_walk import PlanCache, walk_body
 from kinspect.capture.schema import SCHEMA_VERSION
-from kinspect.protocol.codec import Codec, response_header_version
+from kinspect.protocol.codec.scan_result import ScanResult
+from kinspect.protocol.specs.api_keys import PRODUCE
+from kinspect.protocol.codec import response_header_version
 from kinspect.protocol.error_codes import error_name
-from kinspect.protocol.errors import DecodeError
-from kinspect.protocol.peek import tag_section_fields
-from kinspect.protocol.primitives import Malformed
-from kinspect.session.events import Exchange, Request, Response
 
-_INT16 = struct.Struct(">h")
-PRODUCE = 0
-
-
-class _Side:
-    """What one direction of an exchange yields: scan, decoded body, walk, and errors."""
-
-    __slots__ = ("body", "error", "scan", "spec", "walk")
-
-    def __init__(self) -> None:
-        self.scan = self.body = self.walk = self.error = self.spec = None
-
-
-def _first_flexible(spec) -> int | None:
-    return None if spec is None or spec.flexible_versions.empty else spec.flexible_versions.low
+_LOG_OVERHEAD = 12  # a batch's offset and length fields, not counted in its batch_length
 
 
 class RowBuilder:
-    """Turns Exchange events into capture rows; `wall_offset` maps the events' monotonic times to UTC."""
+    """Turns EXCHANGE fact tuples into capture rows; `wall_offset` maps the events' monotonic times to UTC."""
 
-    def __init__(self, codec: Codec, wall_offset: float) -> None:
-        self.codec = codec
+    def __init__(self, wall_offset: float) -> None:
         self.wall_offset = wall_offset
-        self.plans = PlanCache()
 
-    def _micros(self, monotonic: float) -> int:
-        return round((monotonic + self.wall_offset) * 1_000_000)
-
-    # ------------------------------------------------------------------ one direction
-
-    def _inspect(self, event: Request | Response, direction: str, api_key: int, version: int, decode, scan) -> _Side:
-        side = _Side()
-        spec = side.spec = self.codec.registry.message(api_key, direction, version)
-        if not event.complete:
-            side.error = (f"the {event.size}-byte frame was larger than the inspection limit; "
-                          "only its header was kept")
-            return side
-        if spec is None:
-            name = self.codec.registry.api_name(api_key)
-            what = f"version {version} of {name}" if name else f"api key {api_key}"
-            side.error = f"unknown {what}: no loaded spec defines it"
-            return side
-        try:
-            side.scan = scan()
-            side.body = decode().body
-        except DecodeError as exc:
-            side.error = str(exc)
-            return side
-        first = _first_flexible(spec)
-        target = first if first is not None and version not in spec.flexible_versions else None
-        side.walk = walk_body(self.plans, spec, version, side.body, target)
-        return side
-
-    # ------------------------------------------------------------------ the row
-
-    def build(self, exchange: Exchange) -> dict:
-        request, response = exchange.request, exchange.response
-        header = request.header
-        api_key, version = header.api_key, header.api_version
-        codec = self.codec
-        frame = request.frame
-
-        req = self._inspect(request, "request", api_key, version, lambda: codec.decode_request(frame),
-                            lambda: codec.scan_request(frame, header))
-        flexible = req.spec is not None and version in req.spec.flexible_versions
-        tagged: list[dict] = []
-        request_tag_bytes = 0
-        if header.version >= 2:  # flexible header: ClientId (int16 length, always), then a tag section
-            client_id_length = _INT16.unpack_from(frame, 8)[0]
-            request_tag_bytes = header.size - 10 - max(0, client_id_length)
-            for tag, data in header.fields.get("_unknown_tagged_fields") or ():
-                tagged.append(_tagged("request_header", "", tag, None, len(data)))
-        if req.scan is not None:
-            request_tag_bytes += req.scan.tag_section_bytes
-            tagged.extend(_tagged("request_body", p, t, n, s) for p, t, n, s in req.scan.tagged_fields)
-
+    def build(self, facts: tuple) -> dict:
+        (request_time, latency, connection_id, client_address, broker, node_id, client_id, api_key, api_name,
+         version, header_version, correlation_id, size, header_size, complete, header_tag_bytes, header_tags,
+         flexible, first_flexible, req, resp, software_name, software_version) = facts
+        offset = self.wall_offset
+        tagged = [("request_header", "", tag, None, n, False) for tag, n in header_tags]
+        request_tag_bytes = header_tag_bytes
+        compact = error = None
+        ints = []
+        topics = {}
+        summaries = ()
+        row_magics = []
+        if type(req) is ScanResult:
+            request_tag_bytes += req.tag_section_bytes
+            tagged += [("request_body", p, t, n, s, n is not None) for p, t, n, s in req.tagged_fields]
+            if req.compact_delta is not None:
+                # The header at its flexible version: ClientId keeps its int16 length, plus a tag section.
+                flexible_header = 11 + (len(client_id.encode("utf-8")) if client_id is not None else 0)
+                compact = size + req.compact_delta + flexible_header - header_size
+            if req.int_stats is not None:
+                ints.append(("request", req.int_slots, req.int_stats))
+            topics = req.topic_partitions
+            summaries = req.records
+            if api_key == PRODUCE and summaries:
+                # Distinct magics of the request's batches, ascending (0/1: KIP-724's removed formats).
+                row_magics = sorted({b.magic for s in summaries if s is not None for b in s.batches})
+        else:
+            error = req
         row = {
             "schema_version": SCHEMA_VERSION,
-            "request_time": self._micros(request.time),
+            "request_time": round((request_time + offset) * 1_000_000),
             "response_time": None,
-            "latency_us": None if exchange.latency is None else round(exchange.latency * 1_000_000),
-            "connection_id": request.connection.id,
-            "client_address": request.connection.client_address,
-            "client_id": header.client_id,
-            "broker": request.connection.broker,
-            "node_id": request.connection.node_id,
+            "latency_us": None if latency is None else round(latency * 1_000_000),
+            "connection_id": connection_id,
+            "client_address": client_address,
+            "client_id": client_id,
+            "broker": broker,
+            "node_id": node_id,
             "api_key": api_key,
-            "api_name": request.api_name,
+            "api_name": api_name,
             "request_version": version,
             "response_version": None,
-            "request_header_version": header.version,
+            "request_header_version": header_version,
             "response_header_version": None,
             "flexible": flexible,
-            "correlation_id": header.correlation_id,
-            "request_size": request.size,
+            "correlation_id": correlation_id,
+            "request_size": size,
             "response_size": None,
-            "request_header_size": header.size,
+            "request_header_size": header_size,
             "response_header_size": None,
-            "request_inspected": request.complete,
+            "request_inspected": complete,
             "response_inspected": None,
-            "request_decode_error": req.error,
+            "request_decode_error": error,
             "response_decode_error": None,
             "request_tag_section_bytes": request_tag_bytes,
             "response_tag_section_bytes": None,
-            "first_flexible_version": _first_flexible(req.spec),
-            "request_compact_size": None,
+            "first_flexible_version": first_flexible,
+            "request_compact_size": compact,
             "response_compact_size": None,
-            "client_software_name": request.connection.client_software_name,
-            "client_software_version": request.connection.client_software_version,
-            "record_magics": _magics(req.scan) if api_key == PRODUCE else [],
+            "tagged_fields": tagged,
+            "error_codes": [],
+            "integer_fields": ints,
+            "client_software_name": software_name,
+            "client_software_version": software_version,
+            "record_magics": row_magics,
         }
-        if req.walk is not None and req.walk.compact_delta is not None:
-            # The header at its flexible version: ClientId keeps its int16 length, plus a tag section.
-            client_id = header.client_id.encode("utf-8") if header.client_id is not None else b""
-            flexible_header = 8 + 2 + len(client_id) + 1
-            row["request_compact_size"] = request.size + req.walk.compact_delta + flexible_header - header.size
-
-        resp = None
-        if response is not None:
-            resp = self._response(row, response, tagged)
-        scans = [s.scan for s in (req, resp) if s is not None and s.scan is not None]
-        row["tagged_fields"] = tagged
-        row["error_codes"] = [] if resp is None or resp.scan is None else [
-            {"code": code, "name": error_name(code), "count": count}
-            for code, count in sorted(resp.scan.error_codes.items())
-        ]
-        row["topic_partitions"] = _topic_partitions(req, resp)
-        _records(row, scans)
-        row["integer_fields"] = _integer_fields("request", req) + (_integer_fields("response", resp) if resp else [])
+        if resp is not None:
+            (response_time, response_version, response_header_version_, response_size, response_header_size,
+             response_complete, response_tag_bytes, response_header_tags, side) = resp
+            tagged += [("response_header", "", tag, None, n, False) for tag, n in response_header_tags]
+            compact = error = None
+            if type(side) is ScanResult:
+                response_tag_bytes += side.tag_section_bytes
+                tagged += [("response_body", p, t, n, s, n is not None) for p, t, n, s in side.tagged_fields]
+                if side.error_codes:
+                    row["error_codes"] = [(code, error_name(code), count)
+                                          for code, count in sorted(side.error_codes.items())]
+                if side.int_stats is not None:
+                    ints.append(("response", side.int_slots, side.int_stats))
+                if side.topic_partitions:
+                    if topics:  # a topic named by both directions counts the larger number of partitions
+                        merged = dict(topics)
+                        for topic, n in side.topic_partitions.items():
+                            if merged.get(topic, -1) < n:
+                                merged[topic] = n
+                        topics = merged
+                    else:
+                        topics = side.topic_partitions
+                if side.record_spans:
+                    summaries = [*summaries, *side.records]
+                if side.compact_delta is not None:
+                    grows = response_header_version(api_key, True) > response_header_version_  # v0 -> v1: +1 tag byte
+                    compact = response_size + side.compact_delta + (1 if grows else 0)
+            else:
+                error = side
+            row.update({
+                "response_time": round((response_time + offset) * 1_000_000),
+                "response_version": response_version,
+                "response_header_version": response_header_version_,
+                "response_size": response_size,
+                "response_header_size": response_header_size,
+                "response_inspected": response_complete,
+                "response_decode_error": error,
+                "response_tag_section_bytes": response_tag_bytes,
+                "response_compact_size": compact,
+            })
+        row["topic_partitions"] = sorted(topics.items()) if topics else []
+        batches = records = 0
+        compression = []
+        if summaries:
+            codecs: dict[str, list[int]] = {}
+            for summary in summaries:
+                if summary is None:
+                    continue
+                for batch in summary.batches:
+                    batches += 1
+                    count = max(batch.record_count, 0)
+                    records += count
+                    acc = codecs.get(batch.compression)
+                    if acc is None:
+                        acc = codecs[batch.compression] = [0, 0, 0]
+                    acc[0] += 1
+                    acc[1] += count
+                    acc[2] += batch.batch_length + _LOG_OVERHEAD
+            compression = [(c, a[0], a[1], a[2]) for c, a in sorted(codecs.items())]
+        row["record_batches"] = batches
+        row["record_count"] = records
+        row["compression"] = compression
         return row
-
-    def _response(self, row: dict, response: Response, tagged: list) -> _Side:
-        codec = self.codec
-        frame = response.frame
-        api_key, version = response.api_key, response.api_version
-        resp = self._inspect(response, "response", api_key, version,
-                             lambda: codec.decode_response(frame, api_key, version),
-                             lambda: codec.scan_response(frame, api_key, version))
-        header_size, tag_bytes = 4, 0
-        if response.header_version >= 1:
-            try:
-                fields, header_size = tag_section_fields(frame, 4)
-            except (IndexError, Malformed):
-                fields, header_size = (), min(len(frame), 5)
-            tag_bytes = header_size - 4
-            for tag, size in fields:
-                tagged.append(_tagged("response_header", "", tag, None, size))
-        if resp.scan is not None:
-            tag_bytes += resp.scan.tag_section_bytes
-            tagged.extend(_tagged("response_body", p, t, n, s) for p, t, n, s in resp.scan.tagged_fields)
-        row.update({
-            "response_time": self._micros(response.time),
-            "response_version": version,
-            "response_header_version": response.header_version,
-            "response_size": response.size,
-            "response_header_size": header_size,
-            "response_inspected": response.complete,
-            "response_decode_error": resp.error,
-            "response_tag_section_bytes": tag_bytes,
-        })
-        if resp.walk is not None and resp.walk.compact_delta is not None:
-            grows = response_header_version(api_key, True) > response.header_version  # header v0 -> v1: +1 tag byte
-            row["response_compact_size"] = response.size + resp.walk.compact_delta + (1 if grows else 0)
-        return resp
-
-
-def _tagged(location: str, path: str, tag: int, name: str | None, size: int) -> dict:
-    return {"location": location, "path": path, "tag": tag, "name": name, "size": size, "known": name is not None}
-
-
-def _topic_partitions(req: _Side, resp: _Side | None) -> list[dict]:
-    """Topics of both directions; a topic named by both counts the larger number of partitions (not their sum)."""
-    merged: Counter = Counter()
-    for side in (req, resp):
-        if side is not None and side.walk is not None:
-            for topic, partitions in side.walk.topics.items():
-                merged[topic] = max(merged.get(topic, 0), partitions)
-    return [{"topic": t, "partitions": n} for t, n in sorted(merged.items())]
-
-
-def _records(row: dict, scans: list) -> None:
-    """Record batches, records and per-codec figures from the scans' batch summaries (headers only)."""
-    batches = records = 0
-    codecs: dict[str, list[int]] = {}
-    for scan in scans:
-        if not scan.record_spans:
-            continue
-        for summary in scan.records:
-            if summary is None:
-                continue
-            for batch in summary.batches:
-                batches += 1
-                count = max(batch.record_count, 0)
-                records += count
-                acc = codecs.get(batch.compression)
-                if acc is None:
-                    acc = codecs[batch.compression] = [0, 0, 0]
-                acc[0] += 1
-                acc[1] += count
-                acc[2] += batch.batch_length + 12  # the offset and length fields are not in batch_length
-    row["record_batches"] = batches
-    row["record_count"] = records
-    row["compression"] = [{"codec": c, "batches": a[0], "records": a[1], "bytes": a[2]} for c, a in sorted(codecs.items())]
-
-
-def _magics(scan) -> list[int]:
-    """Distinct magic values of the request's record batches, ascending (magic 0/1: KIP-724's removed formats)."""
-    if scan is None or not scan.record_spans:
-        return []
-    return sorted({batch.magic for summary in scan.records if summary is not None for batch in summary.batches})
-
-
-def _integer_fields(location: str, side: _Side) -> list[dict]:
-    if side.walk is None:
-        return []
-    return [
-        {"location": location, "path": path, "type": t, "count": n, "fixed_bytes": fixed, "uvarint_bytes": u,
-         "zigzag_bytes": z, "uvarint_hist": uh, "zigzag_hist": zh}
-        for path, (t, n, fixed, u, z, uh, zh) in side.walk.integers.items()
-    ]

@@ -35,7 +35,7 @@ def add_spec_options(parser: argparse.ArgumentParser) -> None:
 
 def registry_from_args(args: argparse.Namespace):
     from kinspect.config import load_config
-    from kinspect.protocol.spec_registry import SpecRegistry
+    from kinspect.protocol.specs.registry import SpecRegistry
 
     config = load_config(args.config)
     return SpecRegistry.default(config.specs.directories + list(args.spec_dir))
@@ -147,7 +147,7 @@ def _extra_requirements(extras: tuple[str, ...]) -> list[str]:
 
 def native_codec_notice() -> str | None:
     """One line when the C codec is absent (no compiler at install), None when it is in use or disabled on purpose."""
-    from kinspect.protocol.wire_program import PURE_PYTHON_ENV, native_available
+    from kinspect.protocol.codec.wire_program import PURE_PYTHON_ENV, native_available
 
     if os.environ.get(PURE_PYTHON_ENV) == "1" or native_available():
         return None

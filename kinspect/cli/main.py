@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "proxy": ("kinspect.cli.proxy_command", "run the sidecar proxy", ()),
     "clients": ("kinspect.cli.clients_command",
                 "the client inventory (software, versions, addresses) and what a broker upgrade would reject", ()),
+    "capture": ("kinspect.cli.capture_command", "write a pcap file's Kafka exchanges as Parquet captures", ()),
     "analyze": ("kinspect.cli.analyze_command", "analyze capture files with PySpark: tables and an HTML report",
                 ("pipeline",)),
     "capture": ("kinspect.cli.capture_command",

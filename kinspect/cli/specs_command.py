@@ -1,4 +1,4 @@
-"""`kinspect specs import|list|show`: build specs/ and look at the APIs it defines."""
+"""`kinspect specs import|list|show|codegen`: build specs/, look at the APIs it defines and at the code made from them."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 from kinspect.cli.common import add_spec_options, registry_from_args
-from kinspect.protocol.spec_import import import_specs, parse_source_argument
-from kinspect.protocol.spec_model import FieldSpec, StructSpec
-from kinspect.protocol.spec_registry import SpecRegistry, version_spans
+from kinspect.protocol.specs.importer import import_specs, parse_source_argument
+from kinspect.protocol.specs.model import FieldSpec, StructSpec
+from kinspect.protocol.specs.registry import SpecRegistry, version_spans
 
 
 def add_parser(commands) -> None:
@@ -33,6 +33,15 @@ def add_parser(commands) -> None:
     p.add_argument("--version", type=int, help="show one version (default: the newest)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(run=_run_show)
+
+    p = sub.add_parser("codegen", help="print the Python source kinspect generates for one API version")
+    add_spec_options(p)
+    p.add_argument("api", help="api name (Produce, ProduceRequest) or key")
+    p.add_argument("--version", type=int, required=True, help="the api version")
+    p.add_argument("--direction", choices=["request", "response"], default="request")
+    p.add_argument("--kind", choices=["decoder", "scanner", "encoder"], default="decoder",
+                   help="which generated function (default: the decoder)")
+    p.set_defaults(run=_run_codegen)
 
 
 def _run_import(args: argparse.Namespace) -> int:
@@ -133,3 +142,26 @@ def _run_show(args: argparse.Namespace) -> int:
             extras = [f"{k}={row[k]!r}" for k in ("nullable", "tag", "default", "entity_type", "encoding") if k in row]
             print(f"  {'  ' * row['depth']}{row['name']}: {row['type']}  [{row['versions']}] {' '.join(extras)}".rstrip())
     return status
+
+
+def _run_codegen(args: argparse.Namespace) -> int:
+    from kinspect.protocol.codec import codegen
+
+    registry = registry_from_args(args)
+    key = registry.api_key_of(args.api)
+    if key is None:
+        print(f"kinspect: no api named {args.api!r} (see `kinspect specs list`)", file=sys.stderr)
+        return 2
+    spec = registry.message(key, args.direction, args.version)
+    if spec is None:
+        versions = registry.versions(key, args.direction)
+        valid = f"versions {version_spans(versions)}" if versions else "none defined"
+        print(f"kinspect: {registry.api_name(key)} has no {args.direction} version {args.version} ({valid})",
+              file=sys.stderr)
+        return 2
+    flexible = args.version in spec.flexible_versions
+    label = f"{registry.api_name(key)} {args.direction} v{args.version}"
+    generate = {"decoder": codegen.generate_decoder, "scanner": codegen.generate_scanner,
+                "encoder": codegen.generate_encoder}[args.kind]
+    print(generate(spec.struct, args.version, flexible, label).source, end="")
+    return 0

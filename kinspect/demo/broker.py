@@ -13,7 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from kinspect.protocol.api_keys import METADATA
+from kinspect.protocol.specs.api_keys import METADATA
 from kinspect.protocol.codec import Codec
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h

@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass, field
 
-from kinspect.protocol.api_keys import PRODUCE
+from kinspect.protocol.specs.api_keys import PRODUCE
 from kinspect.session import DecodeError, Problem, Request, Response
 
 MAX_SIZES = 100_000  # sizes kept per (api, version, direction): percentiles are over the latest ones

@@ -7,7 +7,8 @@ rendered by a collector at scrape time with the names, help texts, labels and bu
 prometheus_client's Counter and Histogram gave (tests/observers/test_metrics_equivalence.py
 checks the /metrics text against that reference on recorded traffic). The cells of one
 (api key, version, direction) are looked up once and kept in a plan, so a frame costs one
-dict lookup, a few list increments and, when the metrics need it, one scan of the frame.
+dict lookup, a few list increments and one scan of its body, unless the same small body
+was seen (and scanned) just before (see MetricsObserver._scan).
 The connection, byte and in-flight figures come from the ProxyServer's stats snapshot at
 scrape time, by ServerCollector, whose describe() names its families (a clash fails at
 registration); kinspect_build_info is a prometheus_client Info, and the process, platform
@@ -53,6 +54,7 @@ from kinspect.observers.metric_families import CounterFamily, FamiliesCollector,
 from kinspect.observers.scan_needs import body_can_fail, metrics_scan_needed
 from kinspect.protocol.error_codes import ERROR_NAMES, error_name
 from kinspect.protocol.errors import DecodeError
+from kinspect.protocol.codec.scan_result import ScanResult
 from kinspect.session.events import Exchange, Problem, Request, Response
 
 PRODUCE = 0
@@ -75,6 +77,10 @@ _HEADER_BOUNDS = (*HEADER_BUCKETS, float("inf"))
 _LATENCY_BOUNDS = (*LATENCY_BUCKETS, float("inf"))
 _SIZE_SUM, _HEADER_SUM, _LATENCY_SUM = len(_SIZE_BOUNDS), len(_HEADER_BOUNDS), len(_LATENCY_BOUNDS)
 _HEADER_V0_BUCKET = bisect_left(_HEADER_BOUNDS, 4)  # a response header v0: the correlation id alone
+# Memo of small bodies' scans per (api key, version, direction) (see MetricsObserver._scan).
+MEMO_BODY_BYTES = 1024
+MEMO_ENTRIES = 4
+MEMO_TRIAL = 256
 COMPRESSIONS = frozenset(("none", "gzip", "snappy", "lz4", "zstd"))
 DECODE_PROBLEMS = frozenset(("decode_error", "frame_too_large"))
 
@@ -131,7 +137,8 @@ RUNTIME_METRIC_NAMES = {
 class _Plan:
     """What one (api key, version, direction) updates: its cells, its api label, and whether to scan its bodies."""
 
-    __slots__ = ("api", "count", "errors", "header", "known", "scan", "size", "tag_bytes", "tagged")
+    __slots__ = ("api", "count", "errors", "header", "hits", "known", "lookups", "memo", "scan", "size", "tag_bytes",
+                 "tagged")
 
     def __init__(self, api: str, count: list, size: list, header: list, tag_bytes: list, known: bool,
                  scan: bool) -> None:
@@ -144,6 +151,10 @@ class _Plan:
         self.scan = scan
         self.tagged: dict[tuple, tuple[list, list]] = {}  # (path, tag, name) of a body tagged field -> its cells
         self.errors: dict[int, list] = {}  # error code -> its response_errors cell
+        # Small bodies seen before -> their scan (or the DecodeError); None: not memoized (see _scan).
+        self.memo: dict[bytes, object] | None = {} if scan else None
+        self.lookups = 0
+        self.hits = 0
 
 
 class MetricsObserver:
@@ -305,6 +316,8 @@ class MetricsObserver:
         scan = known and self._scan_worth(key[0], key[1], direction, codec)
         plan = _Plan(api, count.cell((api, str(key[1]))), size.cell((api,)), self.header_size.cell((api, direction)),
                      self.tag_section_bytes.cell((api, direction)), known, scan)
+        if key[0] == PRODUCE and direction == "request":
+            plan.memo = None  # record batches: never the same twice, and summarized from their own frame
         cache[key] = plan
         return plan
 
@@ -345,9 +358,8 @@ class MetricsObserver:
                     self._tagged_field(c.api, "request", "header", "", tag, None, n)
         scan = None
         if c.scan and e.complete:
-            try:
-                scan = e.scan()
-            except DecodeError:
+            scan = self._scan(c, e, header_size)
+            if scan is None:
                 self._decode_failure(c.api, "request", "decode_error")
             else:
                 tag_bytes += scan.tag_section_bytes
@@ -387,9 +399,10 @@ class MetricsObserver:
             cell[_HEADER_SUM] += 4
         scan = None
         if c.scan and e.complete:
-            try:
-                scan = e.scan()
-            except DecodeError:
+            # The memo's key is all after the correlation id, the header's tag section included:
+            # the scan reads the header too, and fails with it when it is malformed.
+            scan = self._scan(c, e, 4)
+            if scan is None:
                 self._decode_failure(c.api, "response", "decode_error")
             else:
                 tag_bytes += scan.tag_section_bytes
@@ -403,6 +416,47 @@ class MetricsObserver:
             self._error_codes(c, scan.error_codes)
         if self.topic_bytes and scan.topics:
             self._topic_bytes(scan.topics, size, "response")
+
+    @staticmethod
+    def _scan(c: _Plan, e, body_start: int) -> ScanResult | None:
+        """The event's scan, None if its body is malformed; a small body seen before is not scanned again.
+
+        The facts a scan gives the metrics depend only on the bytes it reads (for a given api,
+        version and direction): the body from body_start, where the key starts (for responses
+        4, after the correlation id, so that the header's tag section, which the scan also
+        reads, is part of the key). Small bodies repeat: ApiVersions, Metadata refreshes,
+        heartbeats, empty fetches. So each plan remembers its last few small bodies (up to
+        MEMO_BODY_BYTES, MEMO_ENTRIES of them) with their scan; a body seen before costs a
+        slice and a hash instead of a scan. Produce requests (their record batches) are not
+        memoized, and a plan whose bodies rarely repeat stops memoizing after MEMO_TRIAL
+        lookups with fewer than half found.
+        """
+        memo = c.memo
+        if memo is None or len(e.frame) - body_start > MEMO_BODY_BYTES:
+            try:
+                return e.scan()
+            except DecodeError:
+                return None
+        body = e.frame[body_start:]
+        if type(body) is not bytes:
+            body = bytes(body)  # a memoryview or bytearray frame: a hashable copy of the body
+        outcome = memo.get(body)
+        c.lookups += 1
+        if outcome is None:
+            try:
+                outcome = e.scan()
+            except DecodeError:
+                outcome = False
+            if len(memo) >= MEMO_ENTRIES:
+                memo.clear()
+            memo[body] = outcome
+        else:
+            c.hits += 1
+        if c.lookups >= MEMO_TRIAL:
+            if 2 * c.hits < c.lookups:
+                c.memo = None  # these bodies do not repeat: hashing them is wasted
+            c.lookups = c.hits = 0
+        return outcome or None
 
     def _error_codes(self, c: _Plan, codes: dict[int, int]) -> None:
         known = c.errors
@@ -542,7 +596,7 @@ def event_loop_name() -> str:
 
 def _native() -> str:
     try:
-        from kinspect.protocol.wire_program import native_available
+        from kinspect.protocol.codec.wire_program import native_available
 
         return "true" if native_available() else "false"
     except Exception:  # noqa: BLE001 (a broken native build must not break scraping)

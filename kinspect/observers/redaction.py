@@ -48,9 +48,9 @@ import math
 from collections.abc import Iterable
 from uuid import UUID
 
-from kinspect.protocol.codegen import UNKNOWN_TAGS
-from kinspect.protocol.rendering import render_records
-from kinspect.protocol.spec_model import StructSpec
+from kinspect.protocol.codec.codegen import UNKNOWN_TAGS
+from kinspect.protocol.codec.rendering import render_records
+from kinspect.protocol.specs.model import StructSpec
 
 # (api name, direction) -> field paths (struct field names joined by ".", array indices left out).
 SECRET_FIELDS: dict[tuple[str, str], frozenset[str]] = {

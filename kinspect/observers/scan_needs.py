@@ -13,8 +13,8 @@ scan reads nothing.
 
 from __future__ import annotations
 
-from kinspect.protocol.codegen import _is_error_code, _uses_topic_name  # what the scanners count
-from kinspect.protocol.spec_model import MessageSpec, StructSpec
+from kinspect.protocol.codec.codegen import _is_error_code, _uses_topic_name  # what the scanners count
+from kinspect.protocol.specs.model import MessageSpec, StructSpec
 
 PRODUCE = 0
 

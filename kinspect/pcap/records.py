@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kinspect.offline_decode import DecodeStats, _problem_record, _request_record, _response_record
+from kinspect.offline_decode import DecodeStats, problem_record, request_record, response_record
 from kinspect.session import Exchange, Problem, Request, Response
 
 ACKS_ZERO_KEPT = 1024  # acks=0 Produce correlation ids remembered per flow (a broker may answer them anyway)
@@ -33,7 +33,7 @@ class RecordBuilder:
         for event in events:
             kind = type(event)
             if kind is Request:
-                record = _request_record(event, self.roundtrip and event.complete, stats)
+                record = request_record(event, self.roundtrip and event.complete, stats)
                 if not event.expects_response:
                     acks = self.acks_zero.setdefault(flow.id, {})
                     acks[event.correlation_id] = event.api_version
@@ -41,10 +41,10 @@ class RecordBuilder:
                         del acks[next(iter(acks))]
                 self._limit(record, event)
             elif kind is Response:
-                record = _response_record(event, self.roundtrip and event.complete, stats)
+                record = response_record(event, self.roundtrip and event.complete, stats)
                 self._limit(record, event)
             elif kind is Problem:
-                record = _problem_record(self.codec, event, self.acks_zero.get(flow.id, {}), self.roundtrip, stats)
+                record = problem_record(self.codec, event, self.acks_zero.get(flow.id, {}), self.roundtrip, stats)
                 if record is None:
                     continue
                 if event.kind == "unpaired_response" and "warning" not in record:

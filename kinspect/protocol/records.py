@@ -569,7 +569,7 @@ def verify_crc(data: bytes | bytearray | memoryview, batch: BatchSummary) -> boo
 
 # --------------------------------------------------------------------------- the C twin
 
-_PURE_PYTHON_ENV = "KINSPECT_PURE_PYTHON"  # as kinspect.protocol.wire_program.PURE_PYTHON_ENV
+_PURE_PYTHON_ENV = "KINSPECT_PURE_PYTHON"  # as kinspect.protocol.codec.wire_program.PURE_PYTHON_ENV
 
 
 def _native_summarize():
@@ -581,7 +581,7 @@ def _native_summarize():
     if __name__ != "kinspect.protocol.records" or os.environ.get(_PURE_PYTHON_ENV) == "1":
         return None
     try:
-        from kinspect.protocol._wire import summarize_records as native
+        from kinspect.protocol.codec._wire import summarize_records as native
     except ImportError:
         return None
     return native

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from kinspect.protocol.api_keys import (
+from kinspect.protocol.specs.api_keys import (
     DESCRIBE_CLUSTER, FETCH, FIND_COORDINATOR, METADATA, PRODUCE, SHARE_ACKNOWLEDGE, SHARE_FETCH,
 )
 from kinspect.protocol.codec import Codec

@@ -7,7 +7,7 @@ reaches logs, labels and tables is printable and at most MAX_CHARS characters lo
 
 from __future__ import annotations
 
-from kinspect.protocol.primitives import Malformed, read_uvarint
+from kinspect.protocol.wire.primitives import Malformed, read_uvarint
 
 MAX_CHARS = 64
 ELLIPSIS = "…"

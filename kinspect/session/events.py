@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from kinspect.protocol.codec import Codec, RequestHeader
 from kinspect.protocol.errors import DecodeError
-from kinspect.protocol.scan_result import ScanResult
+from kinspect.protocol.codec.scan_result import ScanResult
 
 
 @dataclass(slots=True)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from kinspect.protocol.codec import RequestHeader
-from kinspect.protocol.peek import tag_section_fields
-from kinspect.protocol.primitives import Malformed
+from kinspect.protocol.wire.peek import tag_section_fields
+from kinspect.protocol.wire.primitives import Malformed
 
 
 def request_header_tags(frame: bytes, header: RequestHeader) -> tuple[int, tuple]:

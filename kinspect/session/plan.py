@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Callable, Protocol
 
-from kinspect.protocol.api_keys import API_VERSIONS, SASL_HANDSHAKE
-from kinspect.session.framing import HOLD, KEEP_HEAD, KEEP_WHOLE
+from kinspect.protocol.specs.api_keys import API_VERSIONS, SASL_HANDSHAKE
+from kinspect.protocol.framing.stream import HOLD, KEEP_HEAD, KEEP_WHOLE
 
 BodyPredicate = Callable[[int, int, str], bool]  # (api key, version, "request"/"response") -> keep the body
 

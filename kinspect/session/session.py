@@ -29,16 +29,16 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from kinspect.protocol.api_keys import API_VERSIONS, PRODUCE, SASL_HANDSHAKE
+from kinspect.protocol.specs.api_keys import API_VERSIONS, PRODUCE, SASL_HANDSHAKE
 from kinspect.protocol.codec import Codec, RequestHeader
 from kinspect.protocol.errors import DecodeError
 from kinspect.protocol.error_codes import UNSUPPORTED_VERSION
-from kinspect.protocol.framer import DEFAULT_MAX_FRAME_BYTES, FrameError, FrameTooLarge
-from kinspect.protocol.peek import leading_error_code, produce_acks
+from kinspect.protocol.framing.framer import DEFAULT_MAX_FRAME_BYTES, FrameError, FrameTooLarge
+from kinspect.protocol.wire.peek import leading_error_code, produce_acks
 from kinspect.session.client_software import FIRST_SOFTWARE_VERSION, software_of
 from kinspect.session.facts import request_header_tags, response_header_facts
 from kinspect.session.events import ConnectionInfo, Exchange, Problem, Request, Response
-from kinspect.session.framing import HOLD, KEEP_WHOLE, FrameStream
+from kinspect.protocol.framing.stream import HOLD, KEEP_WHOLE, FrameStream
 from kinspect.session.plan import Plan
 
 # Raw SASL exchanges (client token, server token) after a v0 handshake, by mechanism.

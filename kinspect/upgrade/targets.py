@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kinspect.protocol.errors import SpecError
-from kinspect.protocol.spec_registry import INDEX_FILE, SpecLayer, builtin_specs_dir, load_directory
+from kinspect.protocol.specs.registry import INDEX_FILE, SpecLayer, builtin_specs_dir, load_directory
 
 PRODUCE = 0
 API_REMOVED = "api removed"

@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 from prometheus_client import CollectorRegistry
 
+from kinspect.capture.facts import FactsTaker
 from kinspect.capture.metrics import METRIC_NAMES, CaptureCollector
 from kinspect.capture.observer import CaptureObserver
 from kinspect.capture.rows import RowBuilder
@@ -34,7 +35,7 @@ from kinspect.capture.schema import (
     STRUCTS,
     arrow_schema,
 )
-from kinspect.capture.writer import CaptureWriter
+from kinspect.capture.writer import SWITCH_INTERVAL, CaptureWriter
 from kinspect import app
 from kinspect.cli import proxy_command
 from kinspect.cli.main import build_parser
@@ -59,6 +60,12 @@ FILE_NAME = re.compile(r"^capture-\d{8}T\d{6}Z-\d{6}\.parquet$")
 # ----------------------------------------------------------------------------- helpers
 
 
+def recorded_facts(codec: Codec, limit: int | None = None) -> list[tuple]:
+    """(facts, bytes held) of the recorded exchanges, as the capture observer offers them."""
+    take = FactsTaker(codec).take
+    return [take(x) for x in recorded_exchanges(codec, limit)]
+
+
 def recorded_exchanges(codec: Codec, limit: int | None = None) -> list[Exchange]:
     """Exchanges of the recorded real conversations, replayed through fresh sessions."""
     out = []
@@ -79,7 +86,7 @@ def read_rows(paths) -> pa.Table:
 
 
 def writer(codec: Codec, directory: Path, **kw) -> CaptureWriter:
-    return CaptureWriter(directory, RowBuilder(Codec(codec.registry), 0.0), **kw)
+    return CaptureWriter(directory, RowBuilder(0.0), **kw)
 
 
 def more_files_than(w: CaptureWriter, n: int):
@@ -94,10 +101,10 @@ class Gate:
         self.open = threading.Event()
         self.waiting = threading.Event()
 
-    def build(self, exchange):
+    def build(self, facts):
         self.waiting.set()
         assert self.open.wait(30)
-        return self.inner.build(exchange)
+        return self.inner.build(facts)
 
 
 # ----------------------------------------------------------------------------- the docs
@@ -128,7 +135,9 @@ def test_the_readme_schema_table_lists_every_column_and_struct_member():
 def test_close_flushes_every_row_into_one_file(codec: Codec, tmp_path: Path):
     exchanges = recorded_exchanges(codec)
     w = writer(codec, tmp_path).start()
-    assert all(w.offer(x) for x in exchanges)
+    # The event loop waits at most this long for the GIL while the writer thread works.
+    assert sys.getswitchinterval() <= SWITCH_INTERVAL
+    assert all(w.offer(*f) for f in recorded_facts(codec))
     poll_until(lambda: w.queue_depth == 0)
     assert list(tmp_path.glob("*.parquet")) == []  # the rows wait for their row group or the file's end
     w.close()
@@ -143,8 +152,8 @@ def test_close_flushes_every_row_into_one_file(codec: Codec, tmp_path: Path):
 def test_files_rotate_by_size_and_every_file_is_whole(codec: Codec, tmp_path: Path):
     exchanges = recorded_exchanges(codec)
     w = writer(codec, tmp_path, row_group_rows=25, max_file_bytes=20_000).start()
-    for x in exchanges:
-        w.offer(x)
+    for f in recorded_facts(codec):
+        w.offer(*f)
     w.close()
     files = sorted(tmp_path.iterdir())
     assert len(files) >= 3 and all(FILE_NAME.match(f.name) for f in files), [f.name for f in files]
@@ -157,11 +166,11 @@ def test_files_rotate_by_size_and_every_file_is_whole(codec: Codec, tmp_path: Pa
 
 
 def test_files_rotate_by_age_and_only_finished_files_have_the_final_name(codec: Codec, tmp_path: Path):
-    exchanges = recorded_exchanges(codec, 60)
+    facts = recorded_facts(codec, 60)
     w = writer(codec, tmp_path, max_file_seconds=0.3).start()
-    for part in (exchanges[:20], exchanges[20:40], exchanges[40:]):
-        for x in part:
-            w.offer(x)
+    for part in (facts[:20], facts[20:40], facts[40:]):
+        for f in part:
+            w.offer(*f)
         poll_until(lambda: w.queue_depth == 0)
         # while rows wait for their file to end, only a .tmp (or nothing) is there
         assert not [p for p in tmp_path.glob("*.parquet") if p not in w.files]
@@ -172,46 +181,51 @@ def test_files_rotate_by_age_and_only_finished_files_have_the_final_name(codec: 
 
 
 def test_a_full_queue_drops_and_counts_and_never_blocks(codec: Codec, tmp_path: Path):
-    exchanges = recorded_exchanges(codec, 50)
-    gate = Gate(RowBuilder(Codec(codec.registry), 0.0))
+    exchanges = recorded_facts(codec, 50)
+    gate = Gate(RowBuilder(0.0))
     w = CaptureWriter(tmp_path, gate, queue_rows=5).start()
-    w.offer(exchanges[0])
+    w.offer(*exchanges[0])
     assert gate.waiting.wait(10)  # the thread holds one exchange, blocked
-    accepted = [w.offer(x) for x in exchanges[1:]]  # would hang here if offer could block
+    accepted = [w.offer(*f) for f in exchanges[1:]]  # would hang here if offer could block
     assert accepted == [True] * 5 + [False] * 44
     assert w.rows_dropped == 44 and w.queue_depth == 5
     registry = CollectorRegistry()
     registry.register(CaptureCollector(w))
     assert registry.get_sample_value("kinspect_capture_dropped_rows_total", {"reason": "queue_full"}) == 44
     assert registry.get_sample_value("kinspect_capture_queue_rows") == 5
+    # Accepted rows show at once; written rows only once their file is finished (issue 17 item 12).
+    assert registry.get_sample_value("kinspect_capture_rows_accepted_total") == 6
+    assert registry.get_sample_value("kinspect_capture_rows_total") == 0
     gate.open.set()
     w.close()
     assert w.rows_written + w.rows_dropped == len(exchanges)
     assert read_rows(w.files).num_rows == w.rows_written == 6
     assert registry.get_sample_value("kinspect_capture_rows_total") == 6
+    assert registry.get_sample_value("kinspect_capture_rows_accepted_total") == 6
     assert registry.get_sample_value("kinspect_capture_files_total") == 1
     assert {m.name for m in registry.collect()} == {n.removesuffix("_total") for n in METRIC_NAMES}
 
 
-def test_the_queue_is_bounded_by_the_bytes_of_the_frames_it_holds(codec: Codec, tmp_path: Path):
+def test_the_queue_is_bounded_by_the_bytes_of_the_facts_it_holds(codec: Codec, tmp_path: Path):
     exchanges = recorded_exchanges(codec, 50)
-    observer = CaptureObserver(tmp_path, codec, queue_rows=1000, queue_bytes=4096)
+    observer = CaptureObserver(tmp_path, codec, queue_rows=1000, queue_bytes=16384)
     gate = Gate(observer.writer.builder)
     observer.writer.builder = gate
     observer.start()
     observer.on_event(exchanges[0])
     assert gate.waiting.wait(10)  # the thread holds one exchange, blocked
-    sizes = [len(x.request.frame) + (len(x.response.frame) if x.response else 0) for x in exchanges[1:]]
+    sizes = [held for _, held in recorded_facts(codec, 50)[1:]]
+    assert len(set(sizes)) > 3  # the estimate follows what each exchange's facts hold
     for x in exchanges[1:]:
         observer.on_event(x)
     w = observer.writer
-    # Accepted in order until the next one would pass 4096 bytes, then only ones that fit.
+    # Accepted in order until the next one would pass 16384 bytes, then only ones that fit.
     held, expected = 0, 0
     for size in sizes:
-        if held + size <= 4096:
+        if held + size <= 16384:
             held += size
             expected += 1
-    assert w.queue_depth == expected and w.queued_bytes == held <= 4096
+    assert w.queue_depth == expected and w.queued_bytes == held <= 16384
     assert w.rows_dropped == len(sizes) - expected > 0
     registry = CollectorRegistry()
     registry.register(CaptureCollector(w))
@@ -222,18 +236,18 @@ def test_the_queue_is_bounded_by_the_bytes_of_the_frames_it_holds(codec: Codec, 
 
 
 def test_a_row_that_cannot_be_built_is_counted_and_the_thread_goes_on(codec: Codec, tmp_path: Path, caplog):
-    exchanges = recorded_exchanges(codec, 10)
-    inner = RowBuilder(Codec(codec.registry), 0.0)
+    exchanges = recorded_facts(codec, 10)
+    inner = RowBuilder(0.0)
 
     class Flaky:
-        def build(self, exchange):
-            if exchange is exchanges[3] or exchange is exchanges[7]:
+        def build(self, facts):
+            if facts is exchanges[3][0] or facts is exchanges[7][0]:
                 raise RuntimeError("a bug in row building")
-            return inner.build(exchange)
+            return inner.build(facts)
 
     w = CaptureWriter(tmp_path, Flaky()).start()
-    for x in exchanges:
-        w.offer(x)
+    for f in exchanges:
+        w.offer(*f)
     w.close()
     assert (w.rows_written, w.row_errors) == (8, 2)
     assert sum("cannot build a row" in r.message for r in caplog.records) == 1  # logged once
@@ -404,6 +418,7 @@ def test_the_proxy_command_captures_and_flushes_on_sigterm(tmp_path: Path, codec
 
             text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
             assert "kinspect_capture_queue_rows" in text and "kinspect_capture_rows_total" in text
+            assert "kinspect_capture_rows_accepted_total" in text
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(30) == 0
         finally:
@@ -415,3 +430,74 @@ def test_the_proxy_command_captures_and_flushes_on_sigterm(tmp_path: Path, codec
     rows = read_rows(files).to_pylist()
     assert {"ApiVersions", "Metadata"} <= {r["api_name"] for r in rows}
     assert {r["client_id"] for r in rows} == {"cli-capture"}
+
+
+# ----------------------------------------------------------------------------- facts, not frames
+
+
+def test_the_queue_holds_facts_never_a_frame_or_a_codec(codec: Codec, tmp_path: Path):
+    """What crosses to the writer thread: no bytes of a frame, no codec, no event, scans detached from their frames."""
+    from kinspect.protocol.codec.scan_result import ScanResult
+    from kinspect.session.events import Request, Response
+
+    exchanges = recorded_exchanges(codec)
+    observer = CaptureObserver(tmp_path, codec)  # not started: the queue keeps what the loop offered
+    for x in exchanges:
+        observer.on_event(x)
+    queued = [facts for facts, _ in observer.writer._queue]
+    assert len(queued) == len(exchanges) == observer.writer.rows_accepted
+    frames = {id(x.request.frame) for x in exchanges} | {id(x.response.frame) for x in exchanges if x.response}
+    seen = {"scans": 0, "counters": 0}
+
+    def walk(value, depth=0):
+        assert depth < 12
+        assert not isinstance(value, (bytes, bytearray, memoryview, Codec, Request, Response, Exchange)), type(value)
+        assert id(value) not in frames
+        if isinstance(value, ScanResult):
+            seen["scans"] += 1
+            assert value.source is None  # detached: its record batches summarized, the frame let go
+            for name in ("tagged_fields", "error_codes", "topic_partitions", "int_slots", "records"):
+                walk(getattr(value, name), depth + 1)
+            if value.int_stats is not None:
+                seen["counters"] += len(value.int_stats)
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                walk(k, depth + 1)
+                walk(v, depth + 1)
+        elif isinstance(value, (tuple, list, set)):
+            for v in value:
+                walk(v, depth + 1)
+
+    for facts in queued:
+        walk(facts)
+    assert seen["scans"] > len(exchanges) and seen["counters"] > 10_000
+    # and the rows they make are those of the same exchanges
+    observer.close()
+    table = read_rows(observer.writer.files)
+    assert table.column("correlation_id").to_pylist() == [x.request.correlation_id for x in exchanges]
+
+
+def test_facts_that_cannot_be_taken_are_counted_and_never_raise_into_the_loop(codec: Codec, tmp_path: Path, caplog):
+    import dataclasses
+
+    class Broken:
+        """A codec whose scans fail in a way no decode error explains (a bug)."""
+
+        registry = codec.registry
+
+        def scan_request(self, frame, header):
+            raise RuntimeError("a bug in scanning")
+
+    exchanges = recorded_exchanges(codec, 6)
+    bad = dataclasses.replace(exchanges[2], request=dataclasses.replace(exchanges[2].request, codec=Broken(),
+                                                                        _scanned=None))
+    observer = CaptureObserver(tmp_path, codec)
+    registry = CollectorRegistry()
+    registry.register(CaptureCollector(observer.writer))
+    for x in exchanges[:2] + [bad, bad] + exchanges[3:]:
+        observer.on_event(x)  # would raise here if a failure could reach the event loop
+    assert registry.get_sample_value("kinspect_capture_dropped_rows_total", {"reason": "row_error"}) == 2
+    assert registry.get_sample_value("kinspect_capture_rows_accepted_total") == 5
+    assert sum("cannot take an exchange's facts" in r.message for r in caplog.records) == 1  # logged once
+    observer.close()
+    assert read_rows(observer.writer.files).num_rows == 5

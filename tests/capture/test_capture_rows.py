@@ -1,4 +1,10 @@
-"""Capture rows: varint arithmetic, the encoding analysis against hand computation, compact sizes against the codec."""
+"""Capture rows: varint arithmetic, the encoding analysis against hand computation, compact sizes against the codec.
+
+Rows are built as the capture builds them (facts taken from the events' scans on the
+event loop, rows and Arrow columns in the writer) and compared with the reference
+builder (tests/support/reference_rows.py: decode again, walk the body) on every recorded
+conversation and on generated messages of every api and version.
+"""
 
 from __future__ import annotations
 
@@ -8,16 +14,19 @@ import uuid
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from kinspect.capture.columns import record_batch
+from kinspect.capture.facts import FactsTaker
 from kinspect.capture.rows import RowBuilder
 from kinspect.capture.schema import COLUMN_NAMES, arrow_schema
-from kinspect.capture.varint_sizes import uvarint_size, zigzag_size
 from kinspect.protocol.codec import Codec
 from kinspect.protocol.errors import UnknownApiError
-from kinspect.protocol.primitives import write_uvarint, zigzag_encode
+from kinspect.protocol.wire.primitives import write_uvarint, zigzag_encode
 from kinspect.session.facts import request_header_tags, response_header_facts
 from kinspect.session.events import ConnectionInfo, Exchange, Request, Response
 from tests.spec_values import struct_value
-from tests.support.proxy_harness import record_batch
+from tests.support.proxy_harness import record_batch as records_batch
+from tests.support.reference_rows import RowBuilder as ReferenceRowBuilder
+from tests.support.varint_sizes import uvarint_size, zigzag_size
 
 METADATA = 3
 
@@ -56,9 +65,65 @@ def resp(codec: Codec, api_key: int, version: int, body: dict, correlation_id: i
     return codec.encode_response(api_key, version, {"CorrelationId": correlation_id}, body)
 
 
-@pytest.fixture
-def builder(codec: Codec) -> RowBuilder:
-    return RowBuilder(Codec(codec.registry), wall_offset=1_700_000_000.0)
+SCHEMA = arrow_schema()
+_TIMES = ("request_time", "response_time")
+
+
+def _plain(rows: list[dict]) -> list[dict]:
+    """Rows as Arrow gives them back (timestamps as integer microseconds again); integer fields by location and path."""
+    for row in rows:
+        for name in _TIMES:
+            if row[name] is not None:
+                row[name] = round(row[name].timestamp() * 1_000_000)
+        row["integer_fields"] = sorted(row["integer_fields"], key=lambda f: (f["location"], f["path"]))
+    return rows
+
+
+class FactsRows:
+    """Rows the way the capture makes them: facts on the event loop, then rows and Arrow columns in the writer."""
+
+    def __init__(self, codec: Codec, wall_offset: float) -> None:
+        self.take = FactsTaker(codec).take
+        self.rows = RowBuilder(wall_offset)
+
+    def build_many(self, exchanges) -> list[dict]:
+        rows = [self.rows.build(self.take(x)[0]) for x in exchanges]
+        return _plain(record_batch(rows, SCHEMA).to_pylist())
+
+    def build(self, exchange) -> dict:
+        return self.build_many([exchange])[0]
+
+
+class ReferenceRows:
+    """The reference rows, through the same Arrow schema (from_pylist) for a like-for-like comparison."""
+
+    def __init__(self, codec: Codec, wall_offset: float) -> None:
+        self.inner = ReferenceRowBuilder(Codec(codec.registry), wall_offset)
+
+    def build_many(self, exchanges) -> list[dict]:
+        import pyarrow as pa
+
+        return _plain(pa.Table.from_pylist([self.inner.build(x) for x in exchanges], schema=SCHEMA).to_pylist())
+
+    def build(self, exchange) -> dict:
+        return self.build_many([exchange])[0]
+
+
+@pytest.fixture(scope="module")
+def builder(codec) -> FactsRows:
+    return FactsRows(codec, wall_offset=1_700_000_000.0)  # the events' codec: its scans then count integers
+
+
+@pytest.fixture(scope="module")
+def reference() -> ReferenceRows:
+    return ReferenceRows(Codec(), wall_offset=1_700_000_000.0)
+
+
+def same_rows(ours: list[dict], theirs: list[dict]) -> None:
+    assert len(ours) == len(theirs)
+    for mine, ref in zip(ours, theirs):
+        for name in COLUMN_NAMES:
+            assert mine[name] == ref[name], (name, mine["api_name"], mine["request_version"], mine[name], ref[name])
 
 
 def by_path(row: dict, location: str) -> dict:
@@ -333,7 +398,7 @@ def _minimal(struct_spec, version) -> dict:
 
 def test_a_produce_row_counts_records_and_compression_and_never_holds_payloads(codec, builder):
     secret = b"s3cr3t-payload-7f1c"
-    batch = record_batch([secret, secret + b"2", secret + b"3"])
+    batch = records_batch([secret, secret + b"2", secret + b"3"])
     body = {"TransactionalId": None, "Acks": -1, "TimeoutMs": 1000,
             "TopicData": [{"Name": "orders", "PartitionData": [{"Index": 0, "Records": batch},
                                                                 {"Index": 1, "Records": batch}]}]}
@@ -387,27 +452,44 @@ def test_rows_of_frames_too_large_to_inspect_and_of_unknown_apis(codec, builder)
 
 def test_an_acks0_produce_row_has_no_response(codec, builder):
     body = {"TransactionalId": None, "Acks": 0, "TimeoutMs": 1000,
-            "TopicData": [{"Name": "t", "PartitionData": [{"Index": 0, "Records": record_batch([b"x"])}]}]}
+            "TopicData": [{"Name": "t", "PartitionData": [{"Index": 0, "Records": records_batch([b"x"])}]}]}
     row = builder.build(exchange(codec, req(codec, 0, 7, body), None))
     assert row["response_time"] is None and row["latency_us"] is None and row["response_size"] is None
     assert row["record_count"] == 1 and row["response_compact_size"] is None
     assert row["request_compact_size"] is not None  # v7 is not flexible; Produce is from v9
 
 
-def test_rows_of_all_recorded_traffic_fit_the_schema(codec, builder):
-    import pyarrow as pa
-
+def _recorded_exchanges(codec: Codec) -> list[Exchange]:
     from kinspect.session import Session
     from tests.session.test_real_traffic import CONNECTIONS
 
-    rows, frames = [], []
+    out = []
     for n, requests in enumerate(CONNECTIONS):
         responses = requests.with_name(requests.name.replace("requests", "responses"))
         session = Session(codec, ConnectionInfo(n, "c:1", "b:2"))
         events = session.client_data(requests.read_bytes(), 1.0).events + session.broker_data(responses.read_bytes(), 1.5).events
-        exchanges = [e for e in events if type(e) is Exchange]
-        rows += [builder.build(e) for e in exchanges]
-        frames += [(e.request.frame, e.response.frame if e.response else None) for e in exchanges]
+        out += [e for e in events if type(e) is Exchange]
+    return out
+
+
+def test_rows_of_all_recorded_traffic_equal_the_reference_rows(codec, builder, reference):
+    exchanges = _recorded_exchanges(codec)
+    rows = builder.build_many(exchanges)
+    same_rows(rows, reference.build_many(exchanges))
+    # and they say something: integers, topics, tagged fields, records, compact sizes
+    assert sum(len(r["integer_fields"]) for r in rows) > 1000
+    assert sum(len(r["topic_partitions"]) for r in rows) > 50
+    assert sum(len(r["tagged_fields"]) for r in rows) > 20
+    assert sum(r["record_batches"] for r in rows) > 10
+    assert sum(r["request_compact_size"] is not None for r in rows) > 20
+
+
+def test_rows_of_all_recorded_traffic_fit_the_schema(codec, builder):
+    import pyarrow as pa
+
+    exchanges = _recorded_exchanges(codec)
+    rows = builder.build_many(exchanges)
+    frames = [(e.request.frame, e.response.frame if e.response else None) for e in exchanges]
     assert len(rows) > 200
     assert all(r["request_decode_error"] is None and r["response_decode_error"] is None for r in rows)
     table = pa.Table.from_pylist(rows, schema=arrow_schema())
@@ -437,7 +519,7 @@ def test_rows_of_all_recorded_traffic_fit_the_schema(codec, builder):
 
 
 def test_the_walks_inlined_sizes_agree_with_the_size_functions():
-    from kinspect.capture.field_walk import _count_ints, _Entry
+    from tests.support.field_walk import _count_ints, _Entry
 
     for type_name, bits in (("int16", 16), ("int32", 32), ("int64", 64)):
         low, high = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
@@ -452,3 +534,67 @@ def test_the_walks_inlined_sizes_agree_with_the_size_functions():
         assert z == sum(zigzag_size(v) for v in values)
         assert uh == [sum(uvarint_size(v, bits) == n for v in values) for n in range(1, 11)]
         assert zh == [sum(zigzag_size(v) == n for v in values) for n in range(1, 11)]
+
+
+def test_the_scanners_integer_counts_agree_with_the_size_functions():
+    """codec_runtime.count_int(s), which the pure-Python scanner calls (the C scanner is checked against it)."""
+    from array import array
+
+    from kinspect.protocol.codec.runtime import count_int, count_ints
+    from kinspect.protocol.codec.codegen import SLOT_STRIDE
+
+    for bits in (16, 32, 64):
+        low, high = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+        values = sorted({v for n in range(bits) for v in ((1 << n) - 1, 1 << n, -(1 << n), -(1 << n) - 1)
+                         if low <= v <= high} | {low, high, 0})
+        negative = {16: 3, 32: 5, 64: 10}[bits]
+        one, many = array("q", [0]) * SLOT_STRIDE, array("q", [0]) * SLOT_STRIDE
+        for v in values:
+            count_int(one, 0, v, negative, bits // 8, 0)
+        count_ints(many, 0, values, negative, bits // 8, 0)
+        u = [uvarint_size(v, bits) for v in values]
+        z = [zigzag_size(v) for v in values]
+        expected = [len(values), len(values), len(values) * bits // 8, sum(u), sum(z),
+                    *[u.count(n) for n in range(1, 11)], *[z.count(n) for n in range(1, 11)]]
+        assert list(one) == expected
+        assert list(many) == [1, *expected[1:]]  # an array is one occurrence of its field
+        # KAFKA-9927 encodings: bytes today are the zig-zag (packed) or unsigned (upacked) varint's
+        packed, upacked = array("q", [0]) * SLOT_STRIDE, array("q", [0]) * SLOT_STRIDE
+        for v in values:
+            count_int(packed, 0, v, negative, 0, 0)
+            count_int(upacked, 0, v, negative, -1, 10)
+        assert packed[2] == sum(z)
+        assert upacked[2] == sum(uvarint_size(v, 64) for v in values)
+
+
+# ----------------------------------------------------------------------------- every api and version
+
+
+def _cases(codec: Codec) -> list[tuple[int, str, int]]:
+    reg = codec.registry
+    # A response is paired with a request of its version (every response version has one in the specs).
+    return [(key, direction, version) for key in reg.api_keys() for direction in ("request", "response")
+            for version in reg.versions(key, direction)
+            if direction == "request" or reg.message(key, "request", version) is not None]
+
+
+CASES = _cases(Codec())
+
+
+@pytest.mark.parametrize("key, direction, version", CASES, ids=lambda v: str(v))
+def test_rows_of_generated_messages_equal_the_reference_rows(codec, builder, reference, key, direction, version):
+    spec = codec.registry.message(key, direction, version)
+    request = _minimal_request(codec, key, version) if direction == "response" else None
+
+    @settings(max_examples=3, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(body=struct_value(spec.struct, version, version in spec.flexible_versions))
+    def check(body):
+        if direction == "request":
+            x = exchange(codec, req(codec, key, version, body), None)
+        else:
+            x = exchange(codec, request, resp(codec, key, version, body))
+        ours, theirs = builder.build(x), reference.build(x)
+        assert ours[f"{direction}_decode_error"] is None
+        same_rows([ours], [theirs])
+
+    check()

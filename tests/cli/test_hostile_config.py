@@ -17,11 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kinspect.config import ConfigError, config_keys, load_config
-from kinspect.protocol import codegen
+from kinspect.protocol.codec import codegen
 from kinspect.protocol.codec import Codec, CompiledStruct
 from kinspect.protocol.errors import DecodeError, SpecError
-from kinspect.protocol.spec_model import MAX_DEPTH, parse_message
-from kinspect.protocol.spec_registry import SpecRegistry, load_directory
+from kinspect.protocol.specs.model import MAX_DEPTH, parse_message
+from kinspect.protocol.specs.registry import SpecRegistry, load_directory
 
 pytestmark = pytest.mark.timeout(120)
 MARK = "KINSPECT_PWNED"
@@ -368,4 +368,4 @@ def test_a_hostile_spec_directory_in_the_config(tmp_path, marker):
     with pytest.raises(SpecError) as info:
         SpecRegistry.default(config.specs.directories)
     assert "HostileRequest.json" in str(info.value)
-    assert "kinspect.protocol.codegen" in sys.modules  # the generator was loaded, yet nothing ran
+    assert "kinspect.protocol.codec.codegen" in sys.modules  # the generator was loaded, yet nothing ran

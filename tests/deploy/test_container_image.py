@@ -129,7 +129,7 @@ def test_image_config(image):
 
 def test_image_has_no_compiler_and_runs_the_native_codec(image):
     r = podman("run", "--rm", *ulimits(), "--entrypoint", "sh", image.name, "-c",
-               "command -v gcc cc; python -P -c 'import kinspect.protocol._wire, kinspect; print(kinspect.__file__)'",
+               "command -v gcc cc; python -P -c 'import kinspect.protocol.codec._wire, kinspect; print(kinspect.__file__)'",
                check=False)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.strip().splitlines() == ["/opt/venv/lib/python3.11/site-packages/kinspect/__init__.py"], r.stdout

@@ -249,7 +249,7 @@ def test_only_the_proxy_extra_is_installed(builder):
     assert any("[proxy]" in line for line in installs), installs
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"]["optional-dependencies"]
     assert not any(d.lower().startswith("pyspark") for d in extras["proxy"]), extras["proxy"]
-    assert "import kinspect.protocol._wire" in runs, "a missing compiler must fail the build"
+    assert "import kinspect.protocol.codec._wire" in runs, "a missing compiler must fail the build"
 
 
 def test_runs_as_a_numeric_non_root_user(runtime):
@@ -306,11 +306,11 @@ def test_dockerignore_sends_what_copy_needs_and_nothing_else(stages, tmp_path):
                 assert (ROOT / source).exists(), source
                 assert not ignored(source, rules), f"{source} is copied but .dockerignore drops it"
     for rel in (".venv/bin/python", "tests/test_cli.py", ".git/HEAD", "build/x",
-                "kinspect/protocol/_wire.cpython-311-x86_64-linux-gnu.so",
+                "kinspect/protocol/codec/_wire.cpython-311-x86_64-linux-gnu.so",
                 "kinspect/__pycache__/config.cpython-311.pyc", "benchmarks/bench_codec.py",
                 "deploy/compose/compose.yaml"):
         assert ignored(rel, rules), rel
-    for rel in ("kinspect/protocol/_wire.c", "specs/index.json", "setup.py"):
+    for rel in ("kinspect/protocol/codec/_wire.c", "specs/index.json", "setup.py"):
         assert not ignored(rel, rules), rel
 
 
@@ -346,7 +346,7 @@ def image_venv(tmp_path_factory, builder):
     run(venv / "bin" / "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", wheels, ".", cwd=src)
     (wheel,) = wheels.glob("kinspect-*.whl")
     run(venv / "bin" / "pip", "install", "--quiet", f"{wheel}[proxy]")
-    run(venv / "bin" / "python", "-c", "import kinspect.protocol._wire")
+    run(venv / "bin" / "python", "-c", "import kinspect.protocol.codec._wire")
     run(venv / "bin" / "python", "-m", "pip", "uninstall", "-y", "--quiet", "pip", "setuptools")
     return {"venv": venv, "wheel": wheel, "env": env}
 
@@ -364,7 +364,7 @@ def test_wheel_holds_every_subpackage_the_specs_and_the_c_extension(image_venv):
     assert len(specs) > 100
     missing = [s for s in specs if f"kinspect/specs/{s}" not in names]
     assert not missing, missing[:10]
-    assert [n for n in names if re.fullmatch(r"kinspect/protocol/_wire\.[^/]*\.so", n)], "no C extension"
+    assert [n for n in names if re.fullmatch(r"kinspect/protocol/codec/_wire\.[^/]*\.so", n)], "no C extension"
     assert not [n for n in names if n.startswith(("tests/", "benchmarks/", "deploy/"))]
 
 
@@ -374,7 +374,7 @@ def test_installed_runtime_has_kinspect_and_no_pyspark(image_venv):
     r = subprocess.run([image_venv["venv"] / "bin" / "kinspect", "--help"], check=False, capture_output=True,
                        text=True, timeout=60, env=image_venv["env"])
     assert r.returncode == 0 and "proxy" in r.stdout, r.stdout + r.stderr
-    probe = ("import importlib.util as u, json, kinspect.protocol._wire as w; print(json.dumps("
+    probe = ("import importlib.util as u, json, kinspect.protocol.codec._wire as w; print(json.dumps("
              "{m: u.find_spec(m) is not None for m in ('pyspark', 'pytest', 'uvloop', "
              "'prometheus_client', 'structlog', 'pip')} | {'wire': w.__file__}))")
     r = subprocess.run([py, "-c", probe], check=False, capture_output=True, text=True, timeout=60,

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kinspect.protocol.codegen import UNKNOWN_TAGS
+from kinspect.protocol.codec.codegen import UNKNOWN_TAGS
 from kinspect.protocol.errors import DecodeError
 from tests.spec_values import struct_value
 from tests.support.paths import ROOT

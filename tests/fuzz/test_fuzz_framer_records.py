@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kinspect.protocol.framer import FrameError, FrameTooLarge, split_frames
+from kinspect.protocol.framing.framer import FrameError, FrameTooLarge, split_frames
 from tests.support.framers import head_framer, whole_framer
 from kinspect.protocol.records import RecordsError, summarize_records, summarize_records_python
 from tests.protocol.test_records import GZIP, NONE, mixed_record_set, v2_batch

@@ -16,9 +16,9 @@ import pytest
 
 from kinspect.protocol.codec import CompiledStruct
 from kinspect.protocol.errors import SpecError
-from kinspect.protocol.framer import FrameError, FrameTooLarge
+from kinspect.protocol.framing.framer import FrameError, FrameTooLarge
 from tests.support.framers import head_framer, whole_framer
-from kinspect.protocol.spec_model import MAX_DEPTH, parse_message
+from kinspect.protocol.specs.model import MAX_DEPTH, parse_message
 from tests.support.paths import ROOT
 
 _spec = importlib.util.spec_from_file_location(

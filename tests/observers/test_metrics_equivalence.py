@@ -339,3 +339,76 @@ def test_scrapes_from_another_thread_see_consistent_figures(codec: Codec):
                 assert value >= previous.get((name, labels), 0)
         previous = figures
     assert sum(v for (n, _), v in final.items() if n == "kinspect_requests_total") == events["Request"] >= 3 * 258
+
+
+# ----------------------------------------------------------------------------- repeated bodies
+
+
+def test_repeated_small_bodies_are_scanned_once(codec: Codec):
+    """Bodies seen before are not scanned again (ApiVersions, metadata refreshes), with the same figures."""
+    good = request_frame(codec, 3, 12, 0, {"Topics": [{"TopicId": uuid.UUID(int=0), "Name": "t"}],
+                                           "AllowAutoTopicCreation": False, "IncludeTopicAuthorizedOperations": False})
+    malformed = frame(good[4:-4])  # the same truncated body each time: a decode failure each time
+    steps = []
+    for n in range(300):
+        cid = 10 * n
+        steps.append((api_versions(codec, cid), b""))
+        steps.append((metadata(codec, cid + 1, ["t"]), metadata_response(codec, cid + 1, {"t": 3})))
+        steps.append((malformed[:8] + _PREFIX.pack(cid + 2) + malformed[12:], b""))
+    reference, observer = ReferenceMetricsObserver(), MetricsObserver()
+    session = Session(codec, ConnectionInfo(1, "c", "b"))
+    scanned: collections.Counter = collections.Counter()  # (event type, api key) -> events the observer scanned
+    started = time.time()
+    for client, broker in steps:
+        events = session.client_data(client, 0.0).events + session.broker_data(broker, 0.001).events
+        for e in events:
+            observer.on_event(e)
+            if type(e).__name__ in ("Request", "Response"):
+                scanned[(type(e).__name__, e.api_key)] += e._scanned is not None  # a scan or its DecodeError
+        for e in events:
+            reference.on_event(e)  # after: the reference scans every event
+    assert_same(reference, observer, started)
+    # ApiVersions requests: one body; Metadata requests: the good one and the malformed one; one response body
+    assert scanned == {("Request", 18): 1, ("Request", 3): 2, ("Response", 3): 1}
+    r = observer.registry
+    assert r.get_sample_value("kinspect_decode_failures_total",
+                              {"api": "Metadata", "direction": "request", "reason": "decode_error"}) == 300
+    assert r.get_sample_value("kinspect_response_errors_total",
+                              {"api": "Metadata", "error": "UNKNOWN_TOPIC_OR_PARTITION"}) == 300
+    assert r.get_sample_value("kinspect_requests_total", {"api": "ApiVersions", "version": "3"}) == 300
+
+
+def test_memo_stops_for_bodies_that_do_not_repeat(codec: Codec):
+    from kinspect.observers.metrics import MEMO_TRIAL
+
+    reference, observer = ReferenceMetricsObserver(topic_bytes=True), MetricsObserver(topic_bytes=True)
+    session = Session(codec, ConnectionInfo(1, "c", "b"))
+    started = time.time()
+    for n in range(MEMO_TRIAL + 10):
+        for e in session.client_data(metadata(codec, n, [f"topic-{n}"]), 0.0).events:
+            observer.on_event(e)
+            reference.on_event(e)
+    assert_same(reference, observer, started)
+    assert observer._req[(3, 12)].memo is None  # every body differed: memoizing stopped
+    assert observer._req[(3, 12)].scan
+
+
+def test_memo_tells_a_malformed_response_header_from_a_good_one(codec: Codec):
+    """Two responses with the same body, one with a header tag section that runs past the frame: one failure."""
+    good = metadata_response(codec, 1, {"t": 0})
+    assert good[8] == 0  # an empty header tag section
+    bad = good[:8] + b"\x7f" + good[9:]  # 127 header tags claimed: the section runs past the frame
+    reference, observer = ReferenceMetricsObserver(), MetricsObserver()
+    session = Session(codec, ConnectionInfo(1, "c", "b"))
+    started = time.time()
+    for cid, answer in ((1, bad), (2, good), (3, bad), (4, good)):
+        events = session.client_data(metadata(codec, cid, ["t"]), 0.0).events
+        events += session.broker_data(answer[:4] + _PREFIX.pack(cid) + answer[8:], 0.001).events
+        for e in events:
+            observer.on_event(e)
+        for e in events:
+            reference.on_event(e)
+    assert_same(reference, observer, started)
+    assert observer.registry.get_sample_value(
+        "kinspect_decode_failures_total", {"api": "Metadata", "direction": "response", "reason": "decode_error"}) == 2
+    assert observer.registry.get_sample_value("kinspect_responses_total", {"api": "Metadata", "version": "12"}) == 4

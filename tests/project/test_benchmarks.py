@@ -78,7 +78,7 @@ def test_profile_summary_splits_py_spy_samples_by_part(tmp_path):
         f"{relay};Relay._write (kinspect/proxy/relay.py:143) 20",
         f"{relay};Relay._inspect (kinspect/proxy/relay.py:124);Dispatcher.dispatch (kinspect/proxy/observers.py:37);"
         "MetricsObserver.on_event (kinspect/observers/metrics.py:186);MutexValue.inc (prometheus_client/values.py:28) 15",
-        f"{relay};Session.client_data (kinspect/session/connection.py:99);FrameSplitter.feed (kinspect/protocol/framer.py:165) 4",
+        f"{relay};Session.client_data (kinspect/session/connection.py:99);FrameSplitter.feed (kinspect/protocol/framing/framer.py:165) 4",
         f"{relay};Relay.data (kinspect/proxy/relay.py:119) 1",
         "",
     ]))

@@ -85,7 +85,7 @@ def test_build_makes_an_sdist_and_a_wheel_with_the_c_codec(dist):
     with zipfile.ZipFile(dist["wheel"]) as whl:
         names = set(whl.namelist())
         metadata = whl.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
-    assert any(n.startswith("kinspect/protocol/_wire.") and n.endswith(".so") for n in names), sorted(names)[:20]
+    assert any(n.startswith("kinspect/protocol/codec/_wire.") and n.endswith(".so") for n in names), sorted(names)[:20]
     assert {"kinspect/cli/main.py", "kinspect/specs/index.json", "kinspect/specs/LICENSE"} <= names
     assert "-cp311-" in dist["wheel"].name  # a platform wheel: it carries the compiled codec
     requires = [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
@@ -96,7 +96,7 @@ def test_build_makes_an_sdist_and_a_wheel_with_the_c_codec(dist):
     assert not any(r.startswith(("pyspark", "pyarrow")) and "extra ==" not in r for r in requires)
     with tarfile.open(dist["sdist"]) as sdist:
         members = {m.name.split("/", 1)[1] for m in sdist.getmembers() if "/" in m.name}
-    assert {"kinspect/protocol/_wire.c", "setup.py", "pyproject.toml", "specs/index.json", "README.md"} <= members
+    assert {"kinspect/protocol/codec/_wire.c", "setup.py", "pyproject.toml", "specs/index.json", "README.md"} <= members
 
 
 def test_wheel_install_runs_the_base_commands_and_hints_the_extras(dist, tmp_path):
@@ -137,7 +137,7 @@ def test_pip_install_dot_pipeline(source, tmp_path):
     run(["pip", "install", "--quiet", ".[pipeline]"], cwd=checkout(source, tmp_path), env=env)
     run([venv / "bin" / "python", "-c", "import pyspark, pyarrow, uvloop, prometheus_client, structlog"], env=env)
     native = run([venv / "bin" / "python", "-c",
-                  "from kinspect.protocol.wire_program import native_available; print(native_available())"],
+                  "from kinspect.protocol.codec.wire_program import native_available; print(native_available())"],
                  env=env, cwd=tmp_path)
     assert native.stdout.strip() == "True"
     # analyze gets past its packages to its own check of the arguments (no Spark started for this).
@@ -158,7 +158,7 @@ def test_pip_install_dot_without_a_compiler(source, tmp_path):
         env={**env, "CC": "/bin/false", "CXX": "/bin/false"})
     site = next((venv / "lib").glob("python3*/site-packages"))
     assert (site / "kinspect" / "cli" / "main.py").is_file()
-    assert not list((site / "kinspect" / "protocol").glob("_wire*.so")), "the C codec was built after all"
+    assert not list((site / "kinspect" / "protocol" / "codec").glob("_wire*.so")), "the C codec was built after all"
     decoded = run(["kinspect", "decode", REQUESTS, RESPONSES, "-o", tmp_path / "out.jsonl"], env=env, cwd=tmp_path)
     assert "0 failed to decode" in decoded.stderr
     assert decoded.stderr.count(NOTICE) == 1

@@ -53,7 +53,7 @@ with warnings.catch_warnings():
     from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from kinspect.protocol.codec import Codec
-from kinspect.protocol.spec_model import FieldSpec, StructSpec
+from kinspect.protocol.specs.model import FieldSpec, StructSpec
 from tests.spec_values import struct_value
 
 CODEC = Codec()

@@ -52,8 +52,8 @@ from kio.static.constants import EntityType
 from kio.static.primitive import Records
 
 from kinspect.protocol.codec import Codec
-from kinspect.protocol.codegen import UNKNOWN_TAGS
-from kinspect.protocol.spec_model import FieldSpec, StructSpec
+from kinspect.protocol.codec.codegen import UNKNOWN_TAGS
+from kinspect.protocol.specs.model import FieldSpec, StructSpec
 from tests.spec_values import struct_value
 
 CODEC = Codec()

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from kinspect.protocol.codec import Codec
-from kinspect.protocol.codegen import UNKNOWN_TAGS
+from kinspect.protocol.codec.codegen import UNKNOWN_TAGS
 from kinspect.protocol.errors import DecodeError, SpecError
-from kinspect.protocol.primitives import write_uvarint, zigzag_encode
-from kinspect.protocol.spec_registry import SpecRegistry
+from kinspect.protocol.wire.primitives import write_uvarint, zigzag_encode
+from kinspect.protocol.specs.registry import SpecRegistry
 from tests.support.paths import CUSTOM_SPECS
 
 CUSTOM = CUSTOM_SPECS

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kinspect.protocol.framer import FrameError, FrameTooLarge, split_frames
+from kinspect.protocol.framing.framer import FrameError, FrameTooLarge, split_frames
 from tests.support.framers import head_framer, whole_framer
 
 

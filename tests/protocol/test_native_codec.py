@@ -12,22 +12,22 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kinspect.protocol import codegen
-from kinspect.protocol.codec import _DECODE_FAILURES, Codec, CompiledStruct, _compile
-from kinspect.protocol.primitives import Malformed
-from kinspect.protocol.scan_result import ScanResult
-from kinspect.protocol.spec_model import parse_message
-from kinspect.protocol.wire_program import PURE_PYTHON_ENV, build_program, native_available
+from kinspect.protocol.codec import codegen
+from kinspect.protocol.codec.codec import _DECODE_FAILURES, Codec, CompiledStruct, _compile
+from kinspect.protocol.wire.primitives import Malformed
+from kinspect.protocol.codec.scan_result import ScanResult
+from kinspect.protocol.specs.model import parse_message
+from kinspect.protocol.codec.wire_program import PURE_PYTHON_ENV, build_program, native_available
 from tests.spec_values import struct_value
 
 if os.environ.get(PURE_PYTHON_ENV) == "1":
     pytest.skip(f"{PURE_PYTHON_ENV}=1 forces the pure-Python codecs", allow_module_level=True)
 
 try:
-    from kinspect.protocol import _wire
+    from kinspect.protocol.codec import _wire
 except ImportError as exc:  # the tests below fail (never skip): CI installs with a compiler
     _wire = None
-    _MISSING = f"kinspect.protocol._wire is not built ({exc}); reinstall with a C compiler or set {PURE_PYTHON_ENV}=1"
+    _MISSING = f"kinspect.protocol.codec._wire is not built ({exc}); reinstall with a C compiler or set {PURE_PYTHON_ENV}=1"
 
 CODEC = Codec()
 CASES = [
@@ -137,10 +137,20 @@ def same(a, b, where: str = "$") -> None:
 
 
 def scan_state(r: ScanResult) -> tuple:
-    """Everything a scan leaves: the records spans, and the summaries ScanResult.records makes of them."""
+    """Everything a scan leaves: the records spans, the summaries ScanResult.records makes of them, and the capture facts."""
     return (r.tag_sections, r.tag_section_bytes, list(r.empty_counter), list(r.tagged_fields),
             dict(r.error_codes), set(r.topics), list(r.record_spans),
-            [x.to_dict() if x is not None else None for x in r.records])
+            [x.to_dict() if x is not None else None for x in r.records],
+            r.int_slots, None if r.int_stats is None else list(r.int_stats), dict(r.topic_partitions), r.compact_delta)
+
+
+def fresh_result(compiled: CompiledStruct) -> ScanResult:
+    """An empty ScanResult with the integer slots of the struct, as CompiledStruct.scan prepares it."""
+    result = ScanResult()
+    if compiled.int_slots:
+        result.int_slots = compiled.int_slots
+        result.int_stats = compiled._zero_stats[:]
+    return result
 
 
 class Harness:
@@ -152,8 +162,10 @@ class Harness:
         self.compiled = compiled
         spec, v, flexible = compiled.spec.struct, compiled.version, compiled.flexible
         self.py_decode = compiled.decode_python
-        self.py_scan = _compile(codegen.generate_scanner(spec, v, flexible, compiled.label), "scan", compiled.label)
-        self.program = build_program(spec, v, flexible)
+        target = compiled.compact_target
+        self.py_scan = _compile(codegen.generate_scanner(spec, v, flexible, compiled.label, compact_target=target),
+                                "scan", compiled.label)
+        self.program = build_program(spec, v, flexible, target)
         self.native = _wire.compile_program(self.program)
 
     def agree(self, buf: bytes, pos: int = 0, *, valid: bool = False) -> None:
@@ -173,7 +185,7 @@ class Harness:
         )
         if expected is not None:
             same(actual, expected)
-        py_result, c_result = ScanResult(), ScanResult()
+        py_result, c_result = fresh_result(self.compiled), fresh_result(self.compiled)
         py_result.source = c_result.source = buf  # what CompiledStruct.scan sets: records are read lazily
         try:
             py_end = self.py_scan(buf, pos, py_result)
@@ -351,11 +363,21 @@ def test_module_functions_cache_programs_and_reject_bad_ones():
     program = build_program(h.compiled.spec.struct, 12, True)
     assert _wire.decode(program, raw, 0) == h.py_decode(raw, 0)
     assert _wire.decode(program, raw) == _wire.decode(h.native, raw, 0)
-    result = ScanResult()
+    result = fresh_result(h.compiled)
     assert _wire.scan(program, raw, 0, result) == len(raw)
-    assert result.error_codes == {3: 1} and result.topics == {"a"}
+    assert result.error_codes == {3: 1} and result.topics == {"a"} and result.topic_partitions == {"a": 1}
     assert h.native.source is program or h.native.source == program
-    for bad in ((), (True, (), (), 1), (True, (("X", "nope", False, False, False, False, None),), (), "")):
+    bare = ScanResult()  # not prepared by CompiledStruct.scan: every fact but the integer counters
+    assert _wire.scan(program, raw, 0, bare) == len(raw)
+    assert bare.int_stats is None and bare.topic_partitions == {"a": 1} and bare.error_codes == {3: 1}
+    with pytest.raises(TypeError, match="int_stats"):  # counters written in place need room for every slot
+        short = fresh_result(h.compiled)
+        short.int_stats = short.int_stats[:-1]
+        _wire.scan(program, raw, 0, short)
+    for bad in ((), (True, (), (), 1), (True, (("X", "nope", False, False, False, False, None),), (), ""),
+                (True, (("X", "int8", False, False, False, False, None, (0, 5, 4, 0), 0, 0, 0),), (), "", False),
+                (True, (("X", "int32", False, False, False, False, None, (-25, 5, 4, 0), 0, 0, 0),), (), "", False),
+                (True, (("X", "int32", False, False, False, False, None, None, 9, 0, 0),), (), "", False)):
         with pytest.raises((ValueError, TypeError)):
             _wire.compile_program(bad)
     with pytest.raises(TypeError):
@@ -377,9 +399,9 @@ def test_no_reference_leaks():
     def run(times: int) -> None:
         for _ in range(times):
             h.native.decode(raw, 0)
-            h.native.scan(raw, 0, ScanResult())
+            h.native.scan(raw, 0, fresh_result(h.compiled))
             for b in bad:
-                for fn in (lambda: h.native.decode(b, 0), lambda: h.native.scan(b, 0, ScanResult())):
+                for fn in (lambda: h.native.decode(b, 0), lambda: h.native.scan(b, 0, fresh_result(h.compiled))):
                     try:
                         fn()
                     except Malformed:

@@ -571,7 +571,7 @@ def test_summarize_records_is_the_c_twin_unless_pure_python():
         assert summarize_records is records_module.summarize_records_python
         return
     try:
-        from kinspect.protocol import _wire
+        from kinspect.protocol.codec import _wire
     except ImportError:  # not built: tests/protocol/test_records_native.py fails for that
         assert summarize_records is records_module.summarize_records_python
     else:
@@ -982,7 +982,7 @@ def test_module_imports_stdlib_only():
         else:
             imported |= {name.split(".")[0] for name in names}
     assert imported <= {"__future__", "struct", "zlib", "dataclasses", "operator", "os", "crc32c"}, imported
-    assert optional <= {"kinspect.protocol._wire", "crc32c"}, optional
+    assert optional <= {"kinspect.protocol.codec._wire", "crc32c"}, optional
 
 
 @pytest.mark.integration

@@ -19,13 +19,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kinspect.protocol import codegen
+from kinspect.protocol.codec import codegen
 from kinspect.protocol import records as records_module
-from kinspect.protocol.codec import Codec, _compile
-from kinspect.protocol.codec_runtime import summarize_spans_python
+from kinspect.protocol.codec import Codec
+from kinspect.protocol.codec.codec import _compile
+from kinspect.protocol.codec.runtime import summarize_spans_python
 from kinspect.protocol.records import BatchSummary, RecordsError, RecordsSummary, summarize_records_python
-from kinspect.protocol.scan_result import ScanResult
-from kinspect.protocol.wire_program import PURE_PYTHON_ENV
+from kinspect.protocol.codec.scan_result import ScanResult
+from kinspect.protocol.codec.wire_program import PURE_PYTHON_ENV
 from tests.protocol.test_records import (
     CODEC_NAMES,
     GZIP,
@@ -56,10 +57,10 @@ if os.environ.get(PURE_PYTHON_ENV) == "1":
     pytest.skip(f"{PURE_PYTHON_ENV}=1 forces the pure-Python summaries", allow_module_level=True)
 
 try:
-    from kinspect.protocol import _wire
+    from kinspect.protocol.codec import _wire
 except ImportError as exc:  # the tests below fail (never skip): CI installs with a compiler
     _wire = None
-    _MISSING = f"kinspect.protocol._wire is not built ({exc}); reinstall with a C compiler or set {PURE_PYTHON_ENV}=1"
+    _MISSING = f"kinspect.protocol.codec._wire is not built ({exc}); reinstall with a C compiler or set {PURE_PYTHON_ENV}=1"
 
 
 def native():

@@ -9,10 +9,10 @@ import pytest
 
 from kinspect.protocol.codec import Codec
 from kinspect.protocol.errors import SpecError
-from kinspect.protocol.spec_import import import_specs
-from kinspect.protocol.spec_json import load_spec_file
-from kinspect.protocol.spec_model import parse_message
-from kinspect.protocol.spec_registry import SpecRegistry, builtin_specs_dir
+from kinspect.protocol.specs.importer import import_specs
+from kinspect.protocol.specs.json_format import load_spec_file
+from kinspect.protocol.specs.model import parse_message
+from kinspect.protocol.specs.registry import SpecRegistry, builtin_specs_dir
 from tests.support.paths import ROOT, SHARED_SPECS
 
 SHARED = SHARED_SPECS
@@ -110,12 +110,12 @@ def test_importer_needs_the_notices(tmp_path):
 
 
 def test_the_api_key_table_is_generated_from_the_specs():
-    """kinspect/protocol/api_keys.py is what the shipped specs give (make specs writes it)."""
-    from kinspect.protocol import api_key_table
+    """kinspect/protocol/specs/api_keys.py is what the shipped specs give (make specs writes it)."""
+    from kinspect.protocol.specs import api_key_table
 
     committed = (ROOT / "kinspect" / "protocol" / "api_keys.py").read_text("utf-8")
     assert committed == api_key_table.render()
-    from kinspect.protocol import api_keys
+    from kinspect.protocol.specs import api_keys
 
     assert api_keys.PRODUCE == 0 and api_keys.API_VERSIONS == 18 and api_keys.DESCRIBE_CLUSTER == 60
     assert api_keys.API_NAMES[3] == "Metadata"

@@ -10,7 +10,7 @@ from kinspect.proxy.observers import Dispatcher
 from tests.support.event_log import EventLog
 from kinspect.proxy.problem_log import ProblemLog
 from kinspect.proxy.server import ProxyServer
-from kinspect.session.framing import KEEP_HEAD, KEEP_WHOLE, HOLD
+from kinspect.protocol.framing.stream import KEEP_HEAD, KEEP_WHOLE, HOLD
 
 
 def _server(overrides: dict, observers=()) -> ProxyServer:

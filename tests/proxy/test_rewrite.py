@@ -8,7 +8,7 @@ import struct
 import pytest
 
 from kinspect.protocol.codec import Codec
-from kinspect.protocol.codegen import UNKNOWN_TAGS
+from kinspect.protocol.codec.codegen import UNKNOWN_TAGS
 from kinspect.session import ConnectionInfo, Plan, Problem, Session
 from kinspect.session.address_rewrite import AddressRewrite, NodeMap, carries_addresses, rewrite_response
 

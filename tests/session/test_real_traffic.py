@@ -9,7 +9,7 @@ import pytest
 
 from kinspect.offline_decode import DecodeStats, decode_conversation
 from kinspect.protocol.codec import Codec
-from kinspect.protocol.framer import split_frames
+from kinspect.protocol.framing.framer import split_frames
 from tests.support.framers import whole_framer
 from tests.support.paths import TRAFFIC
 

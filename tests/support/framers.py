@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kinspect.protocol.framer import DEFAULT_MAX_FRAME_BYTES, FrameError
-from kinspect.session.framing import KEEP_WHOLE, FrameStream
+from kinspect.protocol.framing.framer import DEFAULT_MAX_FRAME_BYTES, FrameError
+from kinspect.protocol.framing.stream import KEEP_WHOLE, FrameStream
 
 
 class _Adapter:

@@ -13,12 +13,14 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kinspect.analyze.inputs import check_capture_file
+from kinspect.capture.facts import FactsTaker
+from kinspect.capture.columns import record_batch
 from kinspect.capture.rows import RowBuilder
 from kinspect.capture.schema import ADDED_IN, METADATA_VERSION_KEY, arrow_schema
 from kinspect.cli.main import main
 from kinspect.observers.inventory import METRIC_NAMES, InventoryObserver
 from kinspect.observers.metrics import MetricsObserver
-from kinspect.protocol.framer import split_frames
+from kinspect.protocol.framing.framer import split_frames
 from kinspect.session.client_software import MAX_CHARS, sanitize
 from kinspect.session import Session
 from kinspect.session.events import ConnectionInfo, Exchange
@@ -87,7 +89,7 @@ def recorded(codec):
     observer = InventoryObserver([load_target(t) for t in TARGETS], label_overflow=metrics.label_overflow,
                                  api_name=codec.registry.api_name)
     metrics.registry.register(observer.collector())
-    builder = RowBuilder(codec, 1_790_000_000.0)
+    builder, facts = RowBuilder(1_790_000_000.0), FactsTaker(codec)
     rows = []
     connection_id = 0
     for client in CLIENTS:
@@ -96,7 +98,7 @@ def recorded(codec):
             info = ConnectionInfo(connection_id, f"10.0.{CLIENTS.index(client)}.1:{40000 + connection_id}", "tansu:9092")
             responses = requests.with_name(requests.name.replace("requests", "responses"))
             events = feed(Session(codec, info), requests.read_bytes(), responses.read_bytes(), [metrics, observer])
-            rows += [builder.build(e) for e in events if isinstance(e, Exchange)]
+            rows += [builder.build(facts.take(e)[0]) for e in events if isinstance(e, Exchange)]
     return observer, metrics, rows
 
 
@@ -193,7 +195,8 @@ def test_capture_rows_carry_software_and_magics_and_rebuild_the_same_inventory(r
     assert produce and all(r["record_magics"] == [2] for r in produce if r["record_batches"])
     assert all(r["record_magics"] == [] for r in rows if r["api_key"] != 0)
     assert {r["client_software_name"] for r in rows} == {None, "kafka-python", "confluent-kafka-python"}
-    table = pa.Table.from_pylist(rows, schema=arrow_schema())
+    schema = arrow_schema()
+    table = pa.Table.from_batches([record_batch(rows, schema)], schema=schema)
     assert table.schema.metadata[METADATA_VERSION_KEY] == b"2"
     rebuilt = Inventory.from_rows(table.to_pylist(), codec.registry.api_name)
     targets = [load_target(t) for t in TARGETS]
@@ -205,7 +208,8 @@ def test_capture_rows_carry_software_and_magics_and_rebuild_the_same_inventory(r
 
 
 def _write(rows: list, path: Path, version: int = 2) -> Path:
-    table = pa.Table.from_pylist(rows, schema=arrow_schema())
+    schema = arrow_schema()
+    table = pa.Table.from_batches([record_batch(rows, schema)], schema=schema)
     if version == 1:
         table = table.drop_columns(list(ADDED_IN)).replace_schema_metadata({METADATA_VERSION_KEY: b"1"})
         table = table.set_column(0, "schema_version", pa.array([1] * len(rows), pa.int16()))

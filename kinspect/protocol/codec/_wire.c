@@ -1,9 +1,9 @@
-/* kinspect.protocol._wire: a table-driven decoder and scanner for Kafka message bodies.
+/* kinspect.protocol.codec._wire: a table-driven decoder and scanner for Kafka message bodies.
  *
- * It runs the "programs" of kinspect/protocol/wire_program.py (nested tuples describing
+ * It runs the "programs" of kinspect/protocol/codec/wire_program.py (nested tuples describing
  * one struct at one version), converted once into the C structs below by
  * compile_program(). The semantics are those of the Python source that
- * kinspect/protocol/codegen.py generates (the reference): same dict keys in the same
+ * kinspect/protocol/codec/codegen.py generates (the reference): same dict keys in the same
  * order, same types, same positions, and failure exactly where the reference fails.
  * Every malformed input raises kinspect.protocol.primitives.Malformed; every read is
  * bounds-checked against the end of the current region (the buffer, or a tagged
@@ -49,6 +49,13 @@ typedef struct {
     Py_ssize_t least;
     /* K_STRUCT, or K_ARRAY of structs */
     SProg *sub;
+    /* capture facts (scan only): the integer slot's first counter in int_stats (-1: none), the
+     * unsigned-varint bytes of a negative value, bytes today (> 0 fixed, 0 zig-zag varint, -1
+     * unsigned varint whose negatives take today_neg bytes); compact-target prefixes; role
+     * (1 the struct's topic field, 2 one of its partition arrays) */
+    Py_ssize_t slot;
+    char ineg, today, today_neg;
+    char prefix, eprefix, role;
 } Field;
 
 struct SProg {
@@ -59,6 +66,7 @@ struct SProg {
     uint64_t *tags;         /* ascending */
     Field *tag_fields;
     PyObject *path;         /* str */
+    int grows;              /* a compact target is set: one tag-section byte per struct */
 };
 
 /* ------------------------------------------------------------------ module state */
@@ -70,7 +78,7 @@ static Py_ssize_t uuid_int_off = -1; /* slot offsets of UUID.int and UUID.is_saf
 static Py_ssize_t uuid_safe_off = -1;
 static PyObject *UnknownKey;         /* "_unknown_tagged_fields" */
 static PyObject *S_error_codes, *S_topics, *S_record_spans, *S_tagged_fields, *S_empty_counter,
-    *S_tag_sections, *S_tag_section_bytes, *S_int;
+    *S_tag_sections, *S_tag_section_bytes, *S_int, *S_int_stats, *S_topic_partitions, *S_compact_delta;
 static PyObject *ProgramCache;       /* id(program tuple) -> Program */
 #define PROGRAM_CACHE_MAX 4096
 #define MAX_DEPTH 64
@@ -109,6 +117,12 @@ typedef struct {
     /* scan only */
     PyObject *result, *errors, *topics, *spans, *tagged;
     Py_ssize_t empty, sections, section_bytes;
+    /* capture facts: int_stats' counters, topic -> partitions, the compact delta; inner > 0
+     * inside a known tagged field (only capture facts are gathered there) */
+    long long *istats;
+    PyObject *tparts;
+    long long compact;
+    int inner;
 } Ctx;
 
 /* An unsigned varint of at most `bits` bits (as primitives.read_uvarint). */
@@ -1183,7 +1197,73 @@ static int record_span(Ctx *c, Py_ssize_t pos, long long n)
     return rc;
 }
 
-/* A non-empty tag section (codec_runtime.scan_tags). */
+/* Bytes of a varint holding x (7 bits a byte; 0 takes one byte). */
+static inline int varint_len(uint64_t x)
+{
+    if (x == 0)
+        return 1;
+    int bits = 64 - __builtin_clzll(x);
+    return (bits + 6) / 7;
+}
+
+/* One integer value into its slot (codec_runtime.count_int, without the occurrence count). */
+static inline void count_value(long long *s, const Field *f, long long v)
+{
+    int u = v >= 0 ? varint_len((uint64_t)v) : f->ineg;
+    int z = varint_len(((uint64_t)v << 1) ^ (uint64_t)(v >> 63));
+    s[1] += 1;
+    s[2] += f->today > 0 ? f->today : (f->today == 0 ? z : (v >= 0 ? u : f->today_neg));
+    s[3] += u;
+    s[4] += z;
+    s[4 + u] += 1;
+    s[14 + z] += 1;
+}
+
+static inline long long fixed_int(int kind, const unsigned char *q)
+{
+    return kind == K_INT16 ? (long long)(int16_t)be16(q)
+         : kind == K_INT32 ? (long long)(int32_t)be32(q) : (long long)(int64_t)be64(q);
+}
+
+/* A topic listed in an array of names: topic_partitions[name] = topic_partitions.get(name, 0). */
+static int list_topic(Ctx *c, PyObject *name)
+{
+    int has = PyDict_Contains(c->tparts, name);
+    if (has != 0)
+        return has < 0 ? -1 : 0;
+    PyObject *zero = PyLong_FromLong(0);
+    int rc = zero ? PyDict_SetItem(c->tparts, name, zero) : -1;
+    Py_XDECREF(zero);
+    return rc;
+}
+
+/* A struct's topic and the partitions it names: topic_partitions[name] += parts. */
+static int add_topic_partitions(Ctx *c, Py_ssize_t pos, Py_ssize_t n, long long parts)
+{
+    PyObject *name = utf8(c->p + pos, n);
+    if (name == NULL)
+        return -1;
+    PyObject *old = PyDict_GetItemWithError(c->tparts, name); /* borrowed */
+    PyObject *value = NULL;
+    if (old != NULL)
+        value = PyLong_FromLongLong(PyLong_AsLongLong(old) + parts);
+    else if (!PyErr_Occurred())
+        value = PyLong_FromLongLong(parts);
+    int rc = value ? PyDict_SetItem(c->tparts, name, value) : -1;
+    Py_XDECREF(value);
+    Py_DECREF(name);
+    return rc;
+}
+
+/* What scan_struct learns from its role fields: the topic's bytes and the partitions named. */
+typedef struct {
+    Py_ssize_t tpos, tlen;
+    long long parts;
+} Roles;
+
+static int scan_value(Ctx *c, const Field *f, Py_ssize_t *ppos, Roles *roles);
+
+/* A non-empty tag section (codec_runtime.scan_tags); known fields are walked for capture facts. */
 static int scan_tags(Ctx *c, const SProg *sp, Py_ssize_t *ppos)
 {
     Py_ssize_t L = c->n, start = *ppos, pos = *ppos;
@@ -1204,23 +1284,41 @@ static int scan_tags(Ctx *c, const SProg *sp, Py_ssize_t *ppos)
             return fail("tagged field %llu of %llu bytes overruns the %zd bytes left", (unsigned long long)tag,
                         (unsigned long long)size, L - pos);
         const Field *tf = find_tag(sp, tag);
-        PyObject *item = Py_BuildValue("(OKOK)", sp->path, (unsigned long long)tag, tf ? tf->key : Py_None,
-                                       (unsigned long long)size);
-        if (item == NULL)
-            return -1;
-        int rc = PyList_Append(c->tagged, item);
-        Py_DECREF(item);
-        if (rc < 0)
-            return -1;
-        pos += (Py_ssize_t)size;
+        if (!c->inner) {
+            PyObject *item = Py_BuildValue("(OKOK)", sp->path, (unsigned long long)tag, tf ? tf->key : Py_None,
+                                           (unsigned long long)size);
+            if (item == NULL)
+                return -1;
+            int rc = PyList_Append(c->tagged, item);
+            Py_DECREF(item);
+            if (rc < 0)
+                return -1;
+        }
+        Py_ssize_t end = pos + (Py_ssize_t)size;
+        if (tf != NULL) { /* walked within its declared bytes, which it must fill (as read_tags) */
+            Py_ssize_t outer = c->n, p = pos;
+            c->n = end;
+            c->inner++;
+            int rc = scan_value(c, tf, &p, NULL);
+            c->inner--;
+            c->n = outer;
+            if (rc < 0)
+                return -1;
+            if (p != end)
+                return fail("tagged field %U declares %llu bytes but its value takes %zd", tf->key,
+                            (unsigned long long)size, p - pos);
+        }
+        pos = end;
     }
-    c->sections += 1;
-    c->section_bytes += pos - start;
+    if (!c->inner) {
+        c->sections += 1;
+        c->section_bytes += pos - start;
+    }
     *ppos = pos;
     return 0;
 }
 
-static int scan_value(Ctx *c, const Field *f, Py_ssize_t *ppos)
+static int scan_value(Ctx *c, const Field *f, Py_ssize_t *ppos, Roles *roles)
 {
     Py_ssize_t L = c->n, pos = *ppos;
     int kind = f->kind;
@@ -1228,10 +1326,15 @@ static int scan_value(Ctx *c, const Field *f, Py_ssize_t *ppos)
         Py_ssize_t size = FIXED_SIZE[kind];
         if (L - pos < size)
             return truncated("a fixed-width field");
-        if (f->is_error) { /* int16 only (checked when compiling) */
+        if (f->is_error && !c->inner) { /* int16 only (checked when compiling) */
             int16_t code = (int16_t)be16(c->p + pos);
             if (code && count_error(c, code) < 0)
                 return -1;
+        }
+        if (f->slot >= 0 && c->istats != NULL) {
+            long long *s = c->istats + f->slot;
+            s[0] += 1;
+            count_value(s, f, fixed_int(kind, c->p + pos));
         }
         *ppos = pos + size;
         return 0;
@@ -1244,6 +1347,8 @@ static int scan_value(Ctx *c, const Field *f, Py_ssize_t *ppos)
         const char *what = blob_name(kind);
         if (read_length(c, ppos, L, f->compact, kind != K_STRING, &n) < 0)
             return -1;
+        if (f->prefix)
+            c->compact += varint_len((uint64_t)(n + 1)) - f->prefix;
         int null = check_null(n, f->nullable, what);
         if (null)
             return null < 0 ? -1 : 0;
@@ -1251,10 +1356,20 @@ static int scan_value(Ctx *c, const Field *f, Py_ssize_t *ppos)
         if (check_blob(n, pos, L, what) < 0)
             return -1;
         if (kind == K_STRING && f->is_topic) {
-            if (add_topic(c, pos, n) < 0)
+            if (!c->inner && add_topic(c, pos, n) < 0)
                 return -1;
+            if (c->inner) { /* the reference decodes it all the same: invalid UTF-8 fails here too */
+                PyObject *t = utf8(c->p + pos, (Py_ssize_t)n);
+                if (t == NULL)
+                    return -1;
+                Py_DECREF(t);
+            }
+            if (f->role == 1 && roles != NULL) {
+                roles->tpos = pos;
+                roles->tlen = (Py_ssize_t)n;
+            }
         }
-        else if (kind == K_RECORDS) {
+        else if (kind == K_RECORDS && !c->inner) {
             if (record_span(c, pos, n) < 0)
                 return -1;
         }
@@ -1274,16 +1389,27 @@ static int scan_value(Ctx *c, const Field *f, Py_ssize_t *ppos)
         long long n = 0;
         if (read_length(c, ppos, L, f->compact, 1, &n) < 0)
             return -1;
+        if (f->prefix)
+            c->compact += varint_len((uint64_t)(n + 1)) - f->prefix;
         int null = check_null(n, f->nullable, "array");
         if (null)
             return null < 0 ? -1 : 0;
         pos = *ppos;
+        if (f->role == 2 && roles != NULL)
+            roles->parts += n;
         if (check_count(n, f->least, pos, L) < 0)
             return -1;
         int elem = f->elem;
         if (IS_FIXED(elem)) {
             if ((long long)(L - pos) / FIXED_SIZE[elem] < n)
                 return truncated("an array");
+            if (f->slot >= 0 && c->istats != NULL) {
+                long long *s = c->istats + f->slot;
+                Py_ssize_t w = FIXED_SIZE[elem];
+                s[0] += 1; /* the field was there, even empty */
+                for (long long i = 0; i < n; i++)
+                    count_value(s, f, fixed_int(elem, c->p + pos + (Py_ssize_t)i * w));
+            }
             *ppos = pos + (Py_ssize_t)n * FIXED_SIZE[elem];
             return 0;
         }
@@ -1297,11 +1423,21 @@ static int scan_value(Ctx *c, const Field *f, Py_ssize_t *ppos)
         int topic = elem == K_STRING && f->is_topic;
         for (long long i = 0; i < n; i++) {
             long long m = 0;
-            if (read_length(c, ppos, L, f->compact, elem != K_STRING, &m) < 0 || check_null(m, 0, what) < 0
-                || check_blob(m, *ppos, L, what) < 0)
+            if (read_length(c, ppos, L, f->compact, elem != K_STRING, &m) < 0)
                 return -1;
-            if (topic && add_topic(c, *ppos, m) < 0)
+            if (f->eprefix)
+                c->compact += varint_len((uint64_t)(m + 1)) - f->eprefix;
+            if (check_null(m, 0, what) < 0 || check_blob(m, *ppos, L, what) < 0)
                 return -1;
+            if (topic) {
+                PyObject *name = utf8(c->p + *ppos, (Py_ssize_t)m);
+                if (name == NULL)
+                    return -1;
+                int rc = (!c->inner && PySet_Add(c->topics, name) < 0) || list_topic(c, name) < 0 ? -1 : 0;
+                Py_DECREF(name);
+                if (rc < 0)
+                    return -1;
+            }
             *ppos += (Py_ssize_t)m;
         }
         return 0;
@@ -1310,8 +1446,13 @@ static int scan_value(Ctx *c, const Field *f, Py_ssize_t *ppos)
         long long v;
         if (read_encoded(c, f, ppos, L, &v) < 0)
             return -1;
-        if (f->is_error && v && count_error(c, v) < 0)
+        if (f->is_error && !c->inner && v && count_error(c, v) < 0)
             return -1;
+        if (f->slot >= 0 && c->istats != NULL) {
+            long long *s = c->istats + f->slot;
+            s[0] += 1;
+            count_value(s, f, v);
+        }
         return 0;
     }
     }
@@ -1320,8 +1461,10 @@ static int scan_value(Ctx *c, const Field *f, Py_ssize_t *ppos)
 static int scan_struct(Ctx *c, const SProg *sp, Py_ssize_t *ppos)
 {
     const Field *f = sp->fields, *stop = sp->fields + sp->nfields;
+    Roles roles = {-1, 0, 0};
+    c->compact += sp->grows;
     for (; f < stop; f++)
-        if (scan_value(c, f, ppos) < 0)
+        if (scan_value(c, f, ppos, &roles) < 0)
             return -1;
     if (sp->flexible) {
         Py_ssize_t pos = *ppos;
@@ -1329,11 +1472,14 @@ static int scan_struct(Ctx *c, const SProg *sp, Py_ssize_t *ppos)
             return truncated("a tag section");
         if (c->p[pos] == 0) {
             *ppos = pos + 1;
-            c->empty++;
-            return 0;
+            if (!c->inner)
+                c->empty++;
         }
-        return scan_tags(c, sp, ppos);
+        else if (scan_tags(c, sp, ppos) < 0)
+            return -1;
     }
+    if (roles.tpos >= 0)
+        return add_topic_partitions(c, roles.tpos, roles.tlen, roles.parts);
     return 0;
 }
 
@@ -1396,8 +1542,8 @@ static SProg *compile_struct(PyObject *t, int depth);
 
 static int compile_field(PyObject *t, Field *f, int depth)
 {
-    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 7)
-        return bad_program("a field is not a 7-tuple");
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 11)
+        return bad_program("a field is not an 11-tuple");
     PyObject *key = PyTuple_GET_ITEM(t, 0);
     if (!PyUnicode_CheckExact(key))
         return bad_program("a field key is not a str");
@@ -1416,6 +1562,39 @@ static int compile_field(PyObject *t, Field *f, int depth)
     PyObject *arg = PyTuple_GET_ITEM(t, 6);
     if (f->is_error && f->kind != K_INT16 && f->kind != K_ENCODED)
         return bad_program("an error code field must be an int16");
+    /* capture facts: slot, prefixes, role */
+    PyObject *slot = PyTuple_GET_ITEM(t, 7);
+    f->slot = -1;
+    if (slot != Py_None) {
+        long vals[4];
+        if (!PyTuple_Check(slot) || PyTuple_GET_SIZE(slot) != 4)
+            return bad_program("a slot is not (offset, negative, today, today_negative)");
+        for (int i = 0; i < 4; i++) {
+            vals[i] = PyLong_AsLong(PyTuple_GET_ITEM(slot, i));
+            if (vals[i] == -1 && PyErr_Occurred())
+                return -1;
+        }
+        int k = f->kind == K_ARRAY ? -1 : f->kind; /* array: checked below, once elem is known */
+        if (vals[0] < 0 || vals[0] > PY_SSIZE_T_MAX / 2 || vals[1] < 1 || vals[1] > 10 || vals[2] < -1
+            || vals[2] > 8 || vals[3] < 0 || vals[3] > 10
+            || !(k == -1 || k == K_INT16 || k == K_INT32 || k == K_INT64 || k == K_ENCODED))
+            return bad_program("bad integer slot");
+        f->slot = vals[0];
+        f->ineg = (char)vals[1];
+        f->today = (char)vals[2];
+        f->today_neg = (char)vals[3];
+    }
+    long pv[3];
+    for (int i = 0; i < 3; i++) {
+        pv[i] = PyLong_AsLong(PyTuple_GET_ITEM(t, 8 + i));
+        if (pv[i] == -1 && PyErr_Occurred())
+            return -1;
+    }
+    if (pv[0] < 0 || pv[0] > 4 || pv[1] < 0 || pv[1] > 4 || pv[2] < 0 || pv[2] > 2)
+        return bad_program("bad prefix or role");
+    f->prefix = (char)pv[0];
+    f->eprefix = (char)pv[1];
+    f->role = (char)pv[2];
     switch (f->kind) {
     case K_STRUCT:
         f->sub = compile_struct(arg, depth + 1);
@@ -1431,6 +1610,8 @@ static int compile_field(PyObject *t, Field *f, int depth)
             return -1;
         if (f->least < 1)
             return bad_program("an array's least element size must be at least 1");
+        if (f->slot >= 0 && f->elem != K_INT16 && f->elem != K_INT32 && f->elem != K_INT64)
+            return bad_program("bad integer slot");
         if (f->elem == K_STRUCT) {
             f->sub = compile_struct(PyTuple_GET_ITEM(arg, 1), depth + 1);
             return f->sub == NULL ? -1 : 0;
@@ -1488,13 +1669,13 @@ static SProg *compile_struct(PyObject *t, int depth)
         bad_program("structs nested too deep");
         return NULL;
     }
-    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 4) {
-        bad_program("a struct is not a 4-tuple");
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 5) {
+        bad_program("a struct is not a 5-tuple");
         return NULL;
     }
     PyObject *fields = PyTuple_GET_ITEM(t, 1), *tags = PyTuple_GET_ITEM(t, 2), *path = PyTuple_GET_ITEM(t, 3);
     if (!PyTuple_Check(fields) || !PyTuple_Check(tags) || !PyUnicode_Check(path)) {
-        bad_program("a struct is not (flexible, fields, tags, path)");
+        bad_program("a struct is not (flexible, fields, tags, path, grows)");
         return NULL;
     }
     SProg *sp = PyMem_Calloc(1, sizeof(SProg));
@@ -1506,6 +1687,10 @@ static SProg *compile_struct(PyObject *t, int depth)
     if (flexible < 0)
         goto fail;
     sp->flexible = flexible;
+    int grows = PyObject_IsTrue(PyTuple_GET_ITEM(t, 4));
+    if (grows < 0)
+        goto fail;
+    sp->grows = grows;
     Py_INCREF(path);
     sp->path = path;
     sp->fields = PyMem_Calloc(PyTuple_GET_SIZE(fields) + 1, sizeof(Field));
@@ -1550,7 +1735,29 @@ typedef struct {
     PyObject_HEAD
     PyObject *source;
     SProg *root;
+    Py_ssize_t nstats;      /* counters the integer slots need in result.int_stats */
 } ProgramObject;
+
+/* The int_stats counters a struct's slots reach (the highest slot offset + SLOT_STRIDE). */
+#define SLOT_STRIDE 25
+static Py_ssize_t stats_needed(const SProg *sp)
+{
+    Py_ssize_t most = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        const Field *fs = pass ? sp->tag_fields : sp->fields;
+        Py_ssize_t n = pass ? sp->ntags : sp->nfields;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (fs[i].slot >= 0 && fs[i].slot + SLOT_STRIDE > most)
+                most = fs[i].slot + SLOT_STRIDE;
+            if (fs[i].sub != NULL) {
+                Py_ssize_t sub = stats_needed(fs[i].sub);
+                if (sub > most)
+                    most = sub;
+            }
+        }
+    }
+    return most;
+}
 
 static PyTypeObject ProgramType;
 
@@ -1567,6 +1774,7 @@ static PyObject *program_from_tuple(PyObject *source)
     Py_INCREF(source);
     self->source = source;
     self->root = root;
+    self->nstats = stats_needed(root);
     return (PyObject *)self;
 }
 
@@ -1692,16 +1900,35 @@ static PyObject *run_scan(ProgramObject *prog, PyObject *buf, PyObject *posobj, 
     c.n = PyBytes_GET_SIZE(buf);
     c.buf = buf;
     c.result = result;
-    PyObject *out = NULL;
+    PyObject *out = NULL, *stats = NULL;
+    Py_buffer view;
+    int have_view = 0;
     c.errors = PyObject_GetAttr(result, S_error_codes);
     c.topics = c.errors ? PyObject_GetAttr(result, S_topics) : NULL;
     c.spans = c.topics ? PyObject_GetAttr(result, S_record_spans) : NULL;
     c.tagged = c.spans ? PyObject_GetAttr(result, S_tagged_fields) : NULL;
-    if (c.tagged == NULL)
+    c.tparts = c.tagged ? PyObject_GetAttr(result, S_topic_partitions) : NULL;
+    stats = c.tparts ? PyObject_GetAttr(result, S_int_stats) : NULL;
+    if (stats == NULL)
         goto done;
-    if (!PyDict_Check(c.errors) || !PyAnySet_Check(c.topics) || !PyList_Check(c.tagged)) {
-        PyErr_SetString(PyExc_TypeError, "result must have a dict error_codes, a set topics and a list tagged_fields");
+    if (!PyDict_Check(c.errors) || !PyAnySet_Check(c.topics) || !PyList_Check(c.tagged) || !PyDict_Check(c.tparts)) {
+        PyErr_SetString(PyExc_TypeError, "result must have a dict error_codes, a set topics, a list tagged_fields "
+                                         "and a dict topic_partitions");
         goto done;
+    }
+    /* The counters are written in place (a writable buffer of int64); a result without them
+     * (int_stats None: not prepared by CompiledStruct.scan) gathers no integer facts. */
+    if (prog->nstats > 0 && stats != Py_None) {
+        if (PyObject_GetBuffer(stats, &view, PyBUF_WRITABLE | PyBUF_FORMAT) < 0)
+            goto done;
+        have_view = 1;
+        if (view.itemsize != 8 || view.format == NULL || (strcmp(view.format, "q") != 0 && strcmp(view.format, "l") != 0)
+            || view.len < prog->nstats * 8) {
+            PyErr_Format(PyExc_TypeError, "result.int_stats must be an array('q') of at least %zd counters",
+                         prog->nstats);
+            goto done;
+        }
+        c.istats = (long long *)view.buf;
     }
     int rc = scan_struct(&c, prog->root, &pos);
     if (flush_counters(&c) < 0 || rc < 0)
@@ -1710,12 +1937,31 @@ static PyObject *run_scan(ProgramObject *prog, PyObject *buf, PyObject *posobj, 
         fail("the message ends %zd bytes early", pos - c.n);
         goto done;
     }
+    if (prog->root->grows) { /* result.compact_delta = (result.compact_delta or 0) + delta */
+        PyObject *old = PyObject_GetAttr(result, S_compact_delta);
+        if (old == NULL)
+            goto done;
+        long long before = old == Py_None ? 0 : PyLong_AsLongLong(old);
+        Py_DECREF(old);
+        if (before == -1 && PyErr_Occurred())
+            goto done;
+        PyObject *sum = PyLong_FromLongLong(before + c.compact);
+        if (sum == NULL || PyObject_SetAttr(result, S_compact_delta, sum) < 0) {
+            Py_XDECREF(sum);
+            goto done;
+        }
+        Py_DECREF(sum);
+    }
     out = PyLong_FromSsize_t(pos);
 done:
+    if (have_view)
+        PyBuffer_Release(&view);
+    Py_XDECREF(stats);
     Py_XDECREF(c.errors);
     Py_XDECREF(c.topics);
     Py_XDECREF(c.spans);
     Py_XDECREF(c.tagged);
+    Py_XDECREF(c.tparts);
     return out;
 }
 
@@ -1752,7 +1998,7 @@ static PyMemberDef program_members[] = {
 
 static PyTypeObject ProgramType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "kinspect.protocol._wire.Program",
+    .tp_name = "kinspect.protocol.codec._wire.Program",
     .tp_basicsize = sizeof(ProgramObject),
     .tp_dealloc = (destructor)program_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -1861,7 +2107,7 @@ static PyMethodDef wire_methods[] = {
 
 static struct PyModuleDef wire_module = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "kinspect.protocol._wire",
+    .m_name = "kinspect.protocol.codec._wire",
     .m_doc = "Table-driven decoder and scanner for kinspect wire programs (see wire_program.py).",
     .m_size = -1,
     .m_methods = wire_methods,
@@ -1896,7 +2142,7 @@ PyMODINIT_FUNC PyInit__wire(void)
     PyObject *m = PyModule_Create(&wire_module);
     if (m == NULL)
         return NULL;
-    PyObject *prim = PyImport_ImportModule("kinspect.protocol.primitives");
+    PyObject *prim = PyImport_ImportModule("kinspect.protocol.wire.primitives");
     if (prim == NULL)
         goto fail;
     Malformed = PyObject_GetAttrString(prim, "Malformed");
@@ -1928,6 +2174,9 @@ PyMODINIT_FUNC PyInit__wire(void)
     INTERN(S_tag_sections, "tag_sections");
     INTERN(S_tag_section_bytes, "tag_section_bytes");
     INTERN(S_int, "int");
+    INTERN(S_int_stats, "int_stats");
+    INTERN(S_topic_partitions, "topic_partitions");
+    INTERN(S_compact_delta, "compact_delta");
 #undef INTERN
     if ((ProgramCache = PyDict_New()) == NULL)
         goto fail;

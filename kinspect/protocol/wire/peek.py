@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import struct
 
-from kinspect.protocol.primitives import Malformed, read_uvarint
+from kinspect.protocol.wire.primitives import Malformed, read_uvarint
 
 _INT16 = struct.Struct(">h")
 

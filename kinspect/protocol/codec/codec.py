@@ -10,18 +10,19 @@ names under `_unknown_tagged_fields` as (tag, bytes) so that they re-encode in p
 from __future__ import annotations
 
 import struct
+from array import array
 from dataclasses import dataclass
 from typing import Callable
 
-from kinspect.protocol.api_keys import API_VERSIONS, CONTROLLED_SHUTDOWN
-from kinspect.protocol import codegen
-from kinspect.protocol.codec_runtime import namespace
+from kinspect.protocol.specs.api_keys import API_VERSIONS, CONTROLLED_SHUTDOWN
+from kinspect.protocol.codec import codegen
+from kinspect.protocol.codec.runtime import namespace
 from kinspect.protocol.errors import DecodeError, EncodeError, SpecError, UnknownApiError
-from kinspect.protocol.primitives import Malformed
-from kinspect.protocol.scan_result import ScanResult
-from kinspect.protocol.spec_model import MessageSpec
-from kinspect.protocol.spec_registry import SpecRegistry
-from kinspect.protocol.wire_program import build_program, native_module
+from kinspect.protocol.wire.primitives import Malformed
+from kinspect.protocol.codec.scan_result import ScanResult
+from kinspect.protocol.specs.model import MessageSpec
+from kinspect.protocol.specs.registry import SpecRegistry
+from kinspect.protocol.codec.wire_program import build_program, native_module
 
 
 # Everything a generated decoder can raise on bad bytes; all become DecodeError.
@@ -78,9 +79,13 @@ class CompiledStruct:
         self._encode = None
         self._scan = None
         self._traced = None
+        # Capture facts of a scan: a slot per integer field, and the compact-size target.
+        self.int_slots = codegen.integer_slots(spec.struct, version)
+        self._zero_stats = array("q", [0]) * (codegen.SLOT_STRIDE * len(self.int_slots))
+        self.compact_target = codegen.compact_target(spec, version) if direction in ("request", "response") else None
         native = native_module()
         if native is not None:
-            self._program = native.compile_program(build_program(spec.struct, version, flexible))
+            self._program = native.compile_program(build_program(spec.struct, version, flexible, self.compact_target))
             self.decode_fast = self._program.decode
             self._scan = self._program.scan
         else:
@@ -117,16 +122,14 @@ class CompiledStruct:
                 codegen.generate_decoder(self.spec.struct, self.version, self.flexible, self.label, trace=True),
                 "decode", self.label,
             )
+        # The path and offset are this call's own (arguments of the traced decoder, not its
+        # globals): a codec shared between threads diagnoses in each without interference.
         path: list = []
         offset = [pos]
-        ns = self._traced.__globals__
-        ns["_P"], ns["_O"] = path, offset
         try:
-            self._traced(buf, pos)
+            self._traced(buf, pos, path, offset)
         except _DECODE_FAILURES as exc:
             return self._error(_reason(exc), _render_path(path), offset[0])
-        finally:
-            ns["_P"] = ns["_O"] = None
         return self._error(_reason(first))
 
     def encode(self, value: dict, out: bytearray | None = None) -> bytearray:
@@ -143,19 +146,28 @@ class CompiledStruct:
             raise EncodeError(f"{self.label}: {type(exc).__name__}: {exc}") from None
         return out
 
-    def scan(self, buf: bytes, pos: int = 0, result: ScanResult | None = None, *, whole: bool = True) -> ScanResult:
+    def scan(self, buf: bytes, pos: int = 0, result: ScanResult | None = None, *, whole: bool = True,
+             integers: bool = True) -> ScanResult:
         """Walk the message without building values (see ScanResult).
 
         With whole=True the message must end at the end of buf; otherwise the bytes after
-        it are counted in result.trailing_bytes.
+        it are counted in result.trailing_bytes. With integers=False the result gets no
+        integer counters (int_stats None): the capture's facts, which the metrics do not need.
         """
         if type(buf) is not bytes:
             buf = bytes(buf)
         if self._scan is None:
             self._scan = _compile(
-                codegen.generate_scanner(self.spec.struct, self.version, self.flexible, self.label), "scan", self.label
+                codegen.generate_scanner(self.spec.struct, self.version, self.flexible, self.label,
+                                         compact_target=self.compact_target), "scan", self.label
             )
         result = ScanResult() if result is None else result
+        if integers and self.int_slots:
+            if result.int_stats is None:
+                result.int_slots = self.int_slots
+                result.int_stats = self._zero_stats[:]  # a copy: one memcpy
+            elif result.int_slots is not self.int_slots:
+                raise ValueError(f"{self.label}: the result already holds the integer slots of another struct")
         if result.source is not buf and result.record_spans:
             result.settle()  # spans into an earlier buffer: summarize them from it first
         result.source = buf  # the records spans point into buf; result.records reads them lazily
@@ -236,6 +248,9 @@ class Codec:
         self.registry = registry or SpecRegistry.default()
         self._bodies: dict[tuple[int, str, int], CompiledStruct | None] = {}
         self._headers: dict[tuple[str, int], CompiledStruct] = {}
+        # Whether scans count integer fields (ScanResult.int_stats): set by the capture, the
+        # one reader of those counters, so that scans for the metrics alone skip them.
+        self.integer_facts = False
 
     # -- compiled pieces
 
@@ -356,7 +371,8 @@ class Codec:
         """Header tag sections and body facts of a request (see ScanResult)."""
         header = header or self.decode_request_header(frame)
         result = ScanResult()
-        self.body(header.api_key, "request", header.api_version).scan(frame, header.size, result, whole=False)
+        self.body(header.api_key, "request", header.api_version).scan(frame, header.size, result, whole=False,
+                                                                       integers=self.integer_facts)
         return result.finish()
 
     def scan_response(self, frame: bytes, api_key: int, api_version: int) -> ScanResult:
@@ -364,7 +380,7 @@ class Codec:
         hv = self.response_header_version(api_key, api_version)
         _, header_end = self.header("ResponseHeader", hv).decode(frame, 0, whole=False)
         result = ScanResult()
-        compiled.scan(frame, header_end, result, whole=False)
+        compiled.scan(frame, header_end, result, whole=False, integers=self.integer_facts)
         return result.finish()
 
 

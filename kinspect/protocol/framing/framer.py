@@ -1,7 +1,7 @@
 """Kafka framing (4-byte big-endian size, then that many bytes): its errors, its limit, and a whole-buffer splitter.
 
 The live framing, fed in any chunking, is the session pipeline's FrameStream
-(kinspect.session.framing); `split_frames` cuts a buffer held whole (recordings, tools).
+(kinspect.protocol.framing.stream); `split_frames` cuts a buffer held whole (recordings, tools).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kinspect.protocol.errors import SpecError
-from kinspect.protocol.versions import NONE, VersionRange
+from kinspect.protocol.specs.versions import NONE, VersionRange
 
 PRIMITIVE_TYPES = frozenset(
     {"bool", "int8", "int16", "uint16", "int32", "uint32", "int64", "float64", "string", "uuid", "bytes", "records"}

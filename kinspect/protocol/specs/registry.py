@@ -14,9 +14,9 @@ from importlib import resources
 from pathlib import Path
 
 from kinspect.protocol.errors import SpecError
-from kinspect.protocol.spec_json import load_spec_file
-from kinspect.protocol.spec_model import MessageSpec, parse_message
-from kinspect.protocol.versions import VersionRange
+from kinspect.protocol.specs.json_format import load_spec_file
+from kinspect.protocol.specs.model import MessageSpec, parse_message
+from kinspect.protocol.specs.versions import VersionRange
 
 INDEX_FILE = "index.json"
 INDEX_FORMAT = 1
@@ -56,7 +56,7 @@ def builtin_specs_dir() -> Path:
             return Path(str(index)).parent
     except (ModuleNotFoundError, TypeError, ValueError):
         pass
-    candidate = Path(__file__).resolve().parents[2] / "specs"
+    candidate = Path(__file__).resolve().parents[3] / "specs"
     if (candidate / INDEX_FILE).is_file():
         return candidate
     raise SpecError("the built-in specs/ directory (with index.json) was not found")

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import struct
 
-from kinspect.protocol.framer import FrameError, FrameTooLarge
+from kinspect.protocol.framing.framer import FrameError, FrameTooLarge
 
 KEEP_HEAD, KEEP_WHOLE, HOLD = 0, 1, 2
 _OVER_LIMIT = 3  # internal: a frame to keep whole that is over keep_limit: its head, never complete

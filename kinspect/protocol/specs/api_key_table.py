@@ -1,6 +1,6 @@
-"""Renders kinspect/protocol/api_keys.py, the table of api keys, from the message specs.
+"""Renders kinspect/protocol/specs/api_keys.py, the table of api keys, from the message specs.
 
-`python -m kinspect.protocol.api_key_table > kinspect/protocol/api_keys.py` (run by `make
+`python -m kinspect.protocol.specs.api_key_table > kinspect/protocol/specs/api_keys.py` (run by `make
 specs`) writes it; a test checks the committed module equals a fresh rendering.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from kinspect.protocol.spec_registry import SpecRegistry
+from kinspect.protocol.specs.registry import SpecRegistry
 
 
 def constant_name(api_name: str) -> str:
@@ -20,7 +20,7 @@ def render(registry: SpecRegistry | None = None) -> str:
     registry = registry or SpecRegistry.default()
     keys = sorted(registry.api_keys())
     lines = [
-        '"""Kafka api keys by name, generated from the message specs by kinspect.protocol.api_key_table: do not edit."""',
+        '"""Kafka api keys by name, generated from the message specs by kinspect.protocol.specs.api_key_table: do not edit."""',
         "",
         "from __future__ import annotations",
         "",

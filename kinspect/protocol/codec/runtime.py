@@ -9,13 +9,17 @@ from __future__ import annotations
 import struct
 from uuid import UUID
 
-from kinspect.protocol.codegen import UNKNOWN_TAGS
+from kinspect.protocol.codec.codegen import UNKNOWN_TAGS
 from kinspect.protocol.errors import EncodeError
-from kinspect.protocol.primitives import Malformed, read_uvarint, uvarint_size, write_uvarint
+from kinspect.protocol.wire.primitives import Malformed, read_uvarint, uvarint_size, write_uvarint
 
 
-def read_tags(buf: bytes, pos: int, target: dict, table: dict, trace: list | None) -> int:
-    """Decode a non-empty tag section into target; unknown tags are kept as raw bytes."""
+def read_tags(buf: bytes, pos: int, target: dict, table: dict, trace: list | None, offset: list | None = None) -> int:
+    """Decode a non-empty tag section into target; unknown tags are kept as raw bytes.
+
+    A traced decoder passes its path list and offset cell (trace, offset) on to the
+    tagged fields' functions.
+    """
     count, pos = read_uvarint(buf, pos)
     end_all = len(buf)
     if count > end_all - pos:
@@ -40,7 +44,7 @@ def read_tags(buf: bytes, pos: int, target: dict, table: dict, trace: list | Non
             name, decode = entry
             if trace is not None:
                 trace.append(name)
-            value, used = decode(buf, pos, end)
+            value, used = decode(buf, pos, end) if trace is None else decode(buf, pos, end, trace, offset)
             if used != end:
                 raise Malformed(f"tagged field {name} declares {size} bytes but its value takes {used - pos}")
             if trace is not None:
@@ -52,8 +56,14 @@ def read_tags(buf: bytes, pos: int, target: dict, table: dict, trace: list | Non
     return pos
 
 
-def scan_tags(buf: bytes, pos: int, result, table: dict, path: str) -> int:
-    """Walk a non-empty tag section, recording each field's tag, name and size."""
+def scan_tags(buf: bytes, pos: int, result, table: dict, path: str | None) -> int:
+    """Walk a non-empty tag section, recording each field's tag, name and size, and walking known fields.
+
+    A known field's value is scanned for capture facts (integers, topics) within its
+    declared bytes, which it must fill exactly, as read_tags checks. With path None (a tag
+    section inside a tagged field) nothing is recorded: the metrics' facts are those of
+    the tag sections of inline structs.
+    """
     start = pos
     count, pos = read_uvarint(buf, pos)
     end_all = len(buf)
@@ -70,11 +80,69 @@ def scan_tags(buf: bytes, pos: int, result, table: dict, path: str) -> int:
         if pos + size > end_all:
             raise Malformed(f"tagged field {tag} of {size} bytes overruns the {end_all - pos} bytes left")
         entry = table.get(tag)
-        seen.append((path, tag, entry[0] if entry else None, size))
-        pos += size
-    result.tag_sections += 1
-    result.tag_section_bytes += pos - start
+        if path is not None:
+            seen.append((path, tag, entry[0] if entry else None, size))
+        end = pos + size
+        if entry is not None:
+            used = entry[1](buf, pos, end, result)
+            if used != end:
+                raise Malformed(f"tagged field {entry[0]} declares {size} bytes but its value takes {used - pos}")
+        pos = end
+    if path is not None:
+        result.tag_sections += 1
+        result.tag_section_bytes += pos - start
     return pos
+
+
+# _LN[n]: bytes of a varint whose value has bit length n (7 bits a byte; 0 still takes one byte).
+_LN = tuple(max(1, (n + 6) // 7) for n in range(129))
+
+
+def count_int(stats, base: int, v: int, negative: int, today: int, today_negative: int) -> None:
+    """Add one integer value to its slot in a scan's int_stats (layout: codegen.SLOT_STRIDE).
+
+    negative: unsigned-varint bytes of a negative value (3, 5 or 10 by the field's type);
+    today: bytes on the wire now, > 0 fixed, 0 zig-zag varint, -1 unsigned varint whose
+    negative values take today_negative bytes. A result without counters (stats None, see
+    ScanResult) gathers no integer facts.
+    """
+    if stats is None:
+        return
+    if v >= 0:
+        u = _LN[v.bit_length()]
+        z = _LN[(v << 1).bit_length()]
+    else:
+        u = negative
+        z = _LN[((-v << 1) - 1).bit_length()]
+    stats[base] += 1
+    stats[base + 1] += 1
+    stats[base + 2] += today if today > 0 else (z if today == 0 else (u if v >= 0 else today_negative))
+    stats[base + 3] += u
+    stats[base + 4] += z
+    stats[base + 4 + u] += 1
+    stats[base + 14 + z] += 1
+
+
+def count_ints(stats, base: int, values, negative: int, today: int, today_negative: int) -> None:
+    """count_int for each value of an integer array (today > 0 always: arrays have no encodings)."""
+    if stats is None:
+        return
+    stats[base] += 1  # the field was there, even empty
+    n = 0
+    for v in values:
+        if v >= 0:
+            u = _LN[v.bit_length()]
+            z = _LN[(v << 1).bit_length()]
+        else:
+            u = negative
+            z = _LN[((-v << 1) - 1).bit_length()]
+        n += 1
+        stats[base + 3] += u
+        stats[base + 4] += z
+        stats[base + 4 + u] += 1
+        stats[base + 14 + z] += 1
+    stats[base + 1] += n
+    stats[base + 2] += n * today
 
 
 def write_tags(out: bytearray, known: list, unknown: list | None) -> None:
@@ -134,7 +202,7 @@ def spans_summarizer():
 
     if records.summarize_records is records.summarize_records_python:
         return summarize_spans_python
-    from kinspect.protocol._wire import summarize_spans
+    from kinspect.protocol.codec._wire import summarize_spans
 
     return summarize_spans
 
@@ -155,6 +223,9 @@ def namespace() -> dict:
         "_i": struct.Struct(">i"),
         "_read_tags": read_tags,
         "_scan_tags": scan_tags,
+        "_ci1": count_int,
+        "_ci": count_ints,
+        "_LN": _LN,
         "_write_tags": write_tags,
         "_uuid_bytes": uuid_bytes,
         "_EncodeError": EncodeError,

@@ -15,9 +15,9 @@ import shutil
 from pathlib import Path
 
 from kinspect.protocol.errors import SpecError
-from kinspect.protocol.spec_json import load_spec_file
-from kinspect.protocol.spec_model import parse_message
-from kinspect.protocol.spec_registry import INDEX_FILE, INDEX_FORMAT
+from kinspect.protocol.specs.json_format import load_spec_file
+from kinspect.protocol.specs.model import parse_message
+from kinspect.protocol.specs.registry import INDEX_FILE, INDEX_FORMAT
 
 _RELEASE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 PROSE_KEYS = frozenset({"about"})

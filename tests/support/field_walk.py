@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from kinspect.capture.varint_sizes import (
+from tests.support.varint_sizes import (
     _LENGTH,
     _WIDTH_BYTES,
     uvarint_size,
     zigzag_size,
 )
-from kinspect.protocol.spec_model import FieldSpec, MessageSpec, StructSpec
+from kinspect.protocol.specs.model import FieldSpec, MessageSpec, StructSpec
 
 INT_BITS = {"int16": 16, "int32": 32, "int64": 64}
 _LENGTH_WIDTH = {"string": 2, "bytes": 4, "records": 4}  # non-compact length prefix of one blob

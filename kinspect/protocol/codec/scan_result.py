@@ -7,7 +7,7 @@ _summarize_spans = None  # codec_runtime.spans_summarizer(), on first use
 
 def _summarizer():
     global _summarize_spans
-    from kinspect.protocol.codec_runtime import spans_summarizer
+    from kinspect.protocol.codec.runtime import spans_summarizer
 
     _summarize_spans = spans_summarizer()
     return _summarize_spans
@@ -25,10 +25,20 @@ class ScanResult:
     one `start << 32 | length` per field (see `spans`), offsets into `source`, the
     scanned buffer (CompiledStruct.scan sets it). `records` summarizes them on first
     access and keeps the list; spans a later scan adds are summarized on the next access.
+
+    Capture facts (what a capture row needs, gathered in the same pass; see codegen's
+    "capture facts"): `int_stats`, an array('q') of codegen.SLOT_STRIDE counters per entry of
+    `int_slots` ((path, int type) of each integer field, the scanned struct's table, known
+    tagged fields' values included); `topic_partitions`, topic -> partitions named (a topic
+    listed without partitions counts 0); `compact_delta`, for a non-flexible version of an
+    api with flexible versions, the bytes the body would gain at the first flexible
+    version's encoding (KIP-482), else None. A result that CompiledStruct.scan did not
+    prepare has int_stats None and gathers no integer counters.
     """
 
     __slots__ = ("trailing_bytes", "tag_sections", "tag_section_bytes", "empty_counter", "tagged_fields",
-                 "error_codes", "topics", "record_spans", "source", "_summaries")
+                 "error_codes", "topics", "record_spans", "source", "_summaries", "int_slots", "int_stats",
+                 "topic_partitions", "compact_delta")
 
     def __init__(self) -> None:
         self.tag_sections = 0
@@ -41,6 +51,10 @@ class ScanResult:
         self.record_spans: list[int] = []  # start << 32 | length, one per non-null records field
         self.source: bytes | None = None  # the buffer the spans point into
         self._summaries: list = []  # the summaries of record_spans[:len(_summaries)]
+        self.int_slots: tuple = ()
+        self.int_stats = None  # array('q') once a struct with integer fields is scanned
+        self.topic_partitions: dict[str, int] = {}
+        self.compact_delta: int | None = None
 
     @property
     def spans(self) -> list[tuple[int, int]]:
@@ -65,6 +79,17 @@ class ScanResult:
         if self.source is None:
             raise ValueError("ScanResult.source is not set: the records spans point into no buffer")
         (_summarize_spans or _summarizer())(self.source, self.record_spans, self._summaries, done)
+
+    def detached(self) -> "ScanResult":
+        """Summarize every records span now and drop the reference to the scanned buffer.
+
+        What is left is facts only (no frame): the capture hands finished results to its
+        writer thread this way, which then only reads them.
+        """
+        if self.record_spans:
+            self.settle()
+        self.source = None
+        return self
 
     def finish(self) -> "ScanResult":
         """Fold the empty tag sections (one byte each) into the totals."""

@@ -6,9 +6,9 @@ import base64
 import math
 from uuid import UUID
 
-from kinspect.protocol.codegen import UNKNOWN_TAGS
+from kinspect.protocol.codec.codegen import UNKNOWN_TAGS
 from kinspect.protocol.records import RecordsError, summarize_records
-from kinspect.protocol.spec_model import StructSpec
+from kinspect.protocol.specs.model import StructSpec
 
 
 def _b64(data: bytes) -> str:

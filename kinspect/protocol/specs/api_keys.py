@@ -1,4 +1,4 @@
-"""Kafka api keys by name, generated from the message specs by kinspect.protocol.api_key_table: do not edit."""
+"""Kafka api keys by name, generated from the message specs by kinspect.protocol.specs.api_key_table: do not edit."""
 
 from __future__ import annotations
 

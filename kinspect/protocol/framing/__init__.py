@@ -1,0 +1,1 @@
+"""Kafka framing: size-prefixed frames, their limits and errors, and the stream framer the pipeline uses."""
