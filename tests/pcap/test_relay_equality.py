@@ -77,9 +77,10 @@ def test_memory_is_bounded_by_the_inspection_limit(recorded):
             pos += 4 + size
 
     largest = max(size for pair in _relay_connections(recorded["relay_dir"]) for b in pair for size in sizes(b))
-    limits = InspectConfig()
-    assert largest > 2 * limits.inspect_max_bytes  # the recording has frames worth bounding
+    limits = InspectConfig(inspect_max_bytes=256 * 1024)
+    assert largest > 5 * limits.inspect_max_bytes  # frames that kept whole would not fit the bound below
     codec = Codec()
+    inspect_pcap(recorded["pcap"], codec, limits, Nothing(), [recorded["port"]])  # the codec compiles its decoders
     tracemalloc.start()
     try:
         stats, _ = inspect_pcap(recorded["pcap"], codec, limits, Nothing(), [recorded["port"]])
@@ -87,4 +88,4 @@ def test_memory_is_bounded_by_the_inspection_limit(recorded):
     finally:
         tracemalloc.stop()
     assert stats.frames > 200
-    assert peak < 3 * limits.inspect_max_bytes, peak
+    assert peak < 5 * limits.inspect_max_bytes, peak
