@@ -32,9 +32,11 @@ _IDLE_WAIT = 0.05  # seconds the thread sleeps when the queue is empty (the loop
 SWITCH_INTERVAL = 0.0005
 # Rows wait for their row group as Arrow record batches of this many rows, not as dicts: ten
 # thousand pending dicts are objects the cyclic GC walks, in pauses the event loop shares.
-# A thousand rows a batch amortizes the Arrow kernels' fixed cost per call (capture.columns):
-# 256 converted at 78,000 rows per CPU second, 1,024 at 138,000 (bench_capture's rows).
-BATCH_ROWS = 1024
+# A batch amortizes the Arrow kernels' fixed cost per call (capture.columns): 256 rows converted
+# at 78,000 rows per CPU second, 1,024 at 138,000 (bench_capture's rows). But each pa.array call
+# holds the GIL for its whole batch, whatever the switch interval: 256 rows keep that hold a
+# quarter as long, for the forwarding thread's tail latency, at well over the 30,000 rows/s needed.
+BATCH_ROWS = 256
 
 
 class CaptureWriter:
