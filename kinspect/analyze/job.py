@@ -15,8 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
-from kinspect.analyze.inputs import CAPTURE_GLOB, AnalyzeInputError, check_inputs, check_schema_version
-from kinspect.analyze.inputs import REQUIRED_COLUMNS
+from kinspect.analyze.inputs import (CAPTURE_GLOB, REQUIRED_COLUMNS, AnalyzeInputError, check_inputs,
+                                     check_schema_version)
 
 Progress = Callable[[str], None]
 

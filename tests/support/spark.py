@@ -48,7 +48,11 @@ class StandaloneCluster:
         from kinspect.analyze.inputs import check_java
 
         log = self.workdir / f"{name}.log"
-        env = {**os.environ, "SPARK_HOME": str(self.home), "SPARK_LOCAL_IP": "127.0.0.1",
+        # the worker builds each executor's command from SPARK_HOME/jars; outside a Spark build
+        # it must be told the Scala version (the one of pyspark's own spark-core jar)
+        core = next((self.home / "jars").glob("spark-core_*.jar")).name
+        scala = core.split("_", 1)[1].split("-", 1)[0]
+        env = {**os.environ, "SPARK_HOME": str(self.home), "SPARK_SCALA_VERSION": scala, "SPARK_LOCAL_IP": "127.0.0.1",
                "SPARK_LOCAL_DIRS": str(self.workdir / "local"), "SPARK_LOG_DIR": str(self.workdir)}
         with open(log, "wb") as out:
             proc = subprocess.Popen([check_java(), "-Xmx512m", "-cp", f"{self.home / 'jars'}/*", *args],
