@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import os
 
 import pytest
@@ -20,6 +22,8 @@ def spark():
                .config("spark.driver.host", "127.0.0.1")
                # tiny inputs: 4 shuffle partitions instead of 200 keep every aggregate quick
                .config("spark.sql.shuffle.partitions", "4")
+               # Python workers run the tests' interpreter (its packages), not the first python3 on PATH
+               .config("spark.pyspark.python", sys.executable)
                .getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
     yield session
