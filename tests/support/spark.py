@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import sys
-
 import os
+import sys
 
 import pytest
 
