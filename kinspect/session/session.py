@@ -93,6 +93,7 @@ class Session:
         self.config = config = config or SessionConfig()
         self.plan = plan = plan or Plan()
         self.transform = plan.transform
+        self._specs = plan.spec_facts  # (api key, version) -> what the specs say, shared by the plan's sessions
         self._requests = FrameStream(self._plan_request, config.max_frame_bytes, config.inspect_max_bytes, HEAD_BYTES)
         self._responses = FrameStream(self._plan_response, config.max_frame_bytes, config.inspect_max_bytes,
                                       HEAD_BYTES, forwarding=plan.transform is not None)
@@ -174,6 +175,19 @@ class Session:
         api_key, version, correlation_id = _PREFIX.unpack_from(first)
         return self.plan.request_mode(api_key, version), (api_key, version, correlation_id)
 
+    def _spec_facts(self, api_key: int, version: int) -> tuple:
+        """(request spec or None, api name, response known, response header version), once per (api, version)."""
+        key = (api_key, version)
+        facts = self._specs.get(key)
+        if facts is None:
+            registry = self.codec.registry
+            known = registry.message(api_key, "response", version) is not None
+            facts = (registry.message(api_key, "request", version), registry.api_name(api_key), known,
+                     self.codec.response_header_version(api_key, version) if known else 0)
+            if len(self._specs) < 4096:  # versions a client invents must not grow it forever
+                self._specs[key] = facts
+        return facts
+
     def _known(self, api_key: int, version: int, direction: str) -> bool:
         return self.codec.registry.message(api_key, direction, version) is not None
 
@@ -211,6 +225,8 @@ class Session:
         (a few bytes: the rewrite must not depend on an inspection limit), up to a hard bound."""
         limit = self.config.max_inflight
         remembered = self._remembered
+        if len(remembered) < limit:
+            return
         while remembered and (remembered[0].forgotten or self._inflight.get(remembered[0].correlation_id)
                               is not remembered[0]):
             remembered.popleft()  # answered or swept since
@@ -247,7 +263,7 @@ class Session:
             # No api named: what the prefix says cannot be trusted when the header does not read.
             events.append(self._problem(now, "decode_error", "request", str(exc), size=size, offset=offset))
             return None, True, None
-        known = codec.registry.message(api_key, "request", version)
+        known, name, _, _ = self._spec_facts(api_key, version)
         if known is None:
             events.append(self._problem(
                 now, "unknown_api", "request", f"api key {api_key} version {version} is not in the specs",
@@ -255,7 +271,7 @@ class Session:
         if header.client_id is not None:
             self.connection.client_id = header.client_id
         tag_bytes, tags = request_header_tags(frame, header)
-        request = Request(self.connection, now, offset, header, codec.registry.api_name(api_key), known is not None,
+        request = Request(self.connection, now, offset, header, name, known is not None,
                           tag_bytes, tags, size, frame, complete, codec)
         mechanism = None
         if known is not None:
@@ -327,6 +343,9 @@ class Session:
         pending = self._inflight.pop(_CORRELATION.unpack_from(first)[0], None)
         if pending is None:
             return 0, None
+        remembered = self._remembered
+        if remembered and remembered[0] is pending:  # answers come in order: the oldest is the one answered
+            remembered.popleft()
         return pending.mode, pending
 
     def _response(self, offset, size, frame, complete, pending: _Pending | None, mode, now, events):
@@ -370,13 +389,12 @@ class Session:
     def _inspect_response(self, offset, size, frame, complete, pending: _Pending, now, events) -> None:
         api_key, version = pending.api_key, pending.api_version
         codec = self.codec
-        known = codec.registry.message(api_key, "response", version) is not None
-        header_version = codec.response_header_version(api_key, version) if known else 0
+        _, name, known, header_version = self._spec_facts(api_key, version)
         header_size, tag_bytes, tags = response_header_facts(frame, header_version)
         body_version = version
         if api_key == API_VERSIONS and version > 0 and leading_error_code(frame, header_size) == UNSUPPORTED_VERSION:
             body_version = 0  # KIP-511: the broker answered with a v0 body
-        response = Response(self.connection, now, offset, api_key, codec.registry.api_name(api_key), known,
+        response = Response(self.connection, now, offset, api_key, name, known,
                             body_version, version, pending.correlation_id, header_version, header_size, tag_bytes,
                             tags, size, frame, complete, codec)
         events.append(response)
