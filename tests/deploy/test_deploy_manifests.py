@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 import tomllib
+import urllib.error
 import urllib.request
 import zipfile
 from pathlib import Path, PurePosixPath
@@ -419,8 +420,19 @@ def test_healthcheck_passes_against_kinspect_and_fails_without_it(image_venv, ru
             assert proc.poll() is None, proc.stdout.read()
             assert time.monotonic() < deadline, "kinspect never became healthy"
             time.sleep(0.2)
-        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/readyz", timeout=5) as r:
-            assert r.status == 200
+        # Ready means a broker was reached: the image's config names one this test does not run.
+        def readyz() -> tuple[int, str]:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/readyz", timeout=5) as r:
+                    return r.status, r.read().decode()
+            except urllib.error.HTTPError as exc:
+                return exc.code, exc.read().decode()
+
+        deadline = time.monotonic() + 30
+        while (answer := readyz())[0] != 503:
+            assert time.monotonic() < deadline, f"/readyz never said the broker is unreachable: {answer}"
+            time.sleep(0.2)
+        assert "reach a broker failed" in answer[1]
         # A non-2xx answer fails the check too (urllib raises on it).
         assert healthcheck(KINSPECT_HEALTHZ_URL=f"http://127.0.0.1:{metrics_port}/nope") != 0
     finally:

@@ -113,7 +113,7 @@ def test_the_api_key_table_is_generated_from_the_specs():
     """kinspect/protocol/specs/api_keys.py is what the shipped specs give (make specs writes it)."""
     from kinspect.protocol.specs import api_key_table
 
-    committed = (ROOT / "kinspect" / "protocol" / "api_keys.py").read_text("utf-8")
+    committed = (ROOT / "kinspect" / "protocol" / "specs" / "api_keys.py").read_text("utf-8")
     assert committed == api_key_table.render()
     from kinspect.protocol.specs import api_keys
 
