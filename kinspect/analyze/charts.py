@@ -5,7 +5,9 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-CONFIG = {"displaylogo": False, "responsive": True, "toImageButtonOptions": {"format": "png"}}
+# the mode bar (zoom, pan, log/linear reset, PNG) shows when the pointer is over a chart
+CONFIG = {"displaylogo": False, "displayModeBar": "hover", "toImageButtonOptions": {"format": "png"}}
+WIDTH = 540  # a fixed width: two charts side by side in the page's 1100 px
 COLORS = ("#3b6ea8", "#e07b39", "#5a9e4b", "#b0413e", "#7d5ba6", "#8c8c8c")
 
 
@@ -23,7 +25,7 @@ def human(value: float) -> str:
 
 
 def _html(fig: go.Figure, title: str, height: int, width: int | None = None) -> str:
-    fig.update_layout(title={"text": title, "font": {"size": 14}}, height=height, width=width,
+    fig.update_layout(title={"text": title, "font": {"size": 14}}, height=height, width=width or WIDTH,
                       margin={"l": 60, "r": 20, "t": 40, "b": 40}, template="plotly_white",
                       legend={"orientation": "h", "y": -0.2} if len(fig.data) > 1 else None,
                       showlegend=len(fig.data) > 1)

@@ -18,7 +18,7 @@ table{border-collapse:collapse;font-size:12px;margin:8px 0 16px}
 th,td{border:1px solid #ccc;padding:2px 6px;text-align:right}
 th{background:#f0f0f0}td.s{text-align:left}
 .plots{display:flex;flex-wrap:wrap;gap:8px}
-.chart{flex:1 1 520px;min-width:420px}
+.chart{flex:0 0 540px}
 .headline{display:flex;flex-wrap:wrap;gap:12px}
 .card{border:1px solid #ccc;border-radius:6px;padding:8px 12px;min-width:230px;flex:1 1 230px}
 .card h3{margin:0 0 6px;font-size:14px}.card .big{font-size:22px;font-weight:bold}
