@@ -34,10 +34,6 @@ class Dispatcher:
     def __bool__(self) -> bool:
         return bool(self.observers)
 
-    @property
-    def needs_bodies(self) -> bool:
-        return any(getattr(o, "needs_bodies", True) for o in self.observers)
-
     def body_predicate(self):
         """For the session plan: True, False, or wants_body(api_key, version, direction) over the observers."""
         predicates = []
