@@ -331,6 +331,9 @@ class _Demo:
         say("kinspect demo: stopping...")
         await self.app.stop(grace=SHUTDOWN_GRACE)
         writer = self.capture.writer
-        say(f"kinspect demo: proxy closed after {self.summary.total_requests:,} requests in total; "
+        # A request still in flight when its connection closed is no exchange: it has no capture row.
+        unanswered = self.summary.problems["unanswered"]
+        say(f"kinspect demo: proxy closed after {self.summary.total_requests:,} requests in total "
+            f"({unanswered:,} unanswered when their connection closed); "
             f"captures: {writer.rows_written:,} rows in {writer.files_written} file(s) in {writer.directory}")
         return status
