@@ -59,7 +59,21 @@ def _unknown_tags(draw, used: frozenset[int]):
     return [(t, draw(_SMALL_BYTES)) for t in sorted(tags)]
 
 
+# (struct, version, flexible, depth) -> its strategy. Built once: hypothesis validates a strategy
+# tree the first time it draws from it, and rebuilding the tree for every example cost most of
+# the codec tests' time. The specs live as long as the registry that holds them.
+_STRUCTS: dict[tuple[int, int, bool, int], tuple[StructSpec, st.SearchStrategy]] = {}
+
+
 def struct_value(spec: StructSpec, version: int, flexible: bool, depth: int = 0) -> st.SearchStrategy:
+    key = (id(spec), version, flexible, depth)
+    known = _STRUCTS.get(key)
+    if known is None or known[0] is not spec:
+        known = _STRUCTS[key] = (spec, _build_struct_value(spec, version, flexible, depth))
+    return known[1]
+
+
+def _build_struct_value(spec: StructSpec, version: int, flexible: bool, depth: int) -> st.SearchStrategy:
     fixed = {}
     optional = {}
     for f in spec.fields:
