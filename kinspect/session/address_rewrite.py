@@ -8,13 +8,16 @@ until whole, then rewritten here; every other byte passes at once.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable
 
+from kinspect.protocol.codec import Codec, CompiledStruct
+from kinspect.protocol.errors import DecodeError
 from kinspect.protocol.specs.api_keys import (
     DESCRIBE_CLUSTER, FETCH, FIND_COORDINATOR, METADATA, PRODUCE, SHARE_ACKNOWLEDGE, SHARE_FETCH,
 )
-from kinspect.protocol.codec import Codec
+from kinspect.protocol.wire.primitives import uvarint_size
 
 # api key -> first version whose response can carry broker addresses
 ADDRESS_RESPONSES = {
@@ -86,14 +89,74 @@ def _rewrite_structs(value, nodes: NodeMap, seen: list) -> bool:
     return changed
 
 
+# (codec, api key, version) -> the decoder/encoder of a Produce/Fetch response's root tag section alone
+_ROOT_TAGS: dict[tuple[int, int, int], tuple[Codec, CompiledStruct]] = {}
+
+
+def _root_tags(codec: Codec, api_key: int, version: int) -> CompiledStruct:
+    """The response body's struct cut down to its tagged fields: it reads and writes the root tag section."""
+    key = (id(codec), api_key, version)
+    known = _ROOT_TAGS.get(key)
+    if known is None or known[0] is not codec:
+        body = codec.body(api_key, "response", version)
+        struct = body.spec.struct
+        tagged = tuple(f for f in struct.fields if version in f.tagged_versions)
+        spec = dataclasses.replace(body.spec, struct=dataclasses.replace(struct, fields=tagged))
+        known = _ROOT_TAGS[key] = (codec, CompiledStruct(spec, version, True, api=body.api, api_key=api_key,
+                                                        direction="response"))
+    return known[1]
+
+
+def _root_tag_section_start(frame, facts) -> int | None:
+    """Where a Produce/Fetch response's root tag section starts: it ends the frame, and the scan
+    listed its fields (tag and size each), so its length follows; None when the scan cannot say."""
+    if facts.trailing_bytes:
+        return None
+    root = [(tag, size) for path, tag, _, size in facts.tagged_fields if path == ""]
+    length = uvarint_size(len(root)) + sum(uvarint_size(tag) + uvarint_size(size) + size for tag, size in root)
+    return len(frame) - length
+
+
+def _splice_node_endpoints(codec: Codec, frame, facts, api_key: int, version: int, nodes: NodeMap):
+    """Rewrite only the root tag section of a Produce/Fetch response, after the scan that found
+    NodeEndpoints there: (pieces to send, seen), or None to fall back to the whole decode.
+    The records before the tag section are neither decoded nor copied (a memoryview of them goes out)."""
+    start = _root_tag_section_start(frame, facts)
+    if start is None:
+        return None
+    tags = _root_tags(codec, api_key, version)
+    try:
+        values, _ = tags.decode(frame, start)
+    except DecodeError:
+        return None
+    if "NodeEndpoints" not in values:
+        return None
+    seen: list = []
+    if not _rewrite_structs(values, nodes, seen):
+        return frame, seen
+    return (memoryview(frame)[:start], bytes(tags.encode(values))), seen
+
+
 def rewrite_response(codec: Codec, frame: bytes, api_key: int, version: int, nodes: NodeMap):
-    """Return (frame to send, [(node id, real host, real port)]); the frame unchanged if nothing moved."""
+    """Return (frame to send, [(node id, real host, real port)]); the frame unchanged if nothing moved.
+
+    The frame to send is bytes, or for a Produce/Fetch response whose NodeEndpoints moved, a
+    tuple of pieces (the unchanged bytes before the root tag section, then the new section).
+    """
     if api_key in TAGGED_NODE_ENDPOINT_APIS:
         # Most Produce/Fetch responses carry no NodeEndpoints (a tagged field there): a scan
         # says so without decoding. In the share-group responses it is a plain field.
         facts = codec.scan_response(frame, api_key, version)
         if not any(name == "NodeEndpoints" for _, _, name, _ in facts.tagged_fields):
             return frame, []
+        spliced = _splice_node_endpoints(codec, frame, facts, api_key, version, nodes)
+        if spliced is not None:
+            return spliced
+    return _rewrite_decoded(codec, frame, api_key, version, nodes)
+
+
+def _rewrite_decoded(codec: Codec, frame: bytes, api_key: int, version: int, nodes: NodeMap):
+    """The whole response decoded, rewritten and encoded again (the reference the splice is tested against)."""
     decoded = codec.decode_response(frame, api_key, version)
     seen: list = []
     if not _rewrite_structs(decoded.body, nodes, seen):
@@ -118,7 +181,7 @@ class AddressRewrite:
     def wants(self, api_key: int, version: int) -> bool:
         return carries_addresses(api_key, version, self.node_endpoints)
 
-    def apply(self, frame: bytes, api_key: int, version: int) -> bytes:
+    def apply(self, frame: bytes, api_key: int, version: int):
         new, seen = rewrite_response(self.codec, frame, api_key, version, self.nodes)
         if self.on_broker is not None:
             for node_id, host, port in seen:

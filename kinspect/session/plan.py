@@ -20,7 +20,8 @@ class ResponseTransform(Protocol):
 
     def wants(self, api_key: int, version: int) -> bool: ...
 
-    def apply(self, frame: bytes, api_key: int, version: int) -> bytes: ...
+    def apply(self, frame: bytes, api_key: int, version: int) -> bytes | tuple:
+        """The frame to send in its place: bytes, or a tuple of buffers sent one after the other."""
 
 
 def _session_needs(api_key: int, version: int, direction: str) -> bool:

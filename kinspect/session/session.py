@@ -376,7 +376,11 @@ class Session:
                     now, "transform_failed", "response",
                     f"could not rewrite a response of api {pending.api_key} v{pending.api_version}: "
                     f"{type(exc).__name__}: {exc}", api_key=pending.api_key, api_version=pending.api_version, size=size))
-            out = (_CORRELATION.pack(len(out)), out)
+            # a new size prefix, then the bytes (a transform may answer with pieces: no joining copy)
+            if type(out) is tuple:
+                out = (_CORRELATION.pack(sum(map(len, out))), *out)
+            else:
+                out = (_CORRELATION.pack(len(out)), out)
         if self.broker_inspected and not pending.forgotten:
             if size > self.config.inspect_max_bytes:  # held whole for the transform; observers get its head
                 frame, complete = frame[:HEAD_BYTES], False

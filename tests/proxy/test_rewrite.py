@@ -20,7 +20,7 @@ ENDPOINTS = [{"NodeId": 1, "Host": "broker-1.internal", "Port": 9092, "Rack": No
 def _roundtrip(codec: Codec, api_key: int, version: int, body: dict):
     frame = codec.encode_response(api_key, version, {"CorrelationId": 5}, body)
     new, seen = rewrite_response(codec, frame, api_key, version, NODES)
-    return codec.decode_response(new, api_key, version).body, seen
+    return codec.decode_response(_joined(new), api_key, version).body, seen
 
 
 def test_metadata_brokers(codec):
@@ -140,3 +140,54 @@ def test_share_group_responses(codec):
     version = codec.registry.versions(79, "response")[-1]
     out, _ = _roundtrip(codec, 79, version, share_ack)
     assert [e["Host"] for e in out["NodeEndpoints"]] == ["kinspect.local"] * 2
+
+
+# -- KIP-951 NodeEndpoints: only the root tag section is rewritten (issue 12)
+
+def _joined(out) -> bytes:
+    return b"".join(bytes(piece) for piece in out) if type(out) is tuple else bytes(out)
+
+
+@pytest.mark.parametrize("api_key, versions", [(0, range(10, 14)), (1, range(16, 19))])
+def test_node_endpoints_splice_equals_the_whole_rewrite(codec, api_key, versions):
+    """The splice (scan, then the tag section alone) sends the same bytes as decoding and encoding the
+    whole response, for every version, with records, unknown tags and nodes that stay or move."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from kinspect.session.address_rewrite import _rewrite_decoded
+    from tests.spec_values import struct_value
+
+    endpoint = st.fixed_dictionaries({"NodeId": st.integers(-1, 9), "Host": st.sampled_from(["b1", "kinspect.local"]),
+                                      "Port": st.sampled_from([9092, 20001]), "Rack": st.none() | st.just("r")})
+
+    @settings(max_examples=15, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(data=st.data())
+    def check(data):
+        version = data.draw(st.sampled_from(list(versions)))
+        compiled = codec.body(api_key, "response", version)
+        body = data.draw(struct_value(compiled.spec.struct, version, True))
+        body["NodeEndpoints"] = data.draw(st.lists(endpoint, min_size=1, max_size=3))
+        frame = codec.encode_response(api_key, version, {"CorrelationId": 3}, body)
+        spliced, seen = rewrite_response(codec, frame, api_key, version, NODES)
+        whole, seen_whole = _rewrite_decoded(codec, frame, api_key, version, NODES)
+        assert _joined(spliced) == bytes(whole) and seen == seen_whole
+        if type(spliced) is tuple:  # the bytes before the tag section went out as they came, not copied
+            assert spliced[0].obj is frame
+
+    check()
+
+
+def test_node_endpoints_moved_go_out_as_two_pieces_through_the_session(codec):
+    fetch = {"ThrottleTimeMs": 0, "ErrorCode": 0, "SessionId": 0, "NodeEndpoints": ENDPOINTS,
+             "Responses": [{"TopicId": b"\x01" * 16, "Partitions": [
+                 {"PartitionIndex": 0, "ErrorCode": 0, "HighWatermark": 1, "LastStableOffset": 1,
+                  "LogStartOffset": 0, "AbortedTransactions": None, "PreferredReadReplica": -1,
+                  "Records": b"r" * 5000}]}]}
+    frame = codec.encode_response(1, 16, {"CorrelationId": 5}, fetch)
+    out, seen = rewrite_response(codec, frame, 1, 16, NODES)
+    assert type(out) is tuple and len(out) == 2 and len(out[0]) > 5000  # the records stay in the first piece
+    new = codec.decode_response(_joined(out), 1, 16).body
+    assert [(e["Host"], e["Port"]) for e in new["NodeEndpoints"]] == [("kinspect.local", 20001), ("kinspect.local", 29999)]
+    assert new["Responses"] == codec.decode_response(frame, 1, 16).body["Responses"]
+    assert [s[0] for s in seen] == [1, 7]
