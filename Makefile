@@ -51,8 +51,12 @@ java:
 	fi
 
 # Installs what the tests need, then runs them all. pytest's "no tests ran" (exit 5) fails.
+# On TEST_WORKERS pytest-xdist workers: most integration tests wait on brokers and subprocesses,
+# so more workers than cores pays; tests sharing an expensive fixture (the SparkSession, a
+# recording, a built image) stay on one worker (tests/conftest.py groups them).
+TEST_WORKERS ?= 4
 test: $(STAMP) $(SYSDEPS) $(OLD_AIOKAFKA)/aiokafka
-	$(PY) -m pytest -q -p no:cacheprovider; rc=$$?; \
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "no tests ran" >&2; exit 1; fi; exit $$rc
 
 # The unit tests only: no broker, Prometheus, Spark or subprocess (those are marked integration),

@@ -90,3 +90,26 @@ def test_test_fast_samples_only_exhaustive_parametrisations(tmp_path):
     # 13 of the 100 (cases 0, 8, ..., 96), all 40 of the small one, the plain test.
     assert "54 passed, 87 deselected" in result.stdout, result.stdout[-2000:]
     assert "87 cases of exhaustive parametrisations left out" in result.stdout
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_tests_sharing_an_expensive_fixture_run_on_one_worker(tmp_path):
+    """make test's `-n N --dist loadgroup`: tests/conftest.py groups the tests of a session fixture on one
+    worker (a second SparkSession per worker cost minutes). Fails if an upgrade of pytest or xdist
+    stops the grouping silently, as pytest 9.2 did with xdist 3.8 (pytest-xdist issue 1386)."""
+    rule = (ROOT / "Makefile").read_text("utf-8").split("\ntest:", 1)[1].split("\n\n", 1)[0]
+    assert "-n $(TEST_WORKERS) --dist loadgroup" in rule
+    (tmp_path / "conftest.py").write_text(
+        "import pytest\n\n@pytest.fixture(scope='session')\ndef expensive():\n    return object()\n")
+    (tmp_path / "test_grouping.py").write_text(
+        "import pytest\n\n"
+        "@pytest.mark.parametrize('n', range(6))\ndef test_shared(expensive, n):\n    pass\n\n"
+        "@pytest.mark.parametrize('n', range(6))\ndef test_alone(n):\n    pass\n")
+    result = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-p", "tests.conftest",
+                             "-n", "3", "--dist", "loadgroup", "--rootdir", str(tmp_path), str(tmp_path)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=100)
+    assert "12 passed" in result.stdout, result.stdout[-3000:]
+    ran = re.findall(r"^\[(gw\d+)\] .*PASSED .*::(test_\w+)\[", result.stdout, re.M)
+    shared = {worker for worker, test in ran if test == "test_shared"}
+    assert len([1 for _, test in ran if test == "test_shared"]) == 6 and len(shared) == 1, result.stdout[-3000:]
