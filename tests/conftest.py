@@ -25,35 +25,53 @@ def _is_own(fixturedef, root: Path) -> bool:
     return path.is_relative_to(root) and "site-packages" not in path.parts
 
 
-def _group_of(item: pytest.Item, root: Path) -> str | None:
-    """The xdist group of a test: tests sharing an expensive fixture broader than one test run on one
-    worker, so that it is built once (a SparkSession, a recording, a container image, a built wheel).
-    Grouped: the project's session fixtures, and the module fixtures of integration tests (a unit
-    test's module fixture is cheap to build again)."""
+def _shared_by(item: pytest.Item, root: Path) -> set[str]:
+    """What expensive fixtures broader than one test this test uses: the project's session fixtures
+    (by name), and the module fixtures of an integration test (by module; a unit test's module
+    fixture is cheap to build again)."""
     info = getattr(item, "_fixtureinfo", None)
+    shared: set[str] = set()
     if info is None:
-        return None
-    module_group = None
-    for name in sorted(item.fixturenames):
+        return shared
+    for name in item.fixturenames:
         fixturedefs = info.name2fixturedefs.get(name)
         if not fixturedefs or name == "codec" or not _is_own(fixturedefs[-1], root):
             continue
         scope = fixturedefs[-1].scope
         if scope == "session":
-            return name  # one session fixture, one worker, wherever its tests live
-        if scope in ("package", "module", "class") and item.get_closest_marker("integration"):
-            module_group = item.nodeid.split("::", 1)[0]
-    return module_group
+            shared.add(name)
+        elif scope in ("package", "module", "class") and item.get_closest_marker("integration"):
+            shared.add(item.nodeid.split("::", 1)[0])
+    return shared
+
+
+def _groups(items: list[pytest.Item], root: Path) -> dict[pytest.Item, str]:
+    """The xdist group of each test that shares an expensive fixture: tests sharing one run on one
+    worker, so it is built once (a SparkSession, a recording, a built wheel or image); fixtures
+    that some test uses together join one group (a recording analysed in Spark)."""
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        while parent.setdefault(x, x) != x:
+            x = parent[x]
+        return x
+
+    uses = {item: _shared_by(item, root) for item in items}
+    for shared in uses.values():
+        names = sorted(shared)
+        for other in names:
+            parent[find(other)] = find(names[0])
+    members: dict[str, set[str]] = {}
+    for name in parent:
+        members.setdefault(find(name), set()).add(name)
+    return {item: "+".join(sorted(members[find(min(shared))])) for item, shared in uses.items() if shared}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if config.pluginmanager.hasplugin("xdist"):  # the marks matter to --dist loadgroup only
-        root = config.rootpath.resolve()
-        for item in items:
-            group = _group_of(item, root)
-            if group is not None:
-                item.add_marker(pytest.mark.xdist_group(group))
+        for item, group in _groups(items, config.rootpath.resolve()).items():
+            item.add_marker(pytest.mark.xdist_group(group))
     # Tests that start real components first: the long ones begin at once on every worker, and the
     # thousands of quick unit tests fill the gaps at the end (stable sort: order within each kind kept).
     items.sort(key=lambda item: item.get_closest_marker("integration") is None)
