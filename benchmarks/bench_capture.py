@@ -17,10 +17,13 @@ event loop's figures are CPU time of the measuring thread (time.thread_time, fro
              Of it, reading the events' header facts (header size, tag bytes and tags,
              client id) is timed apart: until the session provides them as plain
              attributes they are computed on access (events.py's temporary fact shim).
-  writer     rows per second in the writer thread: RowBuilder.build (facts to row dicts),
-             the Arrow columns (capture.columns), and the whole writer (rows, columns, a
-             zstd Parquet file) by wall clock and by the process's CPU time (rows per CPU
+  writer     rows per second in the writer thread: BatchBuilder.build (facts to an Arrow
+             record batch, BATCH_ROWS at a time), and the whole writer (batches and a zstd
+             Parquet file) by wall clock and by the process's CPU time (rows per CPU
              second: what one free core sustains; the main thread only waits meanwhile).
+  GIL wait   while the writer thread works, the main thread sleeps 1 ms at a time and
+             measures how late each wake-up is: what an event loop waking for a socket
+             waits for the GIL (median, p99, max, in ms).
 """
 
 from __future__ import annotations
@@ -35,11 +38,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kinspect.capture.columns import record_batch
+from kinspect.capture.batch import BatchBuilder
 from kinspect.capture.facts import FactsTaker
 from kinspect.capture.observer import CaptureObserver
-from kinspect.capture.rows import RowBuilder
-from kinspect.capture.schema import arrow_schema
 from kinspect.capture.writer import BATCH_ROWS, CaptureWriter
 from kinspect.protocol.codec import Codec
 from kinspect.session import ConnectionInfo, Exchange, Session
@@ -172,18 +173,14 @@ def main() -> None:
         # ---------------------------------------------------------------- the writer thread
         take = FactsTaker(codec).take
         offered = [take(x) for x in exchanges]
-        builder = RowBuilder(0.0)
-        schema = arrow_schema()
-        build_rates, column_rates, writer_rates, writer_cpu = [], [], [], []
+        builder = BatchBuilder(0.0)
+        build_rates, writer_rates, writer_cpu, waits = [], [], [], []
         for r in range(args.rounds):
+            facts = [f for f, _ in offered] * 8
             started = time.thread_time()
-            rows = [builder.build(f) for f, _ in offered]
-            build_rates.append(len(rows) / (time.thread_time() - started))
-            rows = rows * 8
-            started = time.thread_time()
-            for i in range(0, len(rows), BATCH_ROWS):
-                record_batch(rows[i:i + BATCH_ROWS], schema)
-            column_rates.append(len(rows) / (time.thread_time() - started))
+            for i in range(0, len(facts), BATCH_ROWS):
+                builder.build(facts[i:i + BATCH_ROWS])
+            build_rates.append(len(facts) / (time.thread_time() - started))
             writer = CaptureWriter(Path(tmp) / f"round{r}", builder, row_group_rows=10_000,
                                    queue_rows=10_000_000, queue_bytes=1 << 40)
             for _ in range(args.copies):  # queued first, so that the thread never waits for work
@@ -196,11 +193,33 @@ def main() -> None:
             writer_cpu.append(writer.rows_written / (time.process_time() - cpu))
             assert writer.rows_written == args.copies * len(exchanges) and writer.rows_dropped == 0
             assert writer.row_errors == writer.write_errors == 0
+            waits.append(gil_waits(Path(tmp) / f"gil{r}", builder, offered, args.copies))
+        late = sorted(w for ws in waits for w in ws)
         print("\nwriter thread (median of rounds, min-max in brackets):")
-        print(f"  RowBuilder.build        {spread(build_rates, 1, '{:,.0f}')} rows per CPU second")
-        print(f"  Arrow columns           {spread(column_rates, 1, '{:,.0f}')} rows per CPU second")
+        print(f"  BatchBuilder.build      {spread(build_rates, 1, '{:,.0f}')} rows per CPU second "
+              f"({BATCH_ROWS} rows a batch)")
         print(f"  whole writer to Parquet {spread(writer_cpu, 1, '{:,.0f}')} rows per CPU second, "
               f"{spread(writer_rates, 1, '{:,.0f}')} rows/s wall clock (target >= 30,000 rows/s)")
+        print(f"  GIL wait of a thread waking every 1 ms while the writer works: median "
+              f"{statistics.median(late) * 1e3:.3f} ms, p99 {late[int(len(late) * 0.99)] * 1e3:.3f} ms, "
+              f"max {late[-1] * 1e3:.3f} ms over {len(late)} wake-ups (switch interval "
+              f"{sys.getswitchinterval() * 1e3:.1f} ms)")
+
+
+def gil_waits(directory: Path, builder, offered, copies: int) -> list[float]:
+    """Lateness (s) of 1 ms sleeps on this thread while a started writer works through `copies` of the facts."""
+    writer = CaptureWriter(directory, builder, row_group_rows=10_000, queue_rows=10_000_000, queue_bytes=1 << 40)
+    for _ in range(copies):
+        for f, held in offered:
+            writer.offer(f, held)
+    writer.start()
+    late = []
+    while writer.queue_depth:
+        started = time.perf_counter()
+        time.sleep(0.001)
+        late.append(time.perf_counter() - started - 0.001)
+    writer.close()
+    return late
 
 
 if __name__ == "__main__":

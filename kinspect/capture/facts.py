@@ -4,16 +4,20 @@ The facts of each direction come from the event's cached scan (the one the metri
 too; see ScanResult's capture facts): tag sections, tagged fields, error codes, integer
 slots, topics with their partition counts, the compact-size delta and the record-batch
 summaries. Everything shipped is immutable or never written again after the scan, so
-the writer thread reads it without a lock. The layout (plain tuples, cheapest to build):
+the writer thread reads it without a lock.
 
-    EXCHANGE = (request_time, latency, connection_id, client_address, broker, node_id,
-                client_id, api_key, api_name, request_version, request_header_version,
-                correlation_id, request_size, request_header_size, request_complete,
-                request_header_tag_bytes, request_header_tags, flexible,
-                first_flexible_version, REQUEST_SIDE, RESPONSE | None,
-                client_software_name, client_software_version)
-    RESPONSE = (response_time, response_version, header_version, size, header_size,
-                complete, header_tag_bytes, header_tags, RESPONSE_SIDE)
+One exchange is one flat tuple (cheapest to build on the event loop; the writer thread
+transposes a batch of them into columns, capture.batch). Its fields, by index (FIELDS):
+
+    request_time, latency, connection_id, client_address, broker, node_id, client_id,
+    api_key, api_name, request_version, request_header_version, correlation_id,
+    request_size, request_header_size, request_complete, request_header_tag_bytes,
+    request_header_tags, flexible, first_flexible_version, client_software_name,
+    client_software_version, REQUEST_SIDE,
+    response_time, response_version, response_header_version, response_size,
+    response_header_size, response_complete, response_header_tag_bytes,
+    response_header_tags, RESPONSE_SIDE          (the response's nine are None without one)
+
     SIDE = a str (why the body has no facts: not inspected, unknown api, decode error)
            or the event's finished ScanResult, detached from its frame (ScanResult.detached)
 """
@@ -22,6 +26,16 @@ from __future__ import annotations
 
 from kinspect.protocol.errors import DecodeError, UnknownApiError
 from kinspect.protocol.codec.scan_result import ScanResult
+
+FIELDS = ("request_time", "latency", "connection_id", "client_address", "broker", "node_id", "client_id",
+          "api_key", "api_name", "request_version", "request_header_version", "correlation_id",
+          "request_size", "request_header_size", "request_complete", "request_header_tag_bytes",
+          "request_header_tags", "flexible", "first_flexible_version", "client_software_name",
+          "client_software_version", "request_side",
+          "response_time", "response_version", "response_header_version", "response_size",
+          "response_header_size", "response_complete", "response_header_tag_bytes",
+          "response_header_tags", "response_side")
+NO_RESPONSE = (None,) * 9
 
 # Bytes one exchange's facts hold in the queue, beside its integer counters (8 bytes each)
 # and topics: a fixed estimate of the tuples, the ScanResult objects and their lists.
@@ -66,10 +80,13 @@ class FactsTaker:
     def take(self, exchange) -> tuple[tuple, int]:
         """(EXCHANGE, bytes it holds) of an Exchange event.
 
-        Written for the event loop: each attribute read once, _side inlined for scanned bodies.
+        Written for the event loop, where it runs once per exchange: the header's fields are
+        read from the header itself (not through the event's properties), every attribute
+        once, and a scan already detached is not detached again (one attribute read).
         """
         request, response = exchange.request, exchange.response
-        api_key, version = request.api_key, request.api_version
+        header = request.header
+        api_key, version = header.api_key, header.api_version
         key = api_key << 16 | (version & 0xFFFF)
         spec = self._versions.get(key) or self._version_facts(key)
         held = BASE_BYTES
@@ -77,32 +94,38 @@ class FactsTaker:
         req = None
         if complete:
             try:
-                req = request.scan().detached()
+                req = request.scan()
             except DecodeError:
                 pass
             else:
+                if req.source is not None:
+                    req.detached()
                 stats = req.int_stats
                 held += (0 if stats is None else len(stats) << 3) + TOPIC_BYTES * len(req.topic_partitions)
         if req is None:
             req = _side(request)
-        resp = None
-        if response is not None:
-            side = None
-            if response.complete:
-                try:
-                    side = response.scan().detached()
-                except DecodeError:
-                    pass
-                else:
-                    stats = side.int_stats
-                    held += (0 if stats is None else len(stats) << 3) + TOPIC_BYTES * len(side.topic_partitions)
-            if side is None:
-                side = _side(response)
-            resp = (response.time, response.api_version, response.header_version, response.size,
-                    response.header_size, response.complete, response.header_tag_bytes, response.header_tags, side)
         connection = request.connection
-        return (request.time, exchange.latency, connection.id, connection.client_address, connection.broker,
-                connection.node_id, request.client_id, api_key, request.api_name, version,
-                request.header_version, request.correlation_id, request.size, request.header_size, complete,
-                request.header_tag_bytes, request.header_tags, spec[0], spec[1], req, resp,
-                connection.client_software_name, connection.client_software_version), held
+        facts = (request.time, exchange.latency, connection.id, connection.client_address, connection.broker,
+                 connection.node_id, header.client_id, api_key, request.api_name, version, header.version,
+                 header.correlation_id, request.size, header.size, complete, request.header_tag_bytes,
+                 request.header_tags, spec[0], spec[1], connection.client_software_name,
+                 connection.client_software_version, req)
+        if response is None:
+            return facts + NO_RESPONSE, held
+        side = None
+        complete = response.complete
+        if complete:
+            try:
+                side = response.scan()
+            except DecodeError:
+                pass
+            else:
+                if side.source is not None:
+                    side.detached()
+                stats = side.int_stats
+                held += (0 if stats is None else len(stats) << 3) + TOPIC_BYTES * len(side.topic_partitions)
+        if side is None:
+            side = _side(response)
+        return facts + (response.time, response.api_version, response.header_version, response.size,
+                        response.header_size, complete, response.header_tag_bytes, response.header_tags,
+                        side), held

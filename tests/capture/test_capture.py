@@ -27,7 +27,7 @@ from prometheus_client import CollectorRegistry
 from kinspect.capture.facts import FactsTaker
 from kinspect.capture.metrics import METRIC_NAMES, CaptureCollector
 from kinspect.capture.observer import CaptureObserver
-from kinspect.capture.rows import RowBuilder
+from kinspect.capture.batch import BatchBuilder
 from kinspect.capture.schema import (
     COLUMNS,
     METADATA_VERSION_KEY,
@@ -86,7 +86,7 @@ def read_rows(paths) -> pa.Table:
 
 
 def writer(codec: Codec, directory: Path, **kw) -> CaptureWriter:
-    return CaptureWriter(directory, RowBuilder(0.0), **kw)
+    return CaptureWriter(directory, BatchBuilder(0.0), **kw)
 
 
 def more_files_than(w: CaptureWriter, n: int):
@@ -94,9 +94,9 @@ def more_files_than(w: CaptureWriter, n: int):
 
 
 class Gate:
-    """A row builder that waits at a gate before building: a writer thread slowed at will."""
+    """A batch builder that waits at a gate before building: a writer thread slowed at will."""
 
-    def __init__(self, inner: RowBuilder) -> None:
+    def __init__(self, inner: BatchBuilder) -> None:
         self.inner = inner
         self.open = threading.Event()
         self.waiting = threading.Event()
@@ -182,7 +182,7 @@ def test_files_rotate_by_age_and_only_finished_files_have_the_final_name(codec: 
 
 def test_a_full_queue_drops_and_counts_and_never_blocks(codec: Codec, tmp_path: Path):
     exchanges = recorded_facts(codec, 50)
-    gate = Gate(RowBuilder(0.0))
+    gate = Gate(BatchBuilder(0.0))
     w = CaptureWriter(tmp_path, gate, queue_rows=5).start()
     w.offer(*exchanges[0])
     assert gate.waiting.wait(10)  # the thread holds one exchange, blocked
@@ -237,11 +237,12 @@ def test_the_queue_is_bounded_by_the_bytes_of_the_facts_it_holds(codec: Codec, t
 
 def test_a_row_that_cannot_be_built_is_counted_and_the_thread_goes_on(codec: Codec, tmp_path: Path, caplog):
     exchanges = recorded_facts(codec, 10)
-    inner = RowBuilder(0.0)
+    inner = BatchBuilder(0.0)
+    bad = {id(exchanges[3][0]), id(exchanges[7][0])}
 
     class Flaky:
         def build(self, facts):
-            if facts is exchanges[3][0] or facts is exchanges[7][0]:
+            if any(id(f) in bad for f in facts):
                 raise RuntimeError("a bug in row building")
             return inner.build(facts)
 

@@ -1,0 +1,193 @@
+"""Capture rows as Arrow record batches, built column by column from a batch of exchange facts (capture.facts).
+
+The writer thread never makes a row object: a batch of EXCHANGE tuples is transposed
+(zip) into one tuple per field, the plain columns go to pa.array as they are, and one
+loop over the two sides of each exchange appends the derived columns (tag bytes, tagged
+fields, error codes, topics, records, compact sizes). Per row that is a few list appends
+instead of a 36-key dict, and per batch one pa.array call per column (capture.columns
+builds integer_fields with Arrow kernels). Nothing of a record's key, value or headers
+was ever read (records are summarized from their batch headers), and no bytes field
+reaches a row.
+"""
+
+from __future__ import annotations
+
+from kinspect.capture.columns import IntegerFieldColumns
+from kinspect.capture.facts import FIELDS
+from kinspect.capture.schema import COLUMN_NAMES, SCHEMA_VERSION, arrow_schema
+from kinspect.protocol.codec import response_header_version
+from kinspect.protocol.codec.scan_result import ScanResult
+from kinspect.protocol.error_codes import error_name
+from kinspect.protocol.specs.api_keys import PRODUCE
+
+_LOG_OVERHEAD = 12  # a batch's offset and length fields, not counted in its batch_length
+
+# Columns that are an EXCHANGE field as it is (same name, or renamed here).
+_PLAIN = {
+    "connection_id": "connection_id", "client_address": "client_address", "client_id": "client_id",
+    "broker": "broker", "node_id": "node_id", "api_key": "api_key", "api_name": "api_name",
+    "request_version": "request_version", "response_version": "response_version",
+    "request_header_version": "request_header_version", "response_header_version": "response_header_version",
+    "flexible": "flexible", "correlation_id": "correlation_id", "request_size": "request_size",
+    "response_size": "response_size", "request_header_size": "request_header_size",
+    "response_header_size": "response_header_size", "request_inspected": "request_complete",
+    "response_inspected": "response_complete", "first_flexible_version": "first_flexible_version",
+    "client_software_name": "client_software_name", "client_software_version": "client_software_version",
+}
+_AT = {name: i for i, name in enumerate(FIELDS)}
+_EMPTY: list = []  # shared by every row whose list column is empty (pyarrow only reads it)
+
+
+def _times(values, offset: float) -> list:
+    """Monotonic seconds to UTC microseconds (None stays None), rounded as round() does: half to even."""
+    return [None if t is None else round((t + offset) * 1_000_000) for t in values]
+
+
+def _latencies(values) -> list:
+    return [None if t is None else round(t * 1_000_000) for t in values]
+
+
+class BatchBuilder:
+    """Turns lists of EXCHANGE tuples into record batches of the capture schema (one per writer thread).
+
+    `wall_offset` maps the events' monotonic times to UTC.
+    """
+
+    def __init__(self, wall_offset: float) -> None:
+        import pyarrow as pa
+
+        self.wall_offset = wall_offset
+        self.schema = arrow_schema()
+        self._pa = pa
+        self._types = {field.name: field.type for field in self.schema}
+        self._integer_fields = IntegerFieldColumns()  # its label tables grow with the apis seen
+
+    def build(self, facts: list[tuple]):
+        """One pa.RecordBatch of the exchanges `facts` (raises on facts that are not EXCHANGE tuples)."""
+        pa = self._pa
+        types = self._types
+        n = len(facts)
+        fields = tuple(zip(*facts)) if n else ((),) * len(FIELDS)
+        if len(fields) != len(FIELDS):
+            raise ValueError(f"an exchange's facts have {len(fields)} fields, not {len(FIELDS)}")
+        columns = {name: fields[_AT[field]] for name, field in _PLAIN.items()}
+        columns["schema_version"] = [SCHEMA_VERSION] * n
+        columns["request_time"] = _times(fields[_AT["request_time"]], self.wall_offset)
+        columns["response_time"] = _times(fields[_AT["response_time"]], self.wall_offset)
+        columns["latency_us"] = _latencies(fields[_AT["latency"]])
+        columns.update(self._derived(facts))
+        arrays = []
+        for name in COLUMN_NAMES:
+            if name == "integer_fields":
+                arrays.append(self._integer_fields.column(pa, types[name], columns[name]))
+            else:
+                arrays.append(pa.array(columns[name], type=types[name]))
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+    @staticmethod
+    def _derived(facts: list[tuple]) -> dict:
+        """The columns computed from both sides of each exchange, one loop over the batch."""
+        req_errors, resp_errors, req_tag_bytes, resp_tag_bytes = [], [], [], []
+        req_compact, resp_compact, tagged_col, errors_col, ints_col = [], [], [], [], []
+        topics_col, batches_col, records_col, compression_col, magics_col = [], [], [], [], []
+        for (_, _, _, _, _, _, client_id, api_key, _, _, _, _, size, header_size, _, header_tag_bytes,
+             header_tags, _, _, _, _, req, _, _, response_header_version_, response_size, _, _,
+             response_tag_bytes, response_header_tags, side) in facts:
+            tagged = [("request_header", "", tag, None, n, False) for tag, n in header_tags] if header_tags else None
+            compact = error = None
+            ints = None
+            topics = None
+            summaries = None
+            magics = _EMPTY
+            if type(req) is ScanResult:
+                header_tag_bytes += req.tag_section_bytes
+                if req.tagged_fields:
+                    body = [("request_body", p, t, n, s, n is not None) for p, t, n, s in req.tagged_fields]
+                    tagged = tagged + body if tagged else body
+                if req.compact_delta is not None:
+                    # The header at its flexible version: ClientId keeps its int16 length, plus a tag section.
+                    flexible_header = 11 + (len(client_id.encode("utf-8")) if client_id is not None else 0)
+                    compact = size + req.compact_delta + flexible_header - header_size
+                if req.int_stats is not None:
+                    ints = [("request", req.int_slots, req.int_stats)]
+                topics = req.topic_partitions or None
+                if req.record_spans:
+                    summaries = req.records
+                    if api_key == PRODUCE:
+                        # Distinct magics of the request's batches, ascending (0/1: KIP-724's removed formats).
+                        magics = sorted({b.magic for s in summaries if s is not None for b in s.batches})
+            else:
+                error = req
+            req_errors.append(error)
+            req_tag_bytes.append(header_tag_bytes)
+            req_compact.append(compact)
+            magics_col.append(magics)
+            codes = _EMPTY
+            compact = error = None
+            if response_size is not None:
+                if response_header_tags:
+                    head = [("response_header", "", tag, None, n, False) for tag, n in response_header_tags]
+                    tagged = tagged + head if tagged else head
+                if type(side) is ScanResult:
+                    response_tag_bytes += side.tag_section_bytes
+                    if side.tagged_fields:
+                        body = [("response_body", p, t, n, s, n is not None) for p, t, n, s in side.tagged_fields]
+                        tagged = tagged + body if tagged else body
+                    if side.error_codes:
+                        codes = [(code, error_name(code), count) for code, count in sorted(side.error_codes.items())]
+                    if side.int_stats is not None:
+                        group = ("response", side.int_slots, side.int_stats)
+                        ints = [*ints, group] if ints else [group]
+                    more = side.topic_partitions
+                    if more:
+                        if topics:  # a topic named by both directions counts the larger number of partitions
+                            merged = dict(topics)
+                            for topic, n in more.items():
+                                if merged.get(topic, -1) < n:
+                                    merged[topic] = n
+                            topics = merged
+                        else:
+                            topics = more
+                    if side.record_spans:
+                        summaries = [*summaries, *side.records] if summaries else side.records
+                    if side.compact_delta is not None:
+                        grows = response_header_version(api_key, True) > response_header_version_  # v0 -> v1: +1 tag byte
+                        compact = response_size + side.compact_delta + (1 if grows else 0)
+                else:
+                    error = side
+            resp_errors.append(error)
+            resp_tag_bytes.append(response_tag_bytes)
+            resp_compact.append(compact)
+            tagged_col.append(tagged or _EMPTY)
+            errors_col.append(codes)
+            ints_col.append(ints or _EMPTY)
+            topics_col.append(sorted(topics.items()) if topics else _EMPTY)
+            batches = records = 0
+            compression = _EMPTY
+            if summaries:
+                codecs: dict[str, list[int]] = {}
+                for summary in summaries:
+                    if summary is None:
+                        continue
+                    for batch in summary.batches:
+                        batches += 1
+                        count = max(batch.record_count, 0)
+                        records += count
+                        acc = codecs.get(batch.compression)
+                        if acc is None:
+                            acc = codecs[batch.compression] = [0, 0, 0]
+                        acc[0] += 1
+                        acc[1] += count
+                        acc[2] += batch.batch_length + _LOG_OVERHEAD
+                compression = [(c, a[0], a[1], a[2]) for c, a in sorted(codecs.items())]
+            batches_col.append(batches)
+            records_col.append(records)
+            compression_col.append(compression)
+        return {
+            "request_decode_error": req_errors, "response_decode_error": resp_errors,
+            "request_tag_section_bytes": req_tag_bytes, "response_tag_section_bytes": resp_tag_bytes,
+            "request_compact_size": req_compact, "response_compact_size": resp_compact,
+            "tagged_fields": tagged_col, "error_codes": errors_col, "integer_fields": ints_col,
+            "topic_partitions": topics_col, "record_batches": batches_col, "record_count": records_col,
+            "compression": compression_col, "record_magics": magics_col,
+        }
