@@ -16,7 +16,6 @@ from kinspect.capture.columns import IntegerFieldColumns
 from kinspect.capture.facts import FIELDS
 from kinspect.capture.schema import COLUMN_NAMES, SCHEMA_VERSION, arrow_schema
 from kinspect.protocol.codec import response_header_version
-from kinspect.protocol.codec.scan_result import ScanResult
 from kinspect.protocol.error_codes import error_name
 from kinspect.protocol.specs.api_keys import PRODUCE
 
@@ -95,27 +94,23 @@ class BatchBuilder:
              response_tag_bytes, response_header_tags, side) in facts:
             tagged = [("request_header", "", tag, None, n, False) for tag, n in header_tags] if header_tags else None
             compact = error = None
-            ints = None
-            topics = None
-            summaries = None
+            ints = topics = summaries = None
             magics = _EMPTY
-            if type(req) is ScanResult:
-                header_tag_bytes += req.tag_section_bytes
-                if req.tagged_fields:
-                    body = [("request_body", p, t, n, s, n is not None) for p, t, n, s in req.tagged_fields]
+            if type(req) is tuple:
+                tag_bytes, body_tags, delta, slots, stats, topics, _, summaries = req
+                header_tag_bytes += tag_bytes
+                if body_tags:
+                    body = [("request_body", p, t, n, s, n is not None) for p, t, n, s in body_tags]
                     tagged = tagged + body if tagged else body
-                if req.compact_delta is not None:
+                if delta is not None:
                     # The header at its flexible version: ClientId keeps its int16 length, plus a tag section.
                     flexible_header = 11 + (len(client_id.encode("utf-8")) if client_id is not None else 0)
-                    compact = size + req.compact_delta + flexible_header - header_size
-                if req.int_stats is not None:
-                    ints = [("request", req.int_slots, req.int_stats)]
-                topics = req.topic_partitions or None
-                if req.record_spans:
-                    summaries = req.records
-                    if api_key == PRODUCE:
-                        # Distinct magics of the request's batches, ascending (0/1: KIP-724's removed formats).
-                        magics = sorted({b.magic for s in summaries if s is not None for b in s.batches})
+                    compact = size + delta + flexible_header - header_size
+                if stats is not None:
+                    ints = [("request", slots, stats)]
+                if summaries and api_key == PRODUCE:
+                    # Distinct magics of the request's batches, ascending (0/1: KIP-724's removed formats).
+                    magics = sorted({b.magic for s in summaries if s is not None for b in s.batches})
             else:
                 error = req
             req_errors.append(error)
@@ -128,31 +123,31 @@ class BatchBuilder:
                 if response_header_tags:
                     head = [("response_header", "", tag, None, n, False) for tag, n in response_header_tags]
                     tagged = tagged + head if tagged else head
-                if type(side) is ScanResult:
-                    response_tag_bytes += side.tag_section_bytes
-                    if side.tagged_fields:
-                        body = [("response_body", p, t, n, s, n is not None) for p, t, n, s in side.tagged_fields]
+                if type(side) is tuple:
+                    tag_bytes, body_tags, delta, slots, stats, more, codes_seen, records = side
+                    response_tag_bytes += tag_bytes
+                    if body_tags:
+                        body = [("response_body", p, t, n, s, n is not None) for p, t, n, s in body_tags]
                         tagged = tagged + body if tagged else body
-                    if side.error_codes:
-                        codes = [(code, error_name(code), count) for code, count in sorted(side.error_codes.items())]
-                    if side.int_stats is not None:
-                        group = ("response", side.int_slots, side.int_stats)
+                    if codes_seen:
+                        codes = [(code, error_name(code), count) for code, count in sorted(codes_seen)]
+                    if stats is not None:
+                        group = ("response", slots, stats)
                         ints = [*ints, group] if ints else [group]
-                    more = side.topic_partitions
                     if more:
                         if topics:  # a topic named by both directions counts the larger number of partitions
                             merged = dict(topics)
-                            for topic, n in more.items():
+                            for topic, n in more:
                                 if merged.get(topic, -1) < n:
                                     merged[topic] = n
-                            topics = merged
+                            topics = merged.items()
                         else:
                             topics = more
-                    if side.record_spans:
-                        summaries = [*summaries, *side.records] if summaries else side.records
-                    if side.compact_delta is not None:
+                    if records:
+                        summaries = summaries + records if summaries else records
+                    if delta is not None:
                         grows = response_header_version(api_key, True) > response_header_version_  # v0 -> v1: +1 tag byte
-                        compact = response_size + side.compact_delta + (1 if grows else 0)
+                        compact = response_size + delta + (1 if grows else 0)
                 else:
                     error = side
             resp_errors.append(error)
@@ -161,7 +156,7 @@ class BatchBuilder:
             tagged_col.append(tagged or _EMPTY)
             errors_col.append(codes)
             ints_col.append(ints or _EMPTY)
-            topics_col.append(sorted(topics.items()) if topics else _EMPTY)
+            topics_col.append(sorted(topics) if topics else _EMPTY)  # (topic, partitions) items, by topic
             batches = records = 0
             compression = _EMPTY
             if summaries:

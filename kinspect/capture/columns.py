@@ -1,6 +1,6 @@
 """The integer_fields column of a capture batch, cut out of the scans' counters by Arrow kernels, not Python loops.
 
-Each row holds the scans' (location, slots, counters); the counters of a whole batch are
+Each row holds the scans' (location, slots, counters as bytes); the counters of a whole batch are
 joined into one int64 buffer that Arrow reads in place (IntegerFieldColumns).
 """
 
@@ -57,7 +57,7 @@ class IntegerFieldColumns:
         table = self._table
         for groups in groups_per_row:
             for location, slots, stats in groups:
-                counters.extend(stats)
+                counters.frombytes(stats)  # the bytes of the scan's array('q') (capture.facts)
                 labels.extend(table(location, slots))
             row_ends.append(len(labels))
         element = self._element

@@ -33,10 +33,10 @@ SWITCH_INTERVAL = 0.0005
 # Exchanges per record batch. Each batch costs a fixed ~40 pyarrow calls (one per column, a
 # dozen kernels for integer_fields), so small batches cost more per row; but each of those calls
 # holds the GIL for its whole batch, whatever the switch interval. At 512 rows of the recorded
-# traffic the longest call holds it ~0.1 ms (bench_capture prints it).
-BATCH_ROWS = 512
+# traffic the longest call holds it ~0.3 ms.
+BATCH_ROWS = 1024
 # A batch that is not full is built once its first exchange waited this long in the queue.
-BATCH_SECONDS = 0.1
+BATCH_SECONDS = 0.25
 
 
 class CaptureWriter:
@@ -89,7 +89,9 @@ class CaptureWriter:
         self._batches: list = []  # record batches of the row group being gathered
         self._batched_rows = 0
         self._schema = arrow_schema()
-        import pyarrow.parquet  # noqa: F401  (now, on this thread: an import in the writer thread would hold the GIL ~0.1 s)
+        # Imported now, on this thread: an import in the writer thread would hold the GIL ~0.1 s.
+        import pyarrow.compute  # noqa: F401
+        import pyarrow.parquet  # noqa: F401
         self._waiting_since: float | None = None  # when the thread saw the queue's oldest exchange
         self._write_failed = False  # logged once; later failures are only counted
         self._file_rows = 0  # rows in the open file (lost with it if it cannot be finished)
