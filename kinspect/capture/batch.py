@@ -27,14 +27,16 @@ _PLAIN = {
     "broker": "broker", "node_id": "node_id", "api_key": "api_key", "api_name": "api_name",
     "request_version": "request_version", "response_version": "response_version",
     "request_header_version": "request_header_version", "response_header_version": "response_header_version",
-    "flexible": "flexible", "correlation_id": "correlation_id", "request_size": "request_size",
+    "correlation_id": "correlation_id", "request_size": "request_size",
     "response_size": "response_size", "request_header_size": "request_header_size",
     "response_header_size": "response_header_size", "request_inspected": "request_complete",
-    "response_inspected": "response_complete", "first_flexible_version": "first_flexible_version",
+    "response_inspected": "response_complete",
     "client_software_name": "client_software_name", "client_software_version": "client_software_version",
 }
 _AT = {name: i for i, name in enumerate(FIELDS)}
-_EMPTY: list = []  # shared by every row whose list column is empty (pyarrow only reads it)
+# Per row, the list columns hold tuples (pyarrow reads any sequence): the collector stops
+# tracking a tuple of atomic values, so a batch's rows are not promoted while it is built.
+_EMPTY = ()
 
 
 def _times(values, offset: float) -> list:
@@ -49,13 +51,20 @@ def _latencies(values) -> list:
 class BatchBuilder:
     """Turns lists of EXCHANGE tuples into record batches of the capture schema (one per writer thread).
 
-    `wall_offset` maps the events' monotonic times to UTC.
+    `wall_offset` maps the events' monotonic times to UTC; `registry` (the events' codec's,
+    SpecRegistry.default() if None) says which request versions are flexible.
     """
 
-    def __init__(self, wall_offset: float) -> None:
+    def __init__(self, wall_offset: float, registry=None) -> None:
         import pyarrow as pa
 
+        if registry is None:
+            from kinspect.protocol.specs.registry import SpecRegistry
+
+            registry = SpecRegistry.default()
         self.wall_offset = wall_offset
+        self.registry = registry
+        self._versions: dict = {}  # (api key, version) -> (flexible, first flexible version)
         self.schema = arrow_schema()
         self._pa = pa
         self._types = {field.name: field.type for field in self.schema}
@@ -74,43 +83,60 @@ class BatchBuilder:
         columns["request_time"] = _times(fields[_AT["request_time"]], self.wall_offset)
         columns["response_time"] = _times(fields[_AT["response_time"]], self.wall_offset)
         columns["latency_us"] = _latencies(fields[_AT["latency"]])
+        versions = self._versions
+        flexible = [versions.get(key) or self._version_facts(key)
+                    for key in zip(fields[_AT["api_key"]], fields[_AT["request_version"]])]
+        columns["flexible"] = [f[0] for f in flexible]
+        columns["first_flexible_version"] = [f[1] for f in flexible]
         columns.update(self._derived(facts))
         arrays = []
         for name in COLUMN_NAMES:
             if name == "integer_fields":
-                arrays.append(self._integer_fields.column(pa, types[name], columns[name]))
+                arrays.append(self._integer_fields.column(pa, types[name], *columns[name]))
             else:
                 arrays.append(pa.array(columns[name], type=types[name]))
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+    def _version_facts(self, key: tuple) -> tuple:
+        """(whether the request version is flexible, the api's first flexible version or None)."""
+        spec = self.registry.message(key[0], "request", key[1])
+        if spec is None:
+            facts = (False, None)
+        else:
+            flexible = spec.flexible_versions
+            facts = (key[1] in flexible, None if flexible.empty else flexible.low)
+        self._versions[key] = facts
+        return facts
 
     @staticmethod
     def _derived(facts: list[tuple]) -> dict:
         """The columns computed from both sides of each exchange, one loop over the batch."""
         req_errors, resp_errors, req_tag_bytes, resp_tag_bytes = [], [], [], []
-        req_compact, resp_compact, tagged_col, errors_col, ints_col = [], [], [], [], []
+        req_compact, resp_compact, tagged_col, errors_col, int_groups, int_rows = [], [], [], [], [], []
         topics_col, batches_col, records_col, compression_col, magics_col = [], [], [], [], []
         for (_, _, _, _, _, _, client_id, api_key, _, _, _, _, size, header_size, _, header_tag_bytes,
-             header_tags, _, _, _, _, req, _, _, response_header_version_, response_size, _, _,
+             header_tags, _, _, req, _, _, response_header_version_, response_size, _, _,
              response_tag_bytes, response_header_tags, side) in facts:
-            tagged = [("request_header", "", tag, None, n, False) for tag, n in header_tags] if header_tags else None
+            tagged = tuple([("request_header", "", tag, None, n, False) for tag, n in header_tags]) if header_tags else ()
             compact = error = None
-            ints = topics = summaries = None
+            topics = summaries = None
+            groups = 0
             magics = _EMPTY
             if type(req) is tuple:
                 tag_bytes, body_tags, delta, slots, stats, topics, _, summaries = req
                 header_tag_bytes += tag_bytes
                 if body_tags:
-                    body = [("request_body", p, t, n, s, n is not None) for p, t, n, s in body_tags]
-                    tagged = tagged + body if tagged else body
+                    tagged += tuple([("request_body", p, t, n, s, n is not None) for p, t, n, s in body_tags])
                 if delta is not None:
                     # The header at its flexible version: ClientId keeps its int16 length, plus a tag section.
                     flexible_header = 11 + (len(client_id.encode("utf-8")) if client_id is not None else 0)
                     compact = size + delta + flexible_header - header_size
                 if stats is not None:
-                    ints = [("request", slots, stats)]
+                    int_groups.append(("request", slots, stats))
+                    groups = 1
                 if summaries and api_key == PRODUCE:
                     # Distinct magics of the request's batches, ascending (0/1: KIP-724's removed formats).
-                    magics = sorted({b.magic for s in summaries if s is not None for b in s.batches})
+                    magics = tuple(sorted({b.magic for s in summaries if s is not None for b in s.batches}))
             else:
                 error = req
             req_errors.append(error)
@@ -121,19 +147,17 @@ class BatchBuilder:
             compact = error = None
             if response_size is not None:
                 if response_header_tags:
-                    head = [("response_header", "", tag, None, n, False) for tag, n in response_header_tags]
-                    tagged = tagged + head if tagged else head
+                    tagged += tuple([("response_header", "", tag, None, n, False) for tag, n in response_header_tags])
                 if type(side) is tuple:
                     tag_bytes, body_tags, delta, slots, stats, more, codes_seen, records = side
                     response_tag_bytes += tag_bytes
                     if body_tags:
-                        body = [("response_body", p, t, n, s, n is not None) for p, t, n, s in body_tags]
-                        tagged = tagged + body if tagged else body
+                        tagged += tuple([("response_body", p, t, n, s, n is not None) for p, t, n, s in body_tags])
                     if codes_seen:
-                        codes = [(code, error_name(code), count) for code, count in sorted(codes_seen)]
+                        codes = tuple([(code, error_name(code), count) for code, count in sorted(codes_seen)])
                     if stats is not None:
-                        group = ("response", slots, stats)
-                        ints = [*ints, group] if ints else [group]
+                        int_groups.append(("response", slots, stats))
+                        groups += 1
                     if more:
                         if topics:  # a topic named by both directions counts the larger number of partitions
                             merged = dict(topics)
@@ -153,10 +177,10 @@ class BatchBuilder:
             resp_errors.append(error)
             resp_tag_bytes.append(response_tag_bytes)
             resp_compact.append(compact)
-            tagged_col.append(tagged or _EMPTY)
+            tagged_col.append(tagged)
             errors_col.append(codes)
-            ints_col.append(ints or _EMPTY)
-            topics_col.append(sorted(topics) if topics else _EMPTY)  # (topic, partitions) items, by topic
+            int_rows.append(groups)
+            topics_col.append(tuple(sorted(topics)) if topics else _EMPTY)  # (topic, partitions) items, by topic
             batches = records = 0
             compression = _EMPTY
             if summaries:
@@ -174,7 +198,7 @@ class BatchBuilder:
                         acc[0] += 1
                         acc[1] += count
                         acc[2] += batch.batch_length + _LOG_OVERHEAD
-                compression = [(c, a[0], a[1], a[2]) for c, a in sorted(codecs.items())]
+                compression = tuple([(c, a[0], a[1], a[2]) for c, a in sorted(codecs.items())])
             batches_col.append(batches)
             records_col.append(records)
             compression_col.append(compression)
@@ -182,7 +206,7 @@ class BatchBuilder:
             "request_decode_error": req_errors, "response_decode_error": resp_errors,
             "request_tag_section_bytes": req_tag_bytes, "response_tag_section_bytes": resp_tag_bytes,
             "request_compact_size": req_compact, "response_compact_size": resp_compact,
-            "tagged_fields": tagged_col, "error_codes": errors_col, "integer_fields": ints_col,
+            "tagged_fields": tagged_col, "error_codes": errors_col, "integer_fields": (int_groups, int_rows),
             "topic_partitions": topics_col, "record_batches": batches_col, "record_count": records_col,
             "compression": compression_col, "record_magics": magics_col,
         }

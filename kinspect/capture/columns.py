@@ -12,7 +12,7 @@ from kinspect.protocol.codec.codegen import SLOT_COUNT, SLOT_FIXED, SLOT_STRIDE,
 
 
 class IntegerFieldColumns:
-    """Builds the integer_fields column of a batch: each row's [(location, slots, counters), ...].
+    """Builds the integer_fields column of a batch from each row's (location, slots, counters) groups.
 
     Every slot gets a label (location, path, type) numbered once per writer; a slot table
     (a scanned struct's int_slots, one tuple object per api, version and direction) maps
@@ -42,7 +42,9 @@ class IntegerFieldColumns:
         self._tables[(location, id(slots))] = (slots, ids)  # holds slots: its id stays unique
         return ids
 
-    def column(self, pa, column_type, groups_per_row: list):
+    def column(self, pa, column_type, groups: list, per_row: list):
+        """The column of a batch: `groups` holds every row's (location, slots, counters) in row
+        order, `per_row` how many of them each row has."""
         import pyarrow.compute as pc
 
         if self._zero is None:
@@ -55,8 +57,10 @@ class IntegerFieldColumns:
         labels = array("i")
         row_ends = array("i", [0])  # slots before each row
         table = self._table
-        for groups in groups_per_row:
-            for location, slots, stats in groups:
+        groups = iter(groups)
+        for count in per_row:
+            for _ in range(count):
+                location, slots, stats = next(groups)
                 counters.frombytes(stats)  # the bytes of the scan's array('q') (capture.facts)
                 labels.extend(table(location, slots))
             row_ends.append(len(labels))

@@ -7,13 +7,13 @@ summaries. Everything shipped is immutable or never written again after the scan
 the writer thread reads it without a lock.
 
 One exchange is one flat tuple (cheapest to build on the event loop; the writer thread
-transposes a batch of them into columns, capture.batch). Its fields, by index (FIELDS):
+transposes a batch of them into columns, capture.batch, and adds what follows from the
+specs alone, such as whether the version is flexible). Its fields, by index (FIELDS):
 
     request_time, latency, connection_id, client_address, broker, node_id, client_id,
     api_key, api_name, request_version, request_header_version, correlation_id,
     request_size, request_header_size, request_complete, request_header_tag_bytes,
-    request_header_tags, flexible, first_flexible_version, client_software_name,
-    client_software_version, REQUEST_SIDE,
+    request_header_tags, client_software_name, client_software_version, REQUEST_SIDE,
     response_time, response_version, response_header_version, response_size,
     response_header_size, response_complete, response_header_tag_bytes,
     response_header_tags, RESPONSE_SIDE          (the response's nine are None without one)
@@ -43,7 +43,7 @@ from kinspect.protocol.codec.scan_result import ScanResult
 FIELDS = ("request_time", "latency", "connection_id", "client_address", "broker", "node_id", "client_id",
           "api_key", "api_name", "request_version", "request_header_version", "correlation_id",
           "request_size", "request_header_size", "request_complete", "request_header_tag_bytes",
-          "request_header_tags", "flexible", "first_flexible_version", "client_software_name",
+          "request_header_tags", "client_software_name",
           "client_software_version", "request_side",
           "response_time", "response_version", "response_header_version", "response_size",
           "response_header_size", "response_complete", "response_header_tag_bytes",
@@ -53,6 +53,17 @@ FIELDS = ("request_time", "latency", "connection_id", "client_address", "broker"
 # and topics: a fixed estimate of the tuples, the ScanResult objects and their lists.
 BASE_BYTES = 1024
 TOPIC_BYTES = 120
+
+
+def held_bytes(facts: tuple) -> int:
+    """The bytes an EXCHANGE holds, as FactsTaker.take counted them (the writer counts them again as it takes it)."""
+    held = BASE_BYTES
+    for side in (facts[19], facts[28]):
+        if type(side) is tuple:
+            if side[4] is not None:
+                held += len(side[4])
+            held += TOPIC_BYTES * len(side[5])
+    return held
 
 
 def _scan_facts(scan) -> tuple:
@@ -76,24 +87,11 @@ def _side(event):
 
 
 class FactsTaker:
-    """Builds EXCHANGE tuples; keeps per (api key, version) what the specs say of the request."""
+    """Builds EXCHANGE tuples from Exchange events."""
 
     def __init__(self, codec) -> None:
         """codec: the one the events scan with; its scans count integer fields from now on."""
         codec.integer_facts = True
-        self.registry = codec.registry
-        self._versions: dict = {}  # api key << 16 | version -> (flexible, first flexible version)
-
-    def _version_facts(self, key: int) -> tuple:
-        api_key, version = key >> 16, key & 0xFFFF
-        spec = self.registry.message(api_key, "request", version)
-        if spec is None:
-            facts = (False, None)
-        else:
-            flexible = spec.flexible_versions
-            facts = (version in flexible, None if flexible.empty else flexible.low)
-        self._versions[key] = facts
-        return facts
 
     def take(self, exchange) -> tuple[tuple, int]:
         """(EXCHANGE, bytes it holds) of an Exchange event.
@@ -105,8 +103,6 @@ class FactsTaker:
         request, response = exchange.request, exchange.response
         header = request.header
         api_key, version = header.api_key, header.api_version
-        key = api_key << 16 | (version & 0xFFFF)
-        spec = self._versions.get(key) or self._version_facts(key)
         held = BASE_BYTES
         complete = request.complete
         req = None
@@ -137,7 +133,7 @@ class FactsTaker:
             return (request.time, exchange.latency, connection.id, connection.client_address, connection.broker,
                     connection.node_id, header.client_id, api_key, request.api_name, version, header.version,
                     header.correlation_id, request.size, header.size, complete, request.header_tag_bytes,
-                    request.header_tags, spec[0], spec[1], connection.client_software_name,
+                    request.header_tags, connection.client_software_name,
                     connection.client_software_version, req, None, None, None, None, None, None, None, None,
                     None), held
         side = None
@@ -164,7 +160,7 @@ class FactsTaker:
         return (request.time, exchange.latency, connection.id, connection.client_address, connection.broker,
                 connection.node_id, header.client_id, api_key, request.api_name, version, header.version,
                 header.correlation_id, request.size, header.size, complete, request.header_tag_bytes,
-                request.header_tags, spec[0], spec[1], connection.client_software_name,
+                request.header_tags, connection.client_software_name,
                 connection.client_software_version, req, response.time, response.api_version,
                 response.header_version, response.size, response.header_size, response.complete,
                 response.header_tag_bytes, response.header_tags, side), held

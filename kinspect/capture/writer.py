@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from kinspect.capture.batch import BatchBuilder
+from kinspect.capture.facts import held_bytes
 from kinspect.capture.schema import arrow_schema
 
 log = logging.getLogger("kinspect.capture")
@@ -65,7 +66,9 @@ class CaptureWriter:
         self.compression = compression  # Parquet column compression (None: plain, e.g. to search a file's bytes)
         # A deque appended by the event loop and popped by the thread: both are atomic in
         # CPython, and an append takes no lock (queue.Queue would take one and notify).
-        self._queue: collections.deque = collections.deque()  # (facts, bytes they hold)
+        # It holds the facts alone: the thread counts their bytes again (facts.held_bytes) as it
+        # takes them, rather than the loop making a (facts, bytes) pair for each.
+        self._queue: collections.deque = collections.deque()
         # Bytes held by the queue = offered - taken; each counter has one writer (the loop,
         # the thread), so neither update can be lost to the other.
         self._offered_bytes = 0
@@ -107,7 +110,7 @@ class CaptureWriter:
         return self._offered_bytes - self._taken_bytes
 
     def offer(self, item, nbytes: int = 0) -> bool:
-        """Queue an exchange's facts (holding nbytes) without ever blocking.
+        """Queue an exchange's facts (holding nbytes: facts.held_bytes(item)) without ever blocking.
 
         False, and counted, when the queue is full by rows or by bytes, or closed.
         """
@@ -118,7 +121,7 @@ class CaptureWriter:
             return False
         self._offered_bytes += nbytes
         self.rows_accepted += 1
-        queue.append((item, nbytes))
+        queue.append(item)
         return True
 
     # ------------------------------------------------------------------ lifecycle
@@ -180,11 +183,11 @@ class CaptureWriter:
             self._waiting_since = None
             popleft = queue.popleft
             taken = [popleft() for _ in range(size)]
-            self._taken_bytes += sum(nbytes for _, nbytes in taken)
+            self._taken_bytes += sum(map(held_bytes, taken))
             done += size
             if not self._batches and self._writer is None:
                 self._file_started = time.monotonic()
-            self._build([facts for facts, _ in taken])
+            self._build(taken)
             if self._batched_rows >= self.row_group_rows:
                 self._write_pending()
         return done

@@ -448,7 +448,7 @@ def test_the_queue_holds_facts_never_a_frame_or_a_codec(codec: Codec, tmp_path: 
     observer = CaptureObserver(tmp_path, codec)  # not started: the queue keeps what the loop offered
     for x in exchanges:
         observer.on_event(x)
-    queued = [facts for facts, _ in observer.writer._queue]
+    queued = list(observer.writer._queue)
     assert len(queued) == len(exchanges) == observer.writer.rows_accepted
     frames = {id(x.request.frame) for x in exchanges} | {id(x.response.frame) for x in exchanges if x.response}
     seen = {"scans": 0, "counters": 0}

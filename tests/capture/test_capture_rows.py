@@ -83,7 +83,7 @@ class FactsRows:
 
     def __init__(self, codec: Codec, wall_offset: float) -> None:
         self.take = FactsTaker(codec).take
-        self.batches = BatchBuilder(wall_offset)
+        self.batches = BatchBuilder(wall_offset, codec.registry)
 
     def build_many(self, exchanges) -> list[dict]:
         return _plain(self.batches.build([self.take(x)[0] for x in exchanges]).to_pylist())

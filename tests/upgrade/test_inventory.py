@@ -88,7 +88,7 @@ def recorded(codec):
     observer = InventoryObserver([load_target(t) for t in TARGETS], label_overflow=metrics.label_overflow,
                                  api_name=codec.registry.api_name)
     metrics.registry.register(observer.collector())
-    builder, facts = BatchBuilder(1_790_000_000.0), FactsTaker(codec)
+    builder, facts = BatchBuilder(1_790_000_000.0, codec.registry), FactsTaker(codec)
     rows = []
     connection_id = 0
     for client in CLIENTS:
