@@ -136,7 +136,7 @@ class BatchBuilder:
                     groups = 1
                 if summaries and api_key == PRODUCE:
                     # Distinct magics of the request's batches, ascending (0/1: KIP-724's removed formats).
-                    magics = tuple(sorted({b.magic for s in summaries if s is not None for b in s.batches}))
+                    magics = tuple(sorted({b[0] for s in summaries if s is not None for b in s}))
             else:
                 error = req
             req_errors.append(error)
@@ -188,16 +188,16 @@ class BatchBuilder:
                 for summary in summaries:
                     if summary is None:
                         continue
-                    for batch in summary.batches:
+                    for _, count, compression, length in summary:
                         batches += 1
-                        count = max(batch.record_count, 0)
+                        count = max(count, 0)
                         records += count
-                        acc = codecs.get(batch.compression)
+                        acc = codecs.get(compression)
                         if acc is None:
-                            acc = codecs[batch.compression] = [0, 0, 0]
+                            acc = codecs[compression] = [0, 0, 0]
                         acc[0] += 1
                         acc[1] += count
-                        acc[2] += batch.batch_length + _LOG_OVERHEAD
+                        acc[2] += length + _LOG_OVERHEAD
                 compression = tuple([(c, a[0], a[1], a[2]) for c, a in sorted(codecs.items())])
             batches_col.append(batches)
             records_col.append(records)

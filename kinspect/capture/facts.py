@@ -21,7 +21,9 @@ specs alone, such as whether the version is flexible). Its fields, by index (FIE
     SIDE = a str (why the body has no facts: not inspected, unknown api, decode error)
            or SCAN, the facts of the event's scan:
     SCAN = (tag_section_bytes, tagged_fields, compact_delta, int_slots, int_stats,
-            topic_partitions, error_codes, records)
+            topic_partitions, error_codes, RECORDS)
+    RECORDS = per records field, None (not a record set) or a tuple of its batches'
+            (magic, record count, compression, batch length)
            tuples only (topic_partitions and error_codes as their dicts' (key, value)
            items), and int_stats as the bytes of the scan's array('q') (None without
            integer fields): the ScanResult and its lists stay on the event loop and die
@@ -39,6 +41,12 @@ from __future__ import annotations
 
 from kinspect.protocol.errors import DecodeError, UnknownApiError
 from kinspect.protocol.codec.scan_result import ScanResult
+from kinspect.protocol.records import BatchSummary
+
+# What a row needs of a BatchSummary, by position (a summary is a tuple subclass, which the
+# collector always tracks: the facts hold plain tuples of these instead).
+_MAGIC, _COUNT, _COMPRESSION, _LENGTH = (BatchSummary._fields.index(name) for name in
+                                         ("magic", "record_count", "compression", "batch_length"))
 
 FIELDS = ("request_time", "latency", "connection_id", "client_address", "broker", "node_id", "client_id",
           "api_key", "api_name", "request_version", "request_header_version", "correlation_id",
@@ -66,12 +74,18 @@ def held_bytes(facts: tuple) -> int:
     return held
 
 
+def _records(summaries) -> tuple:
+    """RECORDS: per records field None (not a record set) or its batches' (magic, record count, compression, length)."""
+    return tuple([None if s is None else tuple([(b[_MAGIC], b[_COUNT], b[_COMPRESSION], b[_LENGTH]) for b in s[0]])
+                  for s in summaries])
+
+
 def _scan_facts(scan) -> tuple:
     """SCAN of a finished ScanResult (records summarized now, from the frame the writer never sees)."""
     tagged, stats, topics, codes = scan.tagged_fields, scan.int_stats, scan.topic_partitions, scan.error_codes
     return (scan.tag_section_bytes, tuple(tagged) if tagged else (), scan.compact_delta, scan.int_slots,
             None if stats is None else stats.tobytes(), tuple(topics.items()) if topics else (),
-            tuple(codes.items()) if codes else (), tuple(scan.records) if scan.record_spans else ())
+            tuple(codes.items()) if codes else (), _records(scan.records) if scan.record_spans else ())
 
 
 def _side(event):
@@ -125,7 +139,7 @@ class FactsTaker:
                 codes = scan.error_codes
                 req = (scan.tag_section_bytes, tuple(tagged) if tagged else (), scan.compact_delta, scan.int_slots,
                        stats, tuple(topics.items()) if topics else (), tuple(codes.items()) if codes else (),
-                       tuple(scan.records) if scan.record_spans else ())
+                       _records(scan.records) if scan.record_spans else ())
         if req is None:
             req = _side(request)
         connection = request.connection
@@ -154,7 +168,7 @@ class FactsTaker:
                 codes = scan.error_codes
                 side = (scan.tag_section_bytes, tuple(tagged) if tagged else (), scan.compact_delta, scan.int_slots,
                         stats, tuple(topics.items()) if topics else (), tuple(codes.items()) if codes else (),
-                        tuple(scan.records) if scan.record_spans else ())
+                        _records(scan.records) if scan.record_spans else ())
         if side is None:
             side = _side(response)
         return (request.time, exchange.latency, connection.id, connection.client_address, connection.broker,

@@ -484,13 +484,12 @@ def test_the_queue_holds_facts_never_a_frame_or_a_codec(codec: Codec, tmp_path: 
                     assert type(side[4]) is bytes and id(side[4]) not in frames
                     seen["counters"] += len(array("q", side[4]))
     assert seen["scans"] > len(exchanges) and seen["counters"] > 10_000
-    # Once the collector has seen them, the facts of exchanges without record batches are untracked:
+    # Once the collector has seen them, the facts are untracked (record-batch summaries included):
     # they are never promoted to the old generation while they wait.
-    for _ in range(5):  # a tuple is untracked once its members are (up to 4 levels deep); a pass may reach an outer one first
+    for _ in range(5):  # a tuple is untracked once its members are (up to 5 levels deep); a pass may reach an outer one first
         gc.collect()
-    plain = [f for f in queued if not any(type(f[i]) is tuple and f[i][7] for i in sides)]
-    tracked = [f for f in plain if gc.is_tracked(f)]
-    assert len(plain) > len(queued) // 2 and not tracked
+    assert sum(1 for f in queued if any(type(f[i]) is tuple and f[i][7] for i in sides)) > 10  # some carry records
+    assert not [f for f in queued if gc.is_tracked(f)]
     # and the rows they make are those of the same exchanges
     observer.close()
     table = read_rows(observer.writer.files)
