@@ -171,12 +171,14 @@ class CaptureWriter:
         """Turn queued exchanges into record batches (at most limit); write a row group when one is full.
 
         A batch short of BATCH_ROWS waits until its first exchange was seen BATCH_SECONDS ago
-        (unless force): batches of a few rows would cost their fixed pyarrow calls per row.
+        (unless force, or the queue is half full by a bound): batches of a few rows would cost
+        their fixed pyarrow calls per row.
         """
         queue, done = self._queue, 0
         while queue and (limit is None or done < limit):
             size = min(len(queue), BATCH_ROWS, self.row_group_rows - self._batched_rows)
-            if size < BATCH_ROWS and not force and size < self.row_group_rows - self._batched_rows:
+            if size < BATCH_ROWS and not force and size < self.row_group_rows - self._batched_rows and \
+                    len(queue) < self.queue_rows // 2 and self.queued_bytes < self.queue_bytes // 2:
                 now = time.monotonic()
                 if self._waiting_since is None:
                     self._waiting_since = now
