@@ -53,7 +53,7 @@ class IntegerFieldColumns:
             self._zero = pa.array([0], pa.int64())
             self._zero_scalar = pa.scalar(0, pa.int64())
             self._element = {i: pa.scalar(i, pa.int64()) for i in (0, SLOT_COUNT, SLOT_FIXED, SLOT_UVARINT, SLOT_ZIGZAG)}
-        counters = array("q")
+        chunks = []  # the bytes of each scan's array('q') (capture.facts), joined once (growing an array copies)
         labels = array("i")
         row_ends = array("i", [0])  # slots before each row
         table = self._table
@@ -61,11 +61,12 @@ class IntegerFieldColumns:
         for count in per_row:
             for _ in range(count):
                 location, slots, stats = next(groups)
-                counters.frombytes(stats)  # the bytes of the scan's array('q') (capture.facts)
+                chunks.append(stats)
                 labels.extend(table(location, slots))
             row_ends.append(len(labels))
+        counters = b"".join(chunks)
         element = self._element
-        values = pa.Array.from_buffers(pa.int64(), len(counters), [None, pa.py_buffer(counters)])
+        values = pa.Array.from_buffers(pa.int64(), len(counters) >> 3, [None, pa.py_buffer(counters)])
         all_slots = pa.FixedSizeListArray.from_arrays(values, SLOT_STRIDE)
         present = pc.greater(pc.list_element(all_slots, element[0]), self._zero_scalar)  # the field was there (an empty array counts)
         slots = all_slots.filter(present)
