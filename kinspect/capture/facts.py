@@ -80,24 +80,17 @@ def _records(summaries) -> tuple:
                   for s in summaries])
 
 
-def _scan_facts(scan) -> tuple:
-    """SCAN of a finished ScanResult (records summarized now, from the frame the writer never sees)."""
-    tagged, stats, topics, codes = scan.tagged_fields, scan.int_stats, scan.topic_partitions, scan.error_codes
-    return (scan.tag_section_bytes, tuple(tagged) if tagged else (), scan.compact_delta, scan.int_slots,
-            None if stats is None else stats.tobytes(), tuple(topics.items()) if topics else (),
-            tuple(codes.items()) if codes else (), _records(scan.records) if scan.record_spans else ())
-
-
-def _side(event):
-    """SIDE of one direction: its scan's facts, or why there are none."""
+def _reason(event) -> str:
+    """Why a direction has no SCAN: not inspected whole, or its scan's decode error."""
     if not event.complete:
         return f"the {event.size}-byte frame was larger than the inspection limit; only its header was kept"
     try:
-        return _scan_facts(event.scan())
+        event.scan()
     except UnknownApiError as exc:
         return exc.reason
     except DecodeError as exc:
         return str(exc)
+    raise AssertionError("a scan that succeeded has facts, not a reason")
 
 
 class FactsTaker:
@@ -112,7 +105,7 @@ class FactsTaker:
 
         Written for the event loop, where it runs once per exchange: the header's fields are
         read from the header itself (not through the event's properties), every attribute
-        once, each side's SCAN built inline (_scan_facts is the same, for the slow path).
+        once, each side's SCAN built inline.
         """
         request, response = exchange.request, exchange.response
         header = request.header
@@ -141,7 +134,7 @@ class FactsTaker:
                        stats, tuple(topics.items()) if topics else (), tuple(codes.items()) if codes else (),
                        _records(scan.records) if scan.record_spans else ())
         if req is None:
-            req = _side(request)
+            req = _reason(request)
         connection = request.connection
         if response is None:
             return (request.time, exchange.latency, connection.id, connection.client_address, connection.broker,
@@ -170,7 +163,7 @@ class FactsTaker:
                         stats, tuple(topics.items()) if topics else (), tuple(codes.items()) if codes else (),
                         _records(scan.records) if scan.record_spans else ())
         if side is None:
-            side = _side(response)
+            side = _reason(response)
         return (request.time, exchange.latency, connection.id, connection.client_address, connection.broker,
                 connection.node_id, header.client_id, api_key, request.api_name, version, header.version,
                 header.correlation_id, request.size, header.size, complete, request.header_tag_bytes,
