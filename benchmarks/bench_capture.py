@@ -14,13 +14,14 @@ event loop's figures are CPU time of the measuring thread (time.thread_time, fro
              them): a no-op observer and CaptureObserver (takes each Exchange's facts and
              appends them to its deque); "per exchange" is the capture's extra cost over
              the no-op divided by the exchanges: the event loop's share beyond the scan.
-             Of it, reading the events' header facts (header size, tag bytes and tags,
-             client id) is timed apart: until the session provides them as plain
-             attributes they are computed on access (events.py's temporary fact shim).
-  writer     rows per second in the writer thread: RowBuilder.build (facts to row dicts),
-             the Arrow columns (capture.columns), and the whole writer (rows, columns, a
-             zstd Parquet file) by wall clock and by the process's CPU time (rows per CPU
+  writer     rows per second in the writer thread: BatchBuilder.build (facts to an Arrow
+             record batch, BATCH_ROWS at a time), and the whole writer (batches and a zstd
+             Parquet file) by wall clock and by the process's CPU time (rows per CPU
              second: what one free core sustains; the main thread only waits meanwhile).
+  GIL wait   while the writer thread works, the main thread sleeps 1 ms at a time and
+             measures how late each wake-up is: what an event loop waking for a socket
+             waits for the GIL (median, p99, max, in ms); beside it the same with no
+             writer, interleaved: what the machine's own scheduling adds.
 """
 
 from __future__ import annotations
@@ -35,11 +36,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kinspect.capture.columns import record_batch
+from kinspect.capture.batch import BatchBuilder
 from kinspect.capture.facts import FactsTaker
 from kinspect.capture.observer import CaptureObserver
-from kinspect.capture.rows import RowBuilder
-from kinspect.capture.schema import arrow_schema
 from kinspect.capture.writer import BATCH_ROWS, CaptureWriter
 from kinspect.protocol.codec import Codec
 from kinspect.session import ConnectionInfo, Exchange, Session
@@ -56,20 +55,6 @@ def replay(codec: Codec) -> list:
         events += session.broker_data(responses.read_bytes(), 1.001).events
         events += session.close(1.002)
     return events
-
-
-class HeaderFacts:
-    """Reads the header facts capture.facts reads from each Exchange's events, and nothing else."""
-
-    needs_bodies = True
-
-    def on_event(self, event) -> None:
-        if type(event) is Exchange:
-            r = event.request
-            r.client_id, r.header_version, r.header_size, r.header_tag_bytes, r.header_tags  # noqa: B018
-            r = event.response
-            if r is not None:
-                r.header_version, r.header_size, r.header_tag_bytes, r.header_tags  # noqa: B018
 
 
 class Nothing:
@@ -144,7 +129,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         capture = CaptureObserver(tmp, codec, queue_rows=10_000_000, queue_bytes=1 << 40)  # not started: offers only
-        observers = {"no-op": Nothing(), "header facts only": HeaderFacts(), "capture (deque)": capture}
+        observers = {"no-op": Nothing(), "capture (deque)": capture}
         timings: dict[str, list[float]] = {name: [] for name in observers}
         for _ in range(args.rounds):
             for name, observer in observers.items():  # interleaved, so drift hits all alike
@@ -164,26 +149,19 @@ def main() -> None:
                 tail = f"   +{spread(extras[name], 1e-3)} µs per exchange over the no-op"
             print(f"  {name:24s} {med / 1000:.3f} µs  ({med / base:.2f}x no-op){tail}")
         share = statistics.median(extras["capture (deque)"])
-        shim = statistics.median(extras["header facts only"])
-        print(f"  capture's share beyond the scan: {share / 1000:.3f} µs per exchange; without the header facts "
-              f"(computed on access until the session provides them): {(share - shim) / 1000:.3f} µs "
-              "(target < 1 µs)")
+        print(f"  capture's share beyond the scan: {share / 1000:.3f} µs per exchange (target < 1 µs)")
 
         # ---------------------------------------------------------------- the writer thread
         take = FactsTaker(codec).take
         offered = [take(x) for x in exchanges]
-        builder = RowBuilder(0.0)
-        schema = arrow_schema()
-        build_rates, column_rates, writer_rates, writer_cpu = [], [], [], []
+        builder = BatchBuilder(0.0, codec.registry)
+        build_rates, writer_rates, writer_cpu, waits, idle = [], [], [], [], []
         for r in range(args.rounds):
+            facts = [f for f, _ in offered] * 8
             started = time.thread_time()
-            rows = [builder.build(f) for f, _ in offered]
-            build_rates.append(len(rows) / (time.thread_time() - started))
-            rows = rows * 8
-            started = time.thread_time()
-            for i in range(0, len(rows), BATCH_ROWS):
-                record_batch(rows[i:i + BATCH_ROWS], schema)
-            column_rates.append(len(rows) / (time.thread_time() - started))
+            for i in range(0, len(facts), BATCH_ROWS):
+                builder.build(facts[i:i + BATCH_ROWS])
+            build_rates.append(len(facts) / (time.thread_time() - started))
             writer = CaptureWriter(Path(tmp) / f"round{r}", builder, row_group_rows=10_000,
                                    queue_rows=10_000_000, queue_bytes=1 << 40)
             for _ in range(args.copies):  # queued first, so that the thread never waits for work
@@ -196,11 +174,46 @@ def main() -> None:
             writer_cpu.append(writer.rows_written / (time.process_time() - cpu))
             assert writer.rows_written == args.copies * len(exchanges) and writer.rows_dropped == 0
             assert writer.row_errors == writer.write_errors == 0
+            waits.append(gil_waits(Path(tmp) / f"gil{r}", builder, offered, args.copies))
+            idle.append(sleep_lateness(len(waits[-1])))
+        late = sorted(w for ws in waits for w in ws)
+        alone = sorted(w for ws in idle for w in ws)
         print("\nwriter thread (median of rounds, min-max in brackets):")
-        print(f"  RowBuilder.build        {spread(build_rates, 1, '{:,.0f}')} rows per CPU second")
-        print(f"  Arrow columns           {spread(column_rates, 1, '{:,.0f}')} rows per CPU second")
+        print(f"  BatchBuilder.build      {spread(build_rates, 1, '{:,.0f}')} rows per CPU second "
+              f"({BATCH_ROWS} rows a batch)")
         print(f"  whole writer to Parquet {spread(writer_cpu, 1, '{:,.0f}')} rows per CPU second, "
               f"{spread(writer_rates, 1, '{:,.0f}')} rows/s wall clock (target >= 30,000 rows/s)")
+        for label, values in (("while the writer works", late), ("with no writer (the machine)", alone)):
+            print(f"  lateness of a thread waking every 1 ms {label}: median "
+                  f"{statistics.median(values) * 1e3:.3f} ms, p99 {values[int(len(values) * 0.99)] * 1e3:.3f} ms, "
+                  f"max {values[-1] * 1e3:.3f} ms over {len(values)} wake-ups")
+        print(f"  (switch interval {sys.getswitchinterval() * 1e3:.2f} ms)")
+
+
+def sleep_lateness(count: int) -> list[float]:
+    """Lateness (s) of `count` 1 ms sleeps with nothing else running in this process."""
+    late = []
+    for _ in range(count):
+        started = time.perf_counter()
+        time.sleep(0.001)
+        late.append(time.perf_counter() - started - 0.001)
+    return late
+
+
+def gil_waits(directory: Path, builder, offered, copies: int) -> list[float]:
+    """Lateness (s) of 1 ms sleeps on this thread while a started writer works through `copies` of the facts."""
+    writer = CaptureWriter(directory, builder, row_group_rows=10_000, queue_rows=10_000_000, queue_bytes=1 << 40)
+    for _ in range(copies):
+        for f, held in offered:
+            writer.offer(f, held)
+    writer.start()
+    late = []
+    while writer.queue_depth:
+        started = time.perf_counter()
+        time.sleep(0.001)
+        late.append(time.perf_counter() - started - 0.001)
+    writer.close()
+    return late
 
 
 if __name__ == "__main__":

@@ -4,24 +4,58 @@ The facts of each direction come from the event's cached scan (the one the metri
 too; see ScanResult's capture facts): tag sections, tagged fields, error codes, integer
 slots, topics with their partition counts, the compact-size delta and the record-batch
 summaries. Everything shipped is immutable or never written again after the scan, so
-the writer thread reads it without a lock. The layout (plain tuples, cheapest to build):
+the writer thread reads it without a lock.
 
-    EXCHANGE = (request_time, latency, connection_id, client_address, broker, node_id,
-                client_id, api_key, api_name, request_version, request_header_version,
-                correlation_id, request_size, request_header_size, request_complete,
-                request_header_tag_bytes, request_header_tags, flexible,
-                first_flexible_version, REQUEST_SIDE, RESPONSE | None,
-                client_software_name, client_software_version)
-    RESPONSE = (response_time, response_version, header_version, size, header_size,
-                complete, header_tag_bytes, header_tags, RESPONSE_SIDE)
+One exchange is one flat tuple (cheapest to build on the event loop; the writer thread
+transposes a batch of them into columns, capture.batch, and adds what follows from the
+specs alone, such as whether the version is flexible). Its fields, by index (FIELDS):
+
+    request_time, latency, connection_id, client_address, broker, node_id, client_id,
+    api_key, api_name, request_version, request_header_version, correlation_id,
+    request_size, request_header_size, request_complete, request_header_tag_bytes,
+    request_header_tags, client_software_name, client_software_version, REQUEST_SIDE,
+    response_time, response_version, response_header_version, response_size,
+    response_header_size, response_complete, response_header_tag_bytes,
+    response_header_tags, RESPONSE_SIDE          (the response's nine are None without one)
+
     SIDE = a str (why the body has no facts: not inspected, unknown api, decode error)
-           or the event's finished ScanResult, detached from its frame (ScanResult.detached)
+           or SCAN, the facts of the event's scan:
+    SCAN = (tag_section_bytes, tagged_fields, compact_delta, int_slots, int_stats,
+            topic_partitions, error_codes, RECORDS)
+    RECORDS = per records field, None (not a record set) or a tuple of its batches'
+            (magic, record count, compression, batch length)
+           tuples only (topic_partitions and error_codes as their dicts' (key, value)
+           items), and int_stats as the bytes of the scan's array('q') (None without
+           integer fields): the ScanResult and its lists stay on the event loop and die
+           with the event.
+
+Why tuples, not the ScanResult: the garbage collector stops tracking a tuple of atomic
+values (and of such tuples) once it has seen it; a dict, list or array in it, even an
+untracked one, keeps it tracked; bytes are never tracked. Facts
+that wait in the queue are then never promoted to the old generation; a ScanResult and
+its lists were, ~15 objects an exchange, which made CPython's full collections (tens of
+ms holding the GIL, a few per second under load) a large part of the capture's cost.
 """
 
 from __future__ import annotations
 
 from kinspect.protocol.errors import DecodeError, UnknownApiError
 from kinspect.protocol.codec.scan_result import ScanResult
+from kinspect.protocol.records import BatchSummary
+
+# What a row needs of a BatchSummary, by position (a summary is a tuple subclass, which the
+# collector always tracks: the facts hold plain tuples of these instead).
+_MAGIC, _COUNT, _COMPRESSION, _LENGTH = (BatchSummary._fields.index(name) for name in
+                                         ("magic", "record_count", "compression", "batch_length"))
+
+FIELDS = ("request_time", "latency", "connection_id", "client_address", "broker", "node_id", "client_id",
+          "api_key", "api_name", "request_version", "request_header_version", "correlation_id",
+          "request_size", "request_header_size", "request_complete", "request_header_tag_bytes",
+          "request_header_tags", "client_software_name",
+          "client_software_version", "request_side",
+          "response_time", "response_version", "response_header_version", "response_size",
+          "response_header_size", "response_complete", "response_header_tag_bytes",
+          "response_header_tags", "response_side")
 
 # Bytes one exchange's facts hold in the queue, beside its integer counters (8 bytes each)
 # and topics: a fixed estimate of the tuples, the ScanResult objects and their lists.
@@ -29,80 +63,111 @@ BASE_BYTES = 1024
 TOPIC_BYTES = 120
 
 
-def _side(event):
-    """SIDE of one direction: its detached scan, or why there is none."""
+def held_bytes(facts: tuple) -> int:
+    """The bytes an EXCHANGE holds, as FactsTaker.take counted them (the writer counts them again as it takes it)."""
+    held = BASE_BYTES
+    for side in (facts[19], facts[28]):
+        if type(side) is tuple:
+            if side[4] is not None:
+                held += len(side[4])
+            held += TOPIC_BYTES * len(side[5])
+    return held
+
+
+def _records(summaries) -> tuple:
+    """RECORDS: per records field None (not a record set) or its batches' (magic, record count, compression, length)."""
+    return tuple([None if s is None else tuple([(b[_MAGIC], b[_COUNT], b[_COMPRESSION], b[_LENGTH]) for b in s[0]])
+                  for s in summaries])
+
+
+def _reason(event) -> str:
+    """Why a direction has no SCAN: not inspected whole, or its scan's decode error."""
     if not event.complete:
         return f"the {event.size}-byte frame was larger than the inspection limit; only its header was kept"
     try:
-        # Record summaries are read now, from the frame (the writer never sees it); the metrics
-        # read the same cached summaries.
-        return event.scan().detached()
+        event.scan()
     except UnknownApiError as exc:
         return exc.reason
     except DecodeError as exc:
         return str(exc)
+    raise AssertionError("a scan that succeeded has facts, not a reason")
 
 
 class FactsTaker:
-    """Builds EXCHANGE tuples; keeps per (api key, version) what the specs say of the request."""
+    """Builds EXCHANGE tuples from Exchange events."""
 
     def __init__(self, codec) -> None:
         """codec: the one the events scan with; its scans count integer fields from now on."""
         codec.integer_facts = True
-        self.registry = codec.registry
-        self._versions: dict = {}  # api key << 16 | version -> (flexible, first flexible version)
-
-    def _version_facts(self, key: int) -> tuple:
-        api_key, version = key >> 16, key & 0xFFFF
-        spec = self.registry.message(api_key, "request", version)
-        if spec is None:
-            facts = (False, None)
-        else:
-            flexible = spec.flexible_versions
-            facts = (version in flexible, None if flexible.empty else flexible.low)
-        self._versions[key] = facts
-        return facts
 
     def take(self, exchange) -> tuple[tuple, int]:
         """(EXCHANGE, bytes it holds) of an Exchange event.
 
-        Written for the event loop: each attribute read once, _side inlined for scanned bodies.
+        Written for the event loop, where it runs once per exchange: the header's fields are
+        read from the header itself (not through the event's properties), every attribute
+        once, each side's SCAN built inline.
         """
         request, response = exchange.request, exchange.response
-        api_key, version = request.api_key, request.api_version
-        key = api_key << 16 | (version & 0xFFFF)
-        spec = self._versions.get(key) or self._version_facts(key)
+        header = request.header
+        api_key, version = header.api_key, header.api_version
         held = BASE_BYTES
         complete = request.complete
         req = None
         if complete:
-            try:
-                req = request.scan().detached()
-            except DecodeError:
-                pass
-            else:
-                stats = req.int_stats
-                held += (0 if stats is None else len(stats) << 3) + TOPIC_BYTES * len(req.topic_partitions)
-        if req is None:
-            req = _side(request)
-        resp = None
-        if response is not None:
-            side = None
-            if response.complete:
+            # The scan the metrics left on the event: read as the attribute its scan() caches
+            # it in (scan() costs ~0.45 µs even when cached); scan() only when there is none.
+            scan = request._scanned
+            if type(scan) is not ScanResult:
                 try:
-                    side = response.scan().detached()
+                    scan = request.scan()
                 except DecodeError:
-                    pass
-                else:
-                    stats = side.int_stats
-                    held += (0 if stats is None else len(stats) << 3) + TOPIC_BYTES * len(side.topic_partitions)
-            if side is None:
-                side = _side(response)
-            resp = (response.time, response.api_version, response.header_version, response.size,
-                    response.header_size, response.complete, response.header_tag_bytes, response.header_tags, side)
+                    scan = None
+            if scan is not None:
+                stats, topics, tagged = scan.int_stats, scan.topic_partitions, scan.tagged_fields
+                if stats is not None:
+                    stats = stats.tobytes()  # bytes: untracked by the GC, unlike an array
+                    held += len(stats)
+                if topics:
+                    held += TOPIC_BYTES * len(topics)
+                codes = scan.error_codes
+                req = (scan.tag_section_bytes, tuple(tagged) if tagged else (), scan.compact_delta, scan.int_slots,
+                       stats, tuple(topics.items()) if topics else (), tuple(codes.items()) if codes else (),
+                       _records(scan.records) if scan.record_spans else ())
+        if req is None:
+            req = _reason(request)
         connection = request.connection
+        if response is None:
+            return (request.time, exchange.latency, connection.id, connection.client_address, connection.broker,
+                    connection.node_id, header.client_id, api_key, request.api_name, version, header.version,
+                    header.correlation_id, request.size, header.size, complete, request.header_tag_bytes,
+                    request.header_tags, connection.client_software_name,
+                    connection.client_software_version, req, None, None, None, None, None, None, None, None,
+                    None), held
+        side = None
+        if response.complete:
+            scan = response._scanned
+            if type(scan) is not ScanResult:
+                try:
+                    scan = response.scan()
+                except DecodeError:
+                    scan = None
+            if scan is not None:
+                stats, topics, tagged = scan.int_stats, scan.topic_partitions, scan.tagged_fields
+                if stats is not None:
+                    stats = stats.tobytes()
+                    held += len(stats)
+                if topics:
+                    held += TOPIC_BYTES * len(topics)
+                codes = scan.error_codes
+                side = (scan.tag_section_bytes, tuple(tagged) if tagged else (), scan.compact_delta, scan.int_slots,
+                        stats, tuple(topics.items()) if topics else (), tuple(codes.items()) if codes else (),
+                        _records(scan.records) if scan.record_spans else ())
+        if side is None:
+            side = _reason(response)
         return (request.time, exchange.latency, connection.id, connection.client_address, connection.broker,
-                connection.node_id, request.client_id, api_key, request.api_name, version,
-                request.header_version, request.correlation_id, request.size, request.header_size, complete,
-                request.header_tag_bytes, request.header_tags, spec[0], spec[1], req, resp,
-                connection.client_software_name, connection.client_software_version), held
+                connection.node_id, header.client_id, api_key, request.api_name, version, header.version,
+                header.correlation_id, request.size, header.size, complete, request.header_tag_bytes,
+                request.header_tags, connection.client_software_name,
+                connection.client_software_version, req, response.time, response.api_version,
+                response.header_version, response.size, response.header_size, response.complete,
+                response.header_tag_bytes, response.header_tags, side), held

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from kinspect.capture.facts import FactsTaker
-from kinspect.capture.rows import RowBuilder
+from kinspect.capture.batch import BatchBuilder
 from kinspect.capture.writer import CaptureWriter
 from kinspect.protocol.codec import Codec
 from kinspect.protocol.specs.registry import SpecRegistry
@@ -35,7 +35,7 @@ class CaptureObserver:
         # A fixed wall_offset is kept as given (0 for events already in epoch seconds: pcap packet times).
         self._fixed_offset = wall_offset is not None
         self.wall_offset = wall_offset if wall_offset is not None else time.time() - time.monotonic()
-        self.writer = CaptureWriter(directory, RowBuilder(self.wall_offset),
+        self.writer = CaptureWriter(directory, BatchBuilder(self.wall_offset, codec.registry),
                                     max_file_bytes=max_file_bytes, max_file_seconds=max_file_seconds,
                                     queue_rows=queue_rows, row_group_rows=row_group_rows,
                                     queue_bytes=queue_bytes)

@@ -1,11 +1,12 @@
-"""The capture writer: a bounded queue of exchange facts, a thread that builds rows and writes rotated Parquet files.
+"""The capture writer: a bounded queue of exchange facts, a thread that turns them into rotated Parquet files.
 
 The event loop only appends to the queue (`offer`); when the queue holds `queue_rows`
 exchanges, or `queue_bytes` bytes (of the facts it holds, as the observer estimates
-them), the new one is dropped and counted. The thread turns facts into rows,
-writes a row group every `row_group_rows` rows, and rotates files by size and age. A
-file is written as `capture-<start-utc>-<seq>.parquet.tmp` and renamed to its final
-name only once closed, so a reader listing `*.parquet` never sees half a file.
+them), the new one is dropped and counted. The thread takes the facts a batch at a time
+(BATCH_ROWS, or what waited BATCH_SECONDS), makes one Arrow record batch of each
+(capture.batch), writes a row group every `row_group_rows` rows, and rotates files by
+size and age. A file is written as `capture-<start-utc>-<seq>.parquet.tmp` and renamed to
+its final name only once closed, so a reader listing `*.parquet` never sees half a file.
 """
 
 from __future__ import annotations
@@ -19,24 +20,26 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from kinspect.capture.columns import IntegerFieldColumns, record_batch
-from kinspect.capture.rows import RowBuilder
+from kinspect.capture.batch import BatchBuilder
+from kinspect.capture.facts import held_bytes
 from kinspect.capture.schema import arrow_schema
 
 log = logging.getLogger("kinspect.capture")
 
-_IDLE_WAIT = 0.05  # seconds the thread sleeps when the queue is empty (the loop never signals it)
-# The longest the event loop waits for the GIL while this thread builds rows. CPython hands the
-# GIL over only after sys.getswitchinterval() (5 ms by default) of a waiting thread: a busy
-# writer would add up to that to a forwarded frame's latency. Lowered, never raised, on start.
-SWITCH_INTERVAL = 0.0005
-# Rows wait for their row group as Arrow record batches of this many rows, not as dicts: ten
-# thousand pending dicts are objects the cyclic GC walks, in pauses the event loop shares.
-# A batch amortizes the Arrow kernels' fixed cost per call (capture.columns): 256 rows converted
-# at 78,000 rows per CPU second, 1,024 at 138,000 (bench_capture's rows). But each pa.array call
-# holds the GIL for its whole batch, whatever the switch interval: 256 rows keep that hold a
-# quarter as long, for the forwarding thread's tail latency, at well over the 30,000 rows/s needed.
-BATCH_ROWS = 256
+_IDLE_WAIT = 0.05  # seconds the thread sleeps when it has nothing to do (the loop never signals it)
+# The longest the event loop waits for the GIL while this thread runs Python code. CPython hands
+# the GIL to a waiting thread only after sys.getswitchinterval() (5 ms by default): a busy writer
+# would add up to that to each wake-up of the loop, and a forwarded frame needs one or two. At
+# 0.1 ms the wait stays well inside the 0.5 ms p99 budget; the cost is a GIL handoff per wake-up
+# of the loop while the writer works, the same at any interval. Lowered, never raised, on start.
+SWITCH_INTERVAL = 0.0001
+# Exchanges per record batch. Each batch costs a fixed ~40 pyarrow calls (one per column, a
+# dozen kernels for integer_fields), so tiny batches cost more per row; but each pa.array call
+# holds the GIL for its whole column, whatever the switch interval. On the recorded traffic the
+# longest (tagged_fields) holds it 0.23 ms at 512 rows, 0.37 ms at 1,024, at the same cost a row.
+BATCH_ROWS = 512
+# A batch that is not full is built once its first exchange waited this long in the queue.
+BATCH_SECONDS = 0.25
 
 
 class CaptureWriter:
@@ -47,7 +50,7 @@ class CaptureWriter:
     files_written; `queue_depth` is the queue's length now.
     """
 
-    def __init__(self, directory: str | Path, builder: RowBuilder, *, max_file_bytes: int = 64 * 1024 * 1024,
+    def __init__(self, directory: str | Path, builder: BatchBuilder, *, max_file_bytes: int = 64 * 1024 * 1024,
                  max_file_seconds: float = 300.0, queue_rows: int = 100_000, row_group_rows: int = 10_000,
                  queue_bytes: int = 256 * 1024 * 1024, compression: str | None = "zstd") -> None:
         for name, value in (("max_file_bytes", max_file_bytes), ("max_file_seconds", max_file_seconds),
@@ -65,7 +68,9 @@ class CaptureWriter:
         self.compression = compression  # Parquet column compression (None: plain, e.g. to search a file's bytes)
         # A deque appended by the event loop and popped by the thread: both are atomic in
         # CPython, and an append takes no lock (queue.Queue would take one and notify).
-        self._queue: collections.deque = collections.deque()  # (facts, bytes they hold)
+        # It holds the facts alone: the thread counts their bytes again (facts.held_bytes) as it
+        # takes them, rather than the loop making a (facts, bytes) pair for each.
+        self._queue: collections.deque = collections.deque()
         # Bytes held by the queue = offered - taken; each counter has one writer (the loop,
         # the thread), so neither update can be lost to the other.
         self._offered_bytes = 0
@@ -86,11 +91,13 @@ class CaptureWriter:
         self._tmp: Path | None = None
         self._final_stem = ""
         self._file_started = 0.0  # monotonic time of the open file's first row
-        self._pending: list[dict] = []  # rows not yet in a record batch (< BATCH_ROWS)
         self._batches: list = []  # record batches of the row group being gathered
         self._batched_rows = 0
-        self._schema = None
-        self._integer_fields = IntegerFieldColumns()  # the thread's own label tables
+        self._schema = arrow_schema()
+        # Imported now, on this thread: an import in the writer thread would hold the GIL ~0.1 s.
+        import pyarrow.compute  # noqa: F401
+        import pyarrow.parquet  # noqa: F401
+        self._waiting_since: float | None = None  # when the thread saw the queue's oldest exchange
         self._write_failed = False  # logged once; later failures are only counted
         self._file_rows = 0  # rows in the open file (lost with it if it cannot be finished)
 
@@ -105,7 +112,7 @@ class CaptureWriter:
         return self._offered_bytes - self._taken_bytes
 
     def offer(self, item, nbytes: int = 0) -> bool:
-        """Queue an exchange's facts (holding nbytes) without ever blocking.
+        """Queue an exchange's facts (holding nbytes: facts.held_bytes(item)) without ever blocking.
 
         False, and counted, when the queue is full by rows or by bytes, or closed.
         """
@@ -116,7 +123,7 @@ class CaptureWriter:
             return False
         self._offered_bytes += nbytes
         self.rows_accepted += 1
-        queue.append((item, nbytes))
+        queue.append(item)
         return True
 
     # ------------------------------------------------------------------ lifecycle
@@ -150,8 +157,8 @@ class CaptureWriter:
     def _run(self) -> None:
         while True:
             stopping = self._stop.is_set()
-            worked = self._drain(limit=self.row_group_rows)
-            if (self._writer is not None or self._pending or self._batches) and \
+            worked = self._drain(limit=self.row_group_rows, force=stopping)
+            if (self._writer is not None or self._batches) and \
                     time.monotonic() - self._file_started >= self.max_file_seconds:
                 self._finish_file()
             if stopping and not self._queue:
@@ -160,49 +167,53 @@ class CaptureWriter:
             if not worked:
                 self._stop.wait(_IDLE_WAIT)
 
-    def _drain(self, limit: int | None = None) -> int:
-        """Build rows from queued exchanges (at most limit); write a row group when one is full."""
+    def _drain(self, limit: int | None = None, force: bool = True) -> int:
+        """Turn queued exchanges into record batches (at most limit); write a row group when one is full.
+
+        A batch short of BATCH_ROWS waits until its first exchange was seen BATCH_SECONDS ago
+        (unless force, or the queue is half full by a bound): batches of a few rows would cost
+        their fixed pyarrow calls per row.
+        """
         queue, done = self._queue, 0
         while queue and (limit is None or done < limit):
-            item, nbytes = queue.popleft()
-            self._taken_bytes += nbytes
-            done += 1
-            try:
-                row = self.builder.build(item)
-            except Exception:  # one bad exchange must not stop the capture
-                self.row_errors += 1
-                if self.row_errors == 1:
-                    log.exception("capture: cannot build a row (further failures are only counted)")
-                continue
-            if not self._pending and not self._batches and self._writer is None:
+            size = min(len(queue), BATCH_ROWS, self.row_group_rows - self._batched_rows)
+            if size < BATCH_ROWS and not force and size < self.row_group_rows - self._batched_rows and \
+                    len(queue) < self.queue_rows // 2 and self.queued_bytes < self.queue_bytes // 2:
+                now = time.monotonic()
+                if self._waiting_since is None:
+                    self._waiting_since = now
+                if now - self._waiting_since < BATCH_SECONDS:
+                    break
+            self._waiting_since = None
+            popleft = queue.popleft
+            taken = [popleft() for _ in range(size)]
+            self._taken_bytes += sum(map(held_bytes, taken))
+            done += size
+            if not self._batches and self._writer is None:
                 self._file_started = time.monotonic()
-            self._pending.append(row)
-            if len(self._pending) >= BATCH_ROWS:
-                self._seal()
-            if self._batched_rows + len(self._pending) >= self.row_group_rows:
+            self._build(taken)
+            if self._batched_rows >= self.row_group_rows:
                 self._write_pending()
         return done
 
-    def _seal(self) -> None:
-        """Turn the pending rows into an Arrow record batch (one bad row loses its batch, counted)."""
-        rows, self._pending = self._pending, []
-        if not rows:
-            return
-        import pyarrow as pa
-
-        if self._schema is None:
-            self._schema = arrow_schema()
+    def _build(self, facts: list) -> None:
+        """Add a record batch of these exchanges; an exchange whose row cannot be built is counted and left out."""
         try:
-            self._batches.append(record_batch(rows, self._schema, self._integer_fields))
-            self._batched_rows += len(rows)
-        except Exception:
-            self.write_errors += len(rows)
-            if not self._write_failed:
-                self._write_failed = True
-                log.exception("capture: cannot convert %d rows (further failures are only counted)", len(rows))
+            batch = self.builder.build(facts)
+        except Exception:  # one bad exchange must not stop the capture: find it, keep the others
+            batch = None
+            if len(facts) > 1:
+                for one in facts:
+                    self._build([one])
+                return
+            self.row_errors += 1
+            if self.row_errors == 1:
+                log.exception("capture: cannot build a row (further failures are only counted)")
+        if batch is not None:
+            self._batches.append(batch)
+            self._batched_rows += batch.num_rows
 
     def _write_pending(self) -> None:
-        self._seal()
         batches, count = self._batches, self._batched_rows
         self._batches, self._batched_rows = [], 0
         if not count:
@@ -213,6 +224,7 @@ class CaptureWriter:
 
             if self._writer is None:
                 self._open(pq)
+            # write_table releases the GIL while it encodes and compresses.
             self._writer.write_table(pa.Table.from_batches(batches, schema=self._schema), row_group_size=count)
             self.rows_written += count
             self._file_rows += count
@@ -228,8 +240,6 @@ class CaptureWriter:
             self._finish_file()
 
     def _open(self, pq) -> None:
-        if self._schema is None:
-            self._schema = arrow_schema()
         started = datetime.now(UTC) - timedelta(seconds=max(0.0, time.monotonic() - self._file_started))
         self._seq += 1
         self._final_stem = f"capture-{started:%Y%m%dT%H%M%S}Z"

@@ -14,9 +14,8 @@ import uuid
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from kinspect.capture.columns import record_batch
+from kinspect.capture.batch import BatchBuilder
 from kinspect.capture.facts import FactsTaker
-from kinspect.capture.rows import RowBuilder
 from kinspect.capture.schema import COLUMN_NAMES, arrow_schema
 from kinspect.protocol.codec import Codec
 from kinspect.protocol.errors import UnknownApiError
@@ -80,15 +79,14 @@ def _plain(rows: list[dict]) -> list[dict]:
 
 
 class FactsRows:
-    """Rows the way the capture makes them: facts on the event loop, then rows and Arrow columns in the writer."""
+    """Rows the way the capture makes them: facts on the event loop, then a record batch of them in the writer."""
 
     def __init__(self, codec: Codec, wall_offset: float) -> None:
         self.take = FactsTaker(codec).take
-        self.rows = RowBuilder(wall_offset)
+        self.batches = BatchBuilder(wall_offset, codec.registry)
 
     def build_many(self, exchanges) -> list[dict]:
-        rows = [self.rows.build(self.take(x)[0]) for x in exchanges]
-        return _plain(record_batch(rows, SCHEMA).to_pylist())
+        return _plain(self.batches.build([self.take(x)[0] for x in exchanges]).to_pylist())
 
     def build(self, exchange) -> dict:
         return self.build_many([exchange])[0]

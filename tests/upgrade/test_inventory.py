@@ -14,8 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kinspect.analyze.inputs import check_capture_file
 from kinspect.capture.facts import FactsTaker
-from kinspect.capture.columns import record_batch
-from kinspect.capture.rows import RowBuilder
+from kinspect.capture.batch import BatchBuilder
 from kinspect.capture.schema import ADDED_IN, METADATA_VERSION_KEY, arrow_schema
 from kinspect.cli.main import main
 from kinspect.observers.inventory import METRIC_NAMES, InventoryObserver
@@ -89,7 +88,7 @@ def recorded(codec):
     observer = InventoryObserver([load_target(t) for t in TARGETS], label_overflow=metrics.label_overflow,
                                  api_name=codec.registry.api_name)
     metrics.registry.register(observer.collector())
-    builder, facts = RowBuilder(1_790_000_000.0), FactsTaker(codec)
+    builder, facts = BatchBuilder(1_790_000_000.0, codec.registry), FactsTaker(codec)
     rows = []
     connection_id = 0
     for client in CLIENTS:
@@ -98,7 +97,7 @@ def recorded(codec):
             info = ConnectionInfo(connection_id, f"10.0.{CLIENTS.index(client)}.1:{40000 + connection_id}", "tansu:9092")
             responses = requests.with_name(requests.name.replace("requests", "responses"))
             events = feed(Session(codec, info), requests.read_bytes(), responses.read_bytes(), [metrics, observer])
-            rows += [builder.build(facts.take(e)[0]) for e in events if isinstance(e, Exchange)]
+            rows += builder.build([facts.take(e)[0] for e in events if isinstance(e, Exchange)]).to_pylist()
     return observer, metrics, rows
 
 
@@ -196,7 +195,7 @@ def test_capture_rows_carry_software_and_magics_and_rebuild_the_same_inventory(r
     assert all(r["record_magics"] == [] for r in rows if r["api_key"] != 0)
     assert {r["client_software_name"] for r in rows} == {None, "kafka-python", "confluent-kafka-python"}
     schema = arrow_schema()
-    table = pa.Table.from_batches([record_batch(rows, schema)], schema=schema)
+    table = pa.Table.from_pylist(rows, schema=schema)
     assert table.schema.metadata[METADATA_VERSION_KEY] == b"2"
     rebuilt = Inventory.from_rows(table.to_pylist(), codec.registry.api_name)
     targets = [load_target(t) for t in TARGETS]
@@ -209,7 +208,7 @@ def test_capture_rows_carry_software_and_magics_and_rebuild_the_same_inventory(r
 
 def _write(rows: list, path: Path, version: int = 2) -> Path:
     schema = arrow_schema()
-    table = pa.Table.from_batches([record_batch(rows, schema)], schema=schema)
+    table = pa.Table.from_pylist(rows, schema=schema)
     if version == 1:
         table = table.drop_columns(list(ADDED_IN)).replace_schema_metadata({METADATA_VERSION_KEY: b"1"})
         table = table.set_column(0, "schema_version", pa.array([1] * len(rows), pa.int16()))

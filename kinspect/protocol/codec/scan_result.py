@@ -80,17 +80,6 @@ class ScanResult:
             raise ValueError("ScanResult.source is not set: the records spans point into no buffer")
         (_summarize_spans or _summarizer())(self.source, self.record_spans, self._summaries, done)
 
-    def detached(self) -> "ScanResult":
-        """Summarize every records span now and drop the reference to the scanned buffer.
-
-        What is left is facts only (no frame): the capture hands finished results to its
-        writer thread this way, which then only reads them.
-        """
-        if self.record_spans:
-            self.settle()
-        self.source = None
-        return self
-
     def finish(self) -> "ScanResult":
         """Fold the empty tag sections (one byte each) into the totals."""
         empty = self.empty_counter[0]
