@@ -104,7 +104,13 @@ class Request(_Lazy):
         return self._once("_decoded", self.codec.decode_request)
 
     def scan(self) -> ScanResult:
-        return self._once("_scanned", lambda frame: self.codec.scan_request(frame, self.header))
+        scanned = self._scanned
+        if type(scanned) is ScanResult:  # the common case, asked by every observer after the first: no call
+            return scanned
+        return self._once("_scanned", self._scan_frame)
+
+    def _scan_frame(self, frame: bytes) -> ScanResult:
+        return self.codec.scan_request(frame, self.header)
 
 
 @dataclass(slots=True, eq=False)
@@ -136,7 +142,13 @@ class Response(_Lazy):
         return self._once("_decoded", lambda frame: self.codec.decode_response(frame, self.api_key, self.api_version))
 
     def scan(self) -> ScanResult:
-        return self._once("_scanned", lambda frame: self.codec.scan_response(frame, self.api_key, self.api_version))
+        scanned = self._scanned
+        if type(scanned) is ScanResult:
+            return scanned
+        return self._once("_scanned", self._scan_frame)
+
+    def _scan_frame(self, frame: bytes) -> ScanResult:
+        return self.codec.scan_response(frame, self.api_key, self.api_version)
 
 
 @dataclass(slots=True, eq=False)
