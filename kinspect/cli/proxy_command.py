@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import signal
 
@@ -72,6 +73,10 @@ def overrides_from(args: argparse.Namespace) -> dict:
 async def serve(app: App) -> None:
     """Run until SIGTERM or SIGINT, then stop gracefully."""
     await app.start()
+    # What start-up built (compiled codecs, specs, modules) lives as long as the process: out of
+    # the collector's sight, each full collection walks only what traffic makes, a pause on the
+    # event loop that shows in every client's p99 (about 25 ms down to 7 in one capture-on run).
+    gc.freeze()
     server, config = app.server, app.config
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
