@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -38,7 +37,7 @@ def capture_schema():
     from pyspark.sql.pandas.types import from_arrow_schema
     from pyspark.sql.types import StructField, StructType, _parse_datatype_string
 
-    from kinspect.analyze.facts import OPTIONAL_COLUMNS
+    from kinspect.analyze.aggregates import OPTIONAL_COLUMNS
     from kinspect.capture.schema import arrow_schema
 
     schema = from_arrow_schema(arrow_schema())
@@ -87,16 +86,19 @@ def compute(spark, paths: list[str], top: int = 50, progress: Progress | None = 
             targets: dict | None = None) -> Analysis:
     """Every table of the report, collected on the driver (they are small aggregates).
 
-    The captures are read once: each exchange becomes a few facts, aggregated in one
-    shuffle into a small cube (kinspect.analyze.facts) that is kept in memory (or on
-    disk) while every table is derived from it. `targets` are the upgrade targets
-    (kinspect.analyze.upgrade; default: every release of the shipped specs).
+    The captures are read once, each needed column once: a few narrow aggregations
+    (kinspect.analyze.aggregates), each over its own columns, run in one Spark job and are
+    kept (memory, then disk) while every table is derived from them. `targets` are the
+    upgrade targets (kinspect.analyze.upgrade; default: every release of the shipped specs).
     """
+    from functools import reduce
+
     from pyspark import StorageLevel
     from pyspark.errors import PySparkException
+    from pyspark.sql import functions as F
     from py4j.protocol import Py4JJavaError
 
-    from kinspect.analyze.facts import build_facts
+    from kinspect.analyze.aggregates import AGGREGATES
     from kinspect.analyze.tables import TABLES
     from kinspect.analyze.upgrade import UPGRADE_TABLES, builtin_targets
     from kinspect.protocol.errors import SpecError
@@ -109,62 +111,81 @@ def compute(spark, paths: list[str], top: int = 50, progress: Progress | None = 
         except SpecError as exc:  # e.g. a driver given the package without its specs/ (a --py-files zip)
             say(f"no upgrade tables: {exc}")
             targets = {}
-    builders = {name: (lambda cube, build=build: build(cube, top)) for name, (build, _) in TABLES.items()}
+    builders = {name: (lambda aggs, build=build: build(aggs, top)) for name, (build, _) in TABLES.items()}
     if targets:
-        builders |= {name: (lambda cube, build=build: build(cube, targets))
+        builders |= {name: (lambda aggs, build=build: build(aggs, targets))
                      for name, (build, _) in UPGRADE_TABLES.items()}
     started = time.perf_counter()
     captures = read_captures(spark, paths)
     # the session may be the caller's: its settings come back as they were when the job ends
     saved = {key: spark.conf.get(key, None) for key in TUNED}
     partitions = size_shuffle(spark, captures)
-    cube = build_facts(captures).persist(StorageLevel.MEMORY_AND_DISK)
+    aggs = {name: build(captures).persist(StorageLevel.MEMORY_AND_DISK) for name, build in AGGREGATES.items()}
     result = Analysis(paths=paths)
     try:
-        spark.sparkContext.setJobDescription("kinspect analyze: read the captures into the fact cube")
+        spark.sparkContext.setJobDescription("kinspect analyze: read the captures into the aggregates")
+        # One action computes every aggregate: adaptive execution runs their scans and
+        # shuffles side by side, and each aggregate is kept for the tables.
+        counted = reduce(lambda a, b: a.unionByName(b),
+                         [agg.select(F.lit(name).alias("name")) for name, agg in aggs.items()])
         try:
-            result.fact_rows = cube.count()
+            sizes = {row["name"]: row["count"] for row in counted.groupBy("name").count().collect()}
         except (PySparkException, Py4JJavaError) as exc:
             # the one pass reads every file: a corrupt remote file shows up here
             raise AnalyzeInputError(f"cannot read captures at {', '.join(paths)}: {_first_line(exc)}") from None
+        result.fact_rows = sum(sizes.values())
         result.seconds["read"] = time.perf_counter() - started
-        # the tables are derived from the cube, which is small: few partitions for their shuffles
+        # the tables are derived from the aggregates, which are small: few partitions for their shuffles
         spark.conf.set("spark.sql.shuffle.partitions", str(max(1, min(partitions, result.fact_rows // 200_000))))
-        say(f"read: captures aggregated into {result.fact_rows:,} fact rows "
-            f"({partitions} shuffle partitions, {result.seconds['read']:.1f} s)")
-        # Each table is a small Spark job over the cached cube; a few run at once, so that one
-        # job's scheduling latency overlaps another's work (measured: faster than one job of
-        # all tables unioned, and than one after the other).
-        def collect(name: str):
-            started = time.perf_counter()
-            frame = builders[name](cube)
-            spark.sparkContext.setJobDescription(f"kinspect analyze: {name}")
-            rows = [r.asDict(recursive=True) for r in frame.collect()]
-            return rows, frame.schema, time.perf_counter() - started
-
+        say(f"read: captures aggregated into {result.fact_rows:,} rows "
+            f"({', '.join(f'{name} {sizes.get(name, 0):,}' for name in aggs)}; "
+            f"{partitions} shuffle partitions, {result.seconds['read']:.1f} s)")
         started = time.perf_counter()
-        with ThreadPoolExecutor(max_workers=4) as pool:
-            futures = {name: pool.submit(collect, name) for name in builders}
-            for name, future in futures.items():
-                rows, schema, seconds = future.result()
-                if name == "summary":
-                    if not rows or not rows[0]["exchanges"]:
-                        raise AnalyzeInputError(f"no capture rows in {', '.join(paths)}")
-                    check_schema_version(rows[0]["max_schema_version"], ", ".join(paths))
-                result.tables[name] = rows
-                result.schemas[name] = schema
-                result.seconds[name] = seconds
-                say(f"{name}: {len(rows)} rows ({seconds:.1f} s)")
+        frames = {name: build(aggs) for name, build in builders.items()}
+        spark.sparkContext.setJobDescription("kinspect analyze: the tables")
+        tables = collect_tables(frames)
         result.seconds["tables"] = time.perf_counter() - started
-        say(f"tables: {len(builders)} tables ({result.seconds['tables']:.1f} s)")
+        summary = tables.get("summary")
+        if not summary or not summary[0]["exchanges"]:
+            raise AnalyzeInputError(f"no capture rows in {', '.join(paths)}")
+        check_schema_version(summary[0]["max_schema_version"], ", ".join(paths))
+        for name, frame in frames.items():
+            result.tables[name] = tables.get(name, [])
+            result.schemas[name] = frame.schema
+            say(f"{name}: {len(result.tables[name])} rows")
+        say(f"tables: {len(frames)} tables ({result.seconds['tables']:.1f} s)")
     finally:
-        cube.unpersist()
+        for agg in aggs.values():
+            agg.unpersist()
         for key, value in saved.items():
             if value is None:
                 spark.conf.unset(key)
             else:
                 spark.conf.set(key, value)
     return result
+
+
+def collect_tables(frames: dict) -> dict[str, list[dict]]:
+    """Every table's rows (dicts, in each table's order), collected in one Spark action.
+
+    The tables are small, but each is a Spark job of its own with stages of its own: one
+    action over all of them (each row as JSON, tagged with its table and rank) lets
+    adaptive execution run their stages side by side, with one round trip to the driver.
+    """
+    import json
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    tagged = [frame.select(F.lit(name).alias("table"), F.monotonically_increasing_id().alias("rank"),
+                           F.to_json(F.struct(*[F.col(f"`{c}`") for c in frame.columns])).alias("row"))
+              for name, frame in frames.items()]
+    out: dict[str, list] = {name: [] for name in frames}
+    for table, rank, row in sorted(reduce(lambda a, b: a.unionByName(b), tagged).collect()):
+        out[table].append(row)
+    # JSON leaves null fields out: every column comes back, in the table's own order
+    return {name: [{c: values.get(c) for c in frames[name].columns} for values in map(json.loads, rows)]
+            for name, rows in out.items()}
 
 
 def analyze(spark, paths: list[str], out: str, top: int = 50, html: bool = True,
