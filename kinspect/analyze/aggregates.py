@@ -33,13 +33,20 @@ OPTIONAL_COLUMNS = {"client_software_name": "string", "client_software_version":
 REQUEST, RESPONSE, LATENCY = 0, 1, 2
 DIRECTIONS = {REQUEST: "request", RESPONSE: "response"}
 
-EXCHANGE_KEYS = ("software", "software_version", "client_id", "api", "api_key", "version", "response_version",
+EXCHANGE_KEYS = ("software", "software_version", "client_id", "api_key", "api_name", "version", "response_version",
                  "magic_mask", "first_flexible_version", "flexible", "schema_version")
 
 
 def api() -> Column:
     """The api name, or api_<key> for an api the specs do not know."""
     return F.coalesce(F.col("api_name"), F.concat(F.lit("api_"), F.col("api_key").cast("string")))
+
+
+def _named(agg: DataFrame) -> DataFrame:
+    """`api` in place of the (api_key, api_name) an aggregate was grouped by: computed once per
+    aggregate row instead of once per capture row."""
+    first = [c for c in agg.columns if c not in ("api_key", "api_name")]
+    return agg.select(api().alias("api"), *first)
 
 
 def _response_version() -> Column:
@@ -68,8 +75,8 @@ def exchanges(captures: DataFrame) -> DataFrame:
     kip_response = kip & F.col("response_compact_size").isNotNull() & has_response
     return (captures.select(
         F.coalesce(F.col("client_software_name"), F.lit("unknown")).alias("software"),
-        F.col("client_software_version").alias("software_version"), "client_id", api().alias("api"),
-        F.col("api_key").cast("int").alias("api_key"), F.col("request_version").cast("int").alias("version"),
+        F.col("client_software_version").alias("software_version"), "client_id",
+        F.col("api_key").cast("int").alias("api_key"), "api_name", F.col("request_version").cast("int").alias("version"),
         _response_version().cast("int").alias("response_version"), _magic_mask().alias("magic_mask"),
         F.col("first_flexible_version").cast("int").alias("first_flexible_version"), "flexible",
         F.col("schema_version").cast("int").alias("schema_version"),
@@ -90,7 +97,8 @@ def exchanges(captures: DataFrame) -> DataFrame:
              _sum_if(kip_request, F.col("request_compact_size")).alias("kip_request_compact"),
              _count_if(kip_response).alias("kip_responses"),
              _sum_if(kip_response, F.col("response_size")).alias("kip_response_bytes"),
-             _sum_if(kip_response, F.col("response_compact_size")).alias("kip_response_compact")))
+             _sum_if(kip_response, F.col("response_compact_size")).alias("kip_response_compact"))
+        .select(api().alias("api"), "*").drop("api_name"))
 
 
 def addresses(captures: DataFrame) -> DataFrame:
@@ -111,9 +119,10 @@ def values(captures: DataFrame) -> DataFrame:
     items = F.array(item(REQUEST, F.col("request_version"), "request_size"),
                     F.when(F.col("response_size").isNotNull(), item(RESPONSE, _response_version(), "response_size")),
                     F.when(F.col("latency_us").isNotNull(), item(LATENCY, None, "latency_us")))
-    return (captures.select(api().alias("api"), F.inline(items))
+    return (captures.select("api_key", "api_name", F.inline(items))
             .where(F.col("direction").isNotNull())
-            .groupBy("api", "direction", "version", "v").agg(F.count(F.lit(1)).alias("n")))
+            .groupBy("api_key", "api_name", "direction", "version", "v").agg(F.count(F.lit(1)).alias("n"))
+            .transform(_named))
 
 
 def topics(captures: DataFrame) -> DataFrame:
@@ -126,26 +135,29 @@ def topics(captures: DataFrame) -> DataFrame:
 
 
 def tags(captures: DataFrame) -> DataFrame:
-    return (captures.select(api().alias("api"), F.inline("tagged_fields"))
-            .groupBy("location", "api", "path", "tag", "name", "known")
-            .agg(F.count(F.lit(1)).alias("count"), F.sum("size").cast("bigint").alias("bytes")))
+    return (captures.select("api_key", "api_name", F.inline("tagged_fields"))
+            .groupBy("location", "api_key", "api_name", "path", "tag", "name", "known")
+            .agg(F.count(F.lit(1)).alias("count"), F.sum("size").cast("bigint").alias("bytes"))
+            .transform(_named))
 
 
 def integers(captures: DataFrame) -> DataFrame:
     hist = [F.sum(F.col("uvarint_hist")[i]).cast("bigint").alias(f"u{i + 1}") for i in range(10)]
     hist += [F.sum(F.col("zigzag_hist")[i]).cast("bigint").alias(f"z{i + 1}") for i in range(10)]
-    return (captures.select(api().alias("api"), F.inline("integer_fields"))
-            .groupBy("api", "location", "path", "type")
+    return (captures.select("api_key", "api_name", F.inline("integer_fields"))
+            .groupBy("api_key", "api_name", "location", "path", "type")
             .agg(F.count(F.lit(1)).alias("exchanges"), F.sum("count").cast("bigint").alias("count"),
                  F.sum("fixed_bytes").cast("bigint").alias("fixed_bytes"),
                  F.sum("zigzag_bytes").cast("bigint").alias("packed_bytes"),
-                 F.sum("uvarint_bytes").cast("bigint").alias("upacked_bytes"), *hist))
+                 F.sum("uvarint_bytes").cast("bigint").alias("upacked_bytes"), *hist)
+            .transform(_named))
 
 
 def errors(captures: DataFrame) -> DataFrame:
-    return (captures.select(api().alias("api"), F.inline("error_codes"))
-            .groupBy("api", F.col("code").cast("int").alias("code"), "name")
-            .agg(F.sum("count").cast("bigint").alias("count"), F.count(F.lit(1)).alias("exchanges")))
+    return (captures.select("api_key", "api_name", F.inline("error_codes"))
+            .groupBy("api_key", "api_name", F.col("code").cast("int").alias("code"), "name")
+            .agg(F.sum("count").cast("bigint").alias("count"), F.count(F.lit(1)).alias("exchanges"))
+            .transform(_named))
 
 
 # name -> how it is computed from the captures, in the order the job starts them
