@@ -69,14 +69,16 @@ TUNED = ("spark.sql.adaptive.enabled", "spark.sql.adaptive.coalescePartitions.en
 
 
 def size_shuffle(spark, captures) -> int:
-    """Shuffle partitions sized to the input (one per 64 MB of capture files, at least the
-    cores), with adaptive execution on to coalesce them further. Returns the number."""
+    """Shuffle partitions sized to the input (one per 64 MB of capture files; at least the
+    cores once there are two or more, and one for a small input, whose tasks would be
+    mostly scheduling), with adaptive execution on to coalesce them further. Returns the number."""
     try:
         size = int(str(captures._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
     except Exception:  # a plan without statistics (or a Spark Connect session): Spark's own defaults stay
         return int(spark.conf.get("spark.sql.shuffle.partitions"))
     cores = spark.sparkContext.defaultParallelism
-    partitions = max(cores, min(400, -(-size // (64 << 20))))
+    partitions = min(400, -(-size // (64 << 20)))
+    partitions = 1 if partitions <= 1 else max(cores, partitions)
     spark.conf.set("spark.sql.adaptive.enabled", "true")
     spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", "true")
     spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
