@@ -15,7 +15,9 @@ fresh directory) on one SparkSession (local[2], 2 GB driver), after one untimed 
 run. The peer, measured in the same run right after each job: a plain pyarrow read of
 every column of the same files (`pyarrow.parquet.read_table`). Printed per size: median
 job seconds with every repetition, rows per second, the median read and job/read ratio,
-and where the job's time went (read into the fact cube, tables, report). Last,
+where the job's time went (read into the aggregates, tables, report), and the CPU seconds
+each used (/proc: Spark's JVM plus this process for the job, this process for the read),
+a ratio that a busy machine skews less than the wall-clock one. Last,
 time(largest) / time(smallest) against the ideal linear ratio of the sizes.
 """
 
@@ -32,6 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from proc_cpu import cpu_seconds  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 from kinspect.analyze.job import analyze  # noqa: E402
 
 # api key, name (None: unknown to the specs), lowest and highest version, first flexible version, weight
@@ -218,21 +221,25 @@ def dataset(root: Path, rows: int, chunk: int = 1_000_000) -> Path:
     return where
 
 
-def pyarrow_read(where: Path) -> float:
+def pyarrow_read(where: Path) -> tuple[float, float]:
+    """Seconds and CPU seconds of a pyarrow read of every column of every capture file."""
     import pyarrow.parquet as pq
 
-    started = time.perf_counter()
+    cpu, started = cpu_seconds(os.getpid()), time.perf_counter()
     for file in sorted(where.glob("capture-*.parquet")):
         pq.read_table(file)
-    return time.perf_counter() - started
+    return time.perf_counter() - started, cpu_seconds(os.getpid()) - cpu
 
 
-def run_job(spark, where: Path) -> tuple[float, dict]:
+def run_job(spark, where: Path) -> tuple[float, dict, float]:
+    """Seconds, where they went, and CPU seconds (Spark's JVM and this process) of the whole job."""
     out = Path(tempfile.mkdtemp(prefix="kinspect-bench-report-"))
+    jvm = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
     try:
-        started = time.perf_counter()
+        cpu, started = cpu_seconds(jvm) + cpu_seconds(os.getpid()), time.perf_counter()
         result = analyze(spark, [str(where)], str(out))
-        return time.perf_counter() - started, result.seconds
+        seconds = time.perf_counter() - started
+        return seconds, result.seconds, cpu_seconds(jvm) + cpu_seconds(os.getpid()) - cpu
     finally:
         shutil.rmtree(out, ignore_errors=True)
 
@@ -276,19 +283,25 @@ def measure(args, root: Path, sizes: list[int], reps: list[int]) -> int:
     try:
         run_job(spark, warm)
         for rows, n in zip(sizes, reps):
-            jobs, reads, parts = [], [], []
+            jobs, reads, parts, job_cpus, read_cpus = [], [], [], [], []
             for _ in range(n):
-                seconds, where_time = run_job(spark, datasets[rows])
+                seconds, where_time, job_cpu = run_job(spark, datasets[rows])
                 jobs.append(seconds)
                 parts.append(where_time)
-                reads.append(pyarrow_read(datasets[rows]))
+                job_cpus.append(job_cpu)
+                read, read_cpu = pyarrow_read(datasets[rows])
+                reads.append(read)
+                read_cpus.append(read_cpu)
             job, read = statistics.median(jobs), statistics.median(reads)
+            job_cpu, read_cpu = statistics.median(job_cpus), statistics.median(read_cpus)
             results[rows] = job
             split = {k: statistics.median(p[k] for p in parts) for k in ("read", "tables", "report")}
             print(f"{rows:>11,} rows  job {job:7.1f} s (median of {n}: {_spread(jobs)})  {rows / job:>9,.0f} rows/s  "
                   f"pyarrow read {read:6.1f} s ({_spread(reads)})  job/read {job / read:5.2f}x  "
                   f"[read+aggregate {split['read']:.1f} s, tables {split['tables']:.1f} s, "
-                  f"report {split['report']:.1f} s]", flush=True)
+                  f"report {split['report']:.1f} s]  CPU: job {job_cpu:.1f} s ({_spread(job_cpus)}), "
+                  f"read {read_cpu:.1f} s ({_spread(read_cpus)}), job/read {job_cpu / max(read_cpu, 0.01):.2f}x",
+                  flush=True)
     finally:
         spark.stop()
     small, large = sizes[0], sizes[-1]

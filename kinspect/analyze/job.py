@@ -38,7 +38,7 @@ def capture_schema():
     from pyspark.sql.pandas.types import from_arrow_schema
     from pyspark.sql.types import StructField, StructType, _parse_datatype_string
 
-    from kinspect.analyze.facts import OPTIONAL_COLUMNS
+    from kinspect.analyze.aggregates import OPTIONAL_COLUMNS
     from kinspect.capture.schema import arrow_schema
 
     schema = from_arrow_schema(arrow_schema())
@@ -69,14 +69,16 @@ TUNED = ("spark.sql.adaptive.enabled", "spark.sql.adaptive.coalescePartitions.en
 
 
 def size_shuffle(spark, captures) -> int:
-    """Shuffle partitions sized to the input (one per 64 MB of capture files, at least the
-    cores), with adaptive execution on to coalesce them further. Returns the number."""
+    """Shuffle partitions sized to the input (one per 64 MB of capture files; at least the
+    cores once there are two or more, and one for a small input, whose tasks would be
+    mostly scheduling), with adaptive execution on to coalesce them further. Returns the number."""
     try:
         size = int(str(captures._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
     except Exception:  # a plan without statistics (or a Spark Connect session): Spark's own defaults stay
         return int(spark.conf.get("spark.sql.shuffle.partitions"))
     cores = spark.sparkContext.defaultParallelism
-    partitions = max(cores, min(400, -(-size // (64 << 20))))
+    partitions = min(400, -(-size // (64 << 20)))
+    partitions = 1 if partitions <= 1 else max(cores, partitions)
     spark.conf.set("spark.sql.adaptive.enabled", "true")
     spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", "true")
     spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
@@ -87,16 +89,19 @@ def compute(spark, paths: list[str], top: int = 50, progress: Progress | None = 
             targets: dict | None = None) -> Analysis:
     """Every table of the report, collected on the driver (they are small aggregates).
 
-    The captures are read once: each exchange becomes a few facts, aggregated in one
-    shuffle into a small cube (kinspect.analyze.facts) that is kept in memory (or on
-    disk) while every table is derived from it. `targets` are the upgrade targets
-    (kinspect.analyze.upgrade; default: every release of the shipped specs).
+    The captures are read once, each needed column once: a few narrow aggregations
+    (kinspect.analyze.aggregates), each over its own columns, run in one Spark job and are
+    kept (memory, then disk) while every table is derived from them. `targets` are the
+    upgrade targets (kinspect.analyze.upgrade; default: every release of the shipped specs).
     """
+    from functools import reduce
+
     from pyspark import StorageLevel
     from pyspark.errors import PySparkException
+    from pyspark.sql import functions as F
     from py4j.protocol import Py4JJavaError
 
-    from kinspect.analyze.facts import build_facts
+    from kinspect.analyze.aggregates import AGGREGATES
     from kinspect.analyze.tables import TABLES
     from kinspect.analyze.upgrade import UPGRADE_TABLES, builtin_targets
     from kinspect.protocol.errors import SpecError
@@ -109,35 +114,42 @@ def compute(spark, paths: list[str], top: int = 50, progress: Progress | None = 
         except SpecError as exc:  # e.g. a driver given the package without its specs/ (a --py-files zip)
             say(f"no upgrade tables: {exc}")
             targets = {}
-    builders = {name: (lambda cube, build=build: build(cube, top)) for name, (build, _) in TABLES.items()}
+    builders = {name: (lambda aggs, build=build: build(aggs, top)) for name, (build, _) in TABLES.items()}
     if targets:
-        builders |= {name: (lambda cube, build=build: build(cube, targets))
+        builders |= {name: (lambda aggs, build=build: build(aggs, targets))
                      for name, (build, _) in UPGRADE_TABLES.items()}
     started = time.perf_counter()
     captures = read_captures(spark, paths)
     # the session may be the caller's: its settings come back as they were when the job ends
     saved = {key: spark.conf.get(key, None) for key in TUNED}
     partitions = size_shuffle(spark, captures)
-    cube = build_facts(captures).persist(StorageLevel.MEMORY_AND_DISK)
+    aggs = {name: build(captures).persist(StorageLevel.MEMORY_AND_DISK) for name, build in AGGREGATES.items()}
     result = Analysis(paths=paths)
     try:
-        spark.sparkContext.setJobDescription("kinspect analyze: read the captures into the fact cube")
+        spark.sparkContext.setJobDescription("kinspect analyze: read the captures into the aggregates")
+        # One action computes every aggregate: adaptive execution runs their scans and
+        # shuffles side by side, and each aggregate is kept for the tables.
+        counted = reduce(lambda a, b: a.unionByName(b),
+                         [agg.select(F.lit(name).alias("name")) for name, agg in aggs.items()])
         try:
-            result.fact_rows = cube.count()
+            sizes = {row["name"]: row["count"] for row in counted.groupBy("name").count().collect()}
         except (PySparkException, Py4JJavaError) as exc:
             # the one pass reads every file: a corrupt remote file shows up here
             raise AnalyzeInputError(f"cannot read captures at {', '.join(paths)}: {_first_line(exc)}") from None
+        result.fact_rows = sum(sizes.values())
         result.seconds["read"] = time.perf_counter() - started
-        # the tables are derived from the cube, which is small: few partitions for their shuffles
+        # the tables are derived from the aggregates, which are small: few partitions for their shuffles
         spark.conf.set("spark.sql.shuffle.partitions", str(max(1, min(partitions, result.fact_rows // 200_000))))
-        say(f"read: captures aggregated into {result.fact_rows:,} fact rows "
-            f"({partitions} shuffle partitions, {result.seconds['read']:.1f} s)")
-        # Each table is a small Spark job over the cached cube; a few run at once, so that one
-        # job's scheduling latency overlaps another's work (measured: faster than one job of
-        # all tables unioned, and than one after the other).
+        say(f"read: captures aggregated into {result.fact_rows:,} rows "
+            f"({', '.join(f'{name} {sizes.get(name, 0):,}' for name in aggs)}; "
+            f"{partitions} shuffle partitions, {result.seconds['read']:.1f} s)")
+        # Each table is a small Spark job over the kept aggregates; a few run at once, so that one
+        # job's scheduling latency overlaps another's work (measured: less CPU than one action
+        # over all the tables unioned, whose one large plan costs more to optimize, and less
+        # time than one job after the other).
         def collect(name: str):
             started = time.perf_counter()
-            frame = builders[name](cube)
+            frame = builders[name](aggs)
             spark.sparkContext.setJobDescription(f"kinspect analyze: {name}")
             rows = [r.asDict(recursive=True) for r in frame.collect()]
             return rows, frame.schema, time.perf_counter() - started
@@ -158,7 +170,8 @@ def compute(spark, paths: list[str], top: int = 50, progress: Progress | None = 
         result.seconds["tables"] = time.perf_counter() - started
         say(f"tables: {len(builders)} tables ({result.seconds['tables']:.1f} s)")
     finally:
-        cube.unpersist()
+        for agg in aggs.values():
+            agg.unpersist()
         for key, value in saved.items():
             if value is None:
                 spark.conf.unset(key)

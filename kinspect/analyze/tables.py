@@ -1,4 +1,4 @@
-"""The report's tables, each derived from the one fact aggregate (kinspect.analyze.facts), never from the captures.
+"""The report's tables, each derived from the job's aggregates (kinspect.analyze.aggregates), never from the captures.
 
 Definitions shared by every table (docs/analyze.md repeats them):
 - `api` is the api name, or `api_<key>` for an api the specs do not know.
@@ -23,7 +23,9 @@ from typing import Callable
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from kinspect.analyze import facts as K
+from kinspect.analyze import aggregates as A
+
+Aggregates = dict[str, DataFrame]  # name -> aggregate (kinspect.analyze.aggregates.AGGREGATES)
 
 PERCENTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
 OTHER = "(other)"
@@ -32,10 +34,6 @@ OTHER = "(other)"
 def ordered(df: DataFrame, *columns) -> DataFrame:
     """A small table sorted in one partition: no range-partitioning job, which a global sort would start."""
     return df.coalesce(1).sortWithinPartitions(*columns)
-
-
-def _kind(cube: DataFrame, kind: int) -> DataFrame:
-    return cube.where(F.col("kind") == kind)
 
 
 def percentiles(scale: float | None = None) -> list[Column]:
@@ -56,40 +54,39 @@ def with_ranks(df: DataFrame, keys: list[str]) -> DataFrame:
             .withColumn("total", F.sum("n").over(Window.partitionBy(*keys))))
 
 
-def summary(cube: DataFrame, top: int) -> DataFrame:
-    # one aggregation over the cube, each figure from the rows of its kind
-    def of(kind: int, column: str, cond: Column | None = None) -> Column:
-        test = F.col("kind") == kind
-        return F.when(test & cond if cond is not None else test, F.col(column))
-
-    return cube.agg(
-        F.sum(of(K.SUMMARY, "n")).alias("exchanges"), F.sum(of(K.SUMMARY, "m3")).alias("responses"),
-        F.min(of(K.SUMMARY, "lo")).alias("first_request_us"), F.max(of(K.SUMMARY, "hi")).alias("last_request_us"),
-        F.sum(of(K.SUMMARY, "m1")).alias("request_bytes"),
-        F.coalesce(F.sum(of(K.SUMMARY, "m2")), F.lit(0)).alias("response_bytes"),
-        F.countDistinct(of(K.SIZE, "api", F.col("s1") == "request")).alias("apis"),
-        F.count(of(K.CLIENT, "s1")).alias("client_ids"),
-        F.sum(of(K.SUMMARY, "m4")).alias("request_decode_errors"),
-        F.sum(of(K.SUMMARY, "m5")).alias("response_decode_errors"),
-        F.sum(of(K.SUMMARY, "m6")).alias("requests_not_inspected"),
-        F.min(of(K.SUMMARY, "i1")).alias("min_schema_version"), F.max(of(K.SUMMARY, "i1")).alias("max_schema_version"))
+def summary(aggs: Aggregates, top: int) -> DataFrame:
+    return aggs["exchanges"].agg(
+        F.sum("n").alias("exchanges"), F.sum("responses").alias("responses"),
+        F.min("lo").alias("first_request_us"), F.max("hi").alias("last_request_us"),
+        F.sum("request_bytes").alias("request_bytes"), F.sum("response_bytes").alias("response_bytes"),
+        # not countDistinct: two of them make Spark expand every row once per distinct column
+        F.size(F.collect_set("api")).cast("bigint").alias("apis"),
+        F.size(F.collect_set("client_id")).cast("bigint").alias("client_ids"),
+        F.sum("request_decode_errors").alias("request_decode_errors"),
+        F.sum("response_decode_errors").alias("response_decode_errors"),
+        F.sum("requests_not_inspected").alias("requests_not_inspected"),
+        F.min("schema_version").alias("min_schema_version"), F.max("schema_version").alias("max_schema_version"))
 
 
-def api_sizes(cube: DataFrame, top: int) -> DataFrame:
+def _sizes(aggs: Aggregates) -> DataFrame:
+    direction = F.when(F.col("direction") == A.REQUEST, "request").otherwise("response")
+    return (aggs["values"].where(F.col("direction") != A.LATENCY)
+            .select("api", direction.alias("direction"), "version", "v", "n"))
+
+
+def api_sizes(aggs: Aggregates, top: int) -> DataFrame:
     keys = ["api", "direction", "version"]
-    sizes = _kind(cube, K.SIZE).select(F.col("api"), F.col("s1").alias("direction"), F.col("i1").alias("version"),
-                                       "v", "n")
-    return (with_ranks(sizes, keys).groupBy(*keys)
+    return (with_ranks(_sizes(aggs), keys).groupBy(*keys)
             .agg(F.sum("n").alias("count"), *percentiles(),
                  F.max("v").alias("max"), F.sum(F.col("v") * F.col("n")).alias("sum"))
             .transform(ordered, *keys))
 
 
-def size_histogram(cube: DataFrame, top: int) -> DataFrame:
+def size_histogram(aggs: Aggregates, top: int) -> DataFrame:
     # bin() is the exact binary string of the size: its length - 1 is floor(log2(size)),
     # with no floating-point log at powers of two.
     bucket = (F.length(F.bin(F.col("v"))) - 1).cast("int")
-    return (_kind(cube, K.SIZE).select(F.col("api"), F.col("s1").alias("direction"), bucket.alias("bucket"), "n")
+    return (_sizes(aggs).select("api", "direction", bucket.alias("bucket"), "n")
             .groupBy("api", "direction", "bucket").agg(F.sum("n").alias("count"))
             .withColumn("min_bytes", F.expr("shiftleft(CAST(1 AS BIGINT), bucket)"))
             .select("api", "direction", "bucket", "min_bytes", "count")
@@ -113,23 +110,19 @@ def _top_with_other(rows: DataFrame, key: str, top: int) -> DataFrame:
     return head.select(*columns, "rank").unionByName(tail.select(*columns, "rank")).transform(ordered, "rank").drop("rank")
 
 
-def top_clients(cube: DataFrame, top: int) -> DataFrame:
-    rows = _kind(cube, K.CLIENT).select(F.col("s1").alias("client_id"), F.col("n").alias("exchanges"),
-                                        F.col("m1").alias("request_bytes"), F.col("m2").alias("response_bytes"))
+def top_clients(aggs: Aggregates, top: int) -> DataFrame:
+    rows = (aggs["exchanges"].groupBy("client_id")
+            .agg(F.sum("n").alias("exchanges"), F.sum("request_bytes").alias("request_bytes"),
+                 F.sum("response_bytes").alias("response_bytes")))
     return _top_with_other(rows, "client_id", top)
 
 
-def top_topics(cube: DataFrame, top: int) -> DataFrame:
-    rows = _kind(cube, K.TOPIC).select(F.col("s1").alias("topic"), F.col("n").alias("exchanges"),
-                                       F.col("m1").alias("request_bytes"), F.col("m2").alias("response_bytes"))
-    return _top_with_other(rows, "topic", top)
+def top_topics(aggs: Aggregates, top: int) -> DataFrame:
+    return _top_with_other(aggs["topics"], "topic", top)
 
 
-def tagged_fields(cube: DataFrame, top: int) -> DataFrame:
-    return (_kind(cube, K.TAG)
-            .select(F.col("s1").alias("location"), "api", F.col("s2").alias("path"), F.col("i1").alias("tag"),
-                    F.col("s3").alias("name"), F.col("i2").cast("boolean").alias("known"),
-                    F.col("n").alias("count"), F.col("m1").alias("bytes"))
+def tagged_fields(aggs: Aggregates, top: int) -> DataFrame:
+    return (aggs["tags"].select("location", "api", "path", "tag", "name", "known", "count", "bytes")
             .transform(ordered, "location", "api", "path", "tag", F.col("name").asc_nulls_first()))
 
 
@@ -137,23 +130,29 @@ def _saved_pct(saved: str, total: str) -> Column:
     return F.when(F.col(total) > 0, F.col(saved) * 100.0 / F.col(total))
 
 
-def kip482_savings(cube: DataFrame, top: int) -> DataFrame:
-    return (_kind(cube, K.KIP482)
-            .select("api", F.col("s1").alias("direction"), F.col("i1").alias("version"),
-                    F.col("i2").alias("compact_version"), F.col("n").alias("count"),
-                    F.col("m1").alias("bytes_today"), F.col("m2").alias("bytes_compact"))
+def kip482_savings(aggs: Aggregates, top: int) -> DataFrame:
+    def side(direction: str, version: str, prefix: str) -> DataFrame:
+        return (aggs["exchanges"].where(F.col(f"{prefix}s") > 0)
+                .select("api", F.lit(direction).alias("direction"), F.col(version).alias("version"),
+                        F.col("first_flexible_version").alias("compact_version"), F.col(f"{prefix}s").alias("n"),
+                        F.col(f"{prefix}_bytes").alias("today"), F.col(f"{prefix}_compact").alias("compact")))
+
+    keys = ["api", "direction", "version", "compact_version"]
+    return (side("request", "version", "kip_request").unionByName(side("response", "response_version", "kip_response"))
+            .groupBy(*keys)
+            .agg(F.sum("n").alias("count"), F.sum("today").alias("bytes_today"),
+                 F.sum("compact").alias("bytes_compact"))
             .withColumn("saved", F.col("bytes_today") - F.col("bytes_compact"))
             .withColumn("saved_pct", _saved_pct("saved", "bytes_today"))
             .transform(ordered, "api", "direction", "version"))
 
 
-def varint_savings(cube: DataFrame, top: int) -> DataFrame:
+def varint_savings(aggs: Aggregates, top: int) -> DataFrame:
     fixed, packed, upacked = F.col("fixed_bytes"), F.col("packed_bytes"), F.col("upacked_bytes")
     best = F.least(fixed, packed, upacked)
-    return (_kind(cube, K.VARINT)
-            .select("api", F.col("s1").alias("location"), F.col("s2").alias("path"), F.col("s3").alias("type"),
-                    F.col("n").alias("exchanges"), F.col("m1").alias("count"), F.col("m2").alias("fixed_bytes"),
-                    F.col("m3").alias("packed_bytes"), F.col("m4").alias("upacked_bytes"))
+    return (aggs["integers"]
+            .select("api", "location", "path", "type", "exchanges", "count", "fixed_bytes", "packed_bytes",
+                    "upacked_bytes")
             .withColumn("best_bytes", best)
             # ties go to the simpler encoding: fixed, then packed
             .withColumn("best", F.when(best == fixed, "fixed").when(best == packed, "packed").otherwise("upacked"))
@@ -161,34 +160,30 @@ def varint_savings(cube: DataFrame, top: int) -> DataFrame:
             .transform(ordered, "api", "location", "path"))
 
 
-def varint_histogram(cube: DataFrame, top: int) -> DataFrame:
-    slots = F.array(*[F.struct(F.lit("unsigned" if i < 10 else "zigzag").alias("encoding"),
-                               F.lit(i % 10 + 1).alias("bytes"), F.col(f"h{i}").alias("count"))
-                      for i in range(20)])
-    return (_kind(cube, K.VARINT)
-            .select("api", F.col("s1").alias("location"), F.col("s2").alias("path"), F.col("s3").alias("type"),
-                    F.inline(slots))
+def varint_histogram(aggs: Aggregates, top: int) -> DataFrame:
+    slots = F.array(*[F.struct(F.lit(encoding).alias("encoding"), F.lit(i).alias("bytes"),
+                               F.col(f"{encoding[0]}{i}").alias("count"))
+                      for encoding in ("unsigned", "zigzag") for i in range(1, 11)])
+    return (aggs["integers"].select("api", "location", "path", "type", F.inline(slots))
             .where(F.col("count") > 0)
             .transform(ordered, "api", "location", "path", "encoding", "bytes"))
 
 
-def latency(cube: DataFrame, top: int) -> DataFrame:
-    rows = _kind(cube, K.LATENCY).select("api", "v", "n")
+def latency(aggs: Aggregates, top: int) -> DataFrame:
+    rows = aggs["values"].where(F.col("direction") == A.LATENCY).select("api", "v", "n")
     return (with_ranks(rows, ["api"]).groupBy("api")
             .agg(F.sum("n").alias("count"), *percentiles(1000.0), (F.max("v") / 1000.0).alias("max"))
             .withColumnsRenamed({name: f"{name}_ms" for name, _ in PERCENTILES} | {"max": "max_ms"})
             .transform(ordered, "api"))
 
 
-def error_codes(cube: DataFrame, top: int) -> DataFrame:
-    return (_kind(cube, K.ERROR)
-            .select("api", F.col("i1").alias("code"), F.col("s1").alias("name"), F.col("m1").alias("count"),
-                    F.col("n").alias("exchanges"))
+def error_codes(aggs: Aggregates, top: int) -> DataFrame:
+    return (aggs["errors"].select("api", "code", "name", "count", "exchanges")
             .transform(ordered, "api", F.col("count").desc(), "code"))
 
 
 # name -> (function, one-line description), in report order
-TABLES: dict[str, tuple[Callable[[DataFrame, int], DataFrame], str]] = {
+TABLES: dict[str, tuple[Callable[[Aggregates, int], DataFrame], str]] = {
     "summary": (summary, "exchanges, bytes, time range and decode problems of the whole capture"),
     "api_sizes": (api_sizes, "message sizes per api, direction and version: count, p50, p90, p99, max, sum"),
     "size_histogram": (size_histogram, "message sizes per api and direction in power-of-two buckets"),

@@ -10,7 +10,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from kinspect.analyze.inputs import AnalyzeInputError, check_inputs, check_java, is_local, local_path
+from kinspect.analyze.inputs import (AnalyzeInputError, check_inputs, check_java, is_local, local_path,
+                                     session_conf)
 
 # The masters spark-submit knows; anything else fails only after the JVM's start-up.
 _MASTER = re.compile(
@@ -88,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
         check_out(args.out)
         check_java()
         check_inputs(args.captures)
+        conf = {**session_conf(args.captures, args.master), **conf}  # small captures: a cheaper JIT
         spark_session = _import_spark()
     except AnalyzeInputError as exc:
         print(f"kinspect analyze: {exc}", file=sys.stderr)

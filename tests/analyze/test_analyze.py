@@ -385,6 +385,24 @@ def test_missing_directory(tmp_path):
         check_inputs([str(tmp_path / "nowhere")])
 
 
+def test_session_conf_small_captures_get_a_cheaper_jit(tmp_path):
+    from kinspect.analyze.inputs import SMALL_ROWS, local_rows, session_conf
+
+    write_captures(tmp_path / "c", 300, files=2)
+    assert local_rows([str(tmp_path / "c")]) == 300
+    assert session_conf([str(tmp_path / "c")], "local[2]") == {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
+    assert session_conf([str(tmp_path / "c")], "spark://127.0.0.1:7077") == {}  # executors elsewhere: no guess
+    assert session_conf(["s3a://bucket/captures"], "local[2]") == {}  # rows unknown before Spark reads them
+    assert local_rows(["s3a://bucket/captures"]) is None
+    table = pq.read_table(next((tmp_path / "c").glob("capture-*.parquet")))
+    big = tmp_path / "big"
+    big.mkdir()
+    with pq.ParquetWriter(big / "capture-00000.parquet", table.schema) as writer:
+        for _ in range(SMALL_ROWS // table.num_rows + 1):
+            writer.write_table(table)
+    assert local_rows([str(big)]) > SMALL_ROWS and session_conf([str(big)], "local[2]") == {}
+
+
 def test_directory_without_captures(tmp_path):
     (tmp_path / "capture-00001.parquet.tmp").write_bytes(b"")
     with pytest.raises(AnalyzeInputError, match=r"^no capture files \(capture-\*\.parquet\) in "):
