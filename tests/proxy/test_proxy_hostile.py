@@ -134,7 +134,12 @@ def test_hostile_requests_to_a_real_broker(broker_rig, codec: Codec):
         recorded = relay.connections[i]
         sent_path = relay.out_dir / f"{recorded.number:03d}.requests.bin"
         back_path = relay.out_dir / f"{recorded.number:03d}.responses.bin"
-        assert sent_path.read_bytes() == b"".join(chunks), f"scenario {i}: requests changed on the way"
+        # Every byte kinspect sent is the client's, in order. Tansu may close on a bad frame before the
+        # rest arrives (a race the machine's load decides), so what reached it is a prefix of what was
+        # sent, and always holds the valid ApiVersions whole.
+        forwarded = sent_path.read_bytes()
+        assert b"".join(chunks).startswith(forwarded), f"scenario {i}: requests changed on the way"
+        assert len(forwarded) >= len(ok), f"scenario {i}: the valid ApiVersions was not forwarded"
         answered = back_path.read_bytes() if back_path.exists() else b""
         assert received == answered, f"scenario {i}: responses changed on the way"
         assert len(received) >= 8, f"scenario {i}: the valid ApiVersions was not answered"
