@@ -254,7 +254,7 @@ def main() -> int:
     parser.add_argument("--reps", default="3,2", help="repetitions per size (comma list, last one repeats)")
     parser.add_argument("--data", type=Path, help="where to generate (and keep) the captures; default: a "
                         "temporary directory removed at the end")
-    parser.add_argument("--warm-rows", type=int, default=50_000, help="rows of the untimed warm-up run")
+    parser.add_argument("--warm-rows", type=int, default=50_000, help="rows of the untimed warm-up run (0: none)")
     parser.add_argument("--master", default="local[2]")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -271,7 +271,7 @@ def main() -> int:
 
 def measure(args, root: Path, sizes: list[int], reps: list[int]) -> int:
     datasets = {rows: dataset(root, rows) for rows in sizes}
-    warm = dataset(root, args.warm_rows)
+    warm = dataset(root, args.warm_rows) if args.warm_rows > 0 else None
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
@@ -281,7 +281,8 @@ def measure(args, root: Path, sizes: list[int], reps: list[int]) -> int:
     spark.sparkContext.setLogLevel("ERROR")
     results = {}
     try:
-        run_job(spark, warm)
+        if warm is not None:
+            run_job(spark, warm)
         for rows, n in zip(sizes, reps):
             jobs, reads, parts, job_cpus, read_cpus = [], [], [], [], []
             for _ in range(n):
