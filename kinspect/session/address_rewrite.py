@@ -114,7 +114,7 @@ def _root_tag_section_start(frame, facts) -> int | None:
         return None
     root = [(tag, size) for path, tag, _, size in facts.tagged_fields if path == ""]
     length = uvarint_size(len(root)) + sum(uvarint_size(tag) + uvarint_size(size) + size for tag, size in root)
-    return len(frame) - length
+    return len(frame) - length if length <= len(frame) else None
 
 
 def _splice_node_endpoints(codec: Codec, frame, facts, api_key: int, version: int, nodes: NodeMap):
