@@ -104,7 +104,9 @@ class FactsTaker:
 
         Written for the event loop, where it runs once per exchange: the header's fields are
         read from the header itself (not through the event's properties), every attribute
-        once, each side's SCAN built inline.
+        once, each side's SCAN built inline: the two near-copies below are on purpose (a helper
+        per side, with the held bytes counted by held_bytes(), measured 1.76 µs per exchange in
+        benchmarks/bench_capture.py against 1.43 µs inline).
         """
         request, response = exchange.request, exchange.response
         header = request.header
