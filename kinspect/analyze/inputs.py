@@ -135,9 +135,13 @@ def local_rows(paths: list[str]) -> int | None:
 
 
 def session_conf(paths: list[str], master: str) -> dict[str, str]:
-    """Spark settings the CLI starts its session with for these captures (the user's --conf wins)."""
+    """Spark settings the CLI starts its session with for these captures (the user's --conf wins).
+
+    The driver runs here whatever the master (the CLI's sessions are client mode), and on a
+    small capture its work is mostly planning: C1 suits it on a cluster too. Executors
+    elsewhere keep their cluster's own settings."""
     rows = local_rows(paths)
-    if master.startswith("local") and rows is not None and rows <= SMALL_ROWS:
+    if rows is not None and rows <= SMALL_ROWS:
         return {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
     return {}
 
