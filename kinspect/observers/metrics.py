@@ -442,7 +442,12 @@ class MetricsObserver:
             body = bytes(body)  # a memoryview or bytearray frame: a hashable copy of the body
         outcome = memo.get(body)
         c.lookups += 1
-        if outcome is None:
+        if outcome:
+            # The same bytes scan the same: the event takes the remembered scan, so that the other
+            # observers that ask for it (inventory, capture) do not scan the body again either.
+            e._scanned = outcome
+            c.hits += 1
+        elif outcome is None:
             try:
                 outcome = e.scan()
             except DecodeError:

@@ -33,6 +33,10 @@ def _escape(ch: str) -> str:
 
 def sanitize(text: str | bytes | bytearray | memoryview) -> str:
     """Control characters and invalid UTF-8 escaped (\\x1b, \\xff), cut to MAX_CHARS with a trailing "…"."""
+    if type(text) is bytes and len(text) <= MAX_CHARS and text.isascii():
+        plain = text.decode("ascii")
+        if plain.isprintable():  # the common case: nothing to escape or cut
+            return plain
     longer = False
     if not isinstance(text, str):
         longer = len(text) > _READ_LIMIT
