@@ -335,7 +335,8 @@ class MetricsObserver:
         cell[0] += 1
 
     def _request(self, e: Request) -> None:
-        key = (e.api_key, e.api_version)
+        header = e.header  # read once: the event's api_key, header_size... are properties of it
+        key = (header.api_key, header.api_version)
         c = self._req.get(key)
         if c is None:
             c = self._plan(self._req, key, e, "request")
@@ -344,14 +345,14 @@ class MetricsObserver:
         cell = c.size
         cell[bisect_left(_SIZE_BOUNDS, size)] += 1
         cell[_SIZE_SUM] += size
-        header_size = e.header_size
+        header_size = header.size
         cell = c.header
         cell[bisect_left(_HEADER_BOUNDS, header_size)] += 1
         cell[_HEADER_SUM] += header_size
         if not c.known:
             return  # an unknown_api Problem comes with it
         tag_bytes = 0
-        if e.header_version >= 2:  # flexible header: ClientId then a tag section
+        if header.version >= 2:  # flexible header: ClientId then a tag section
             tag_bytes = e.header_tag_bytes
             if tag_bytes > 1:  # more than an empty section's count byte
                 for tag, n in e.header_tags:
