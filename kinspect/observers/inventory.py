@@ -64,6 +64,7 @@ class InventoryObserver:
         self._software_series = 0
         self._incompatible_series = 0
         self._last = None  # (connection, its address, its record) of the latest request
+        self.handlers = {Request: self._request, Response: self._response}  # for the dispatcher
 
     @staticmethod
     def wants_body(api_key: int, version: int, direction: str) -> bool:

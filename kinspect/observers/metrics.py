@@ -245,6 +245,9 @@ class MetricsObserver:
         self._topic_names: set[str] = set()
         self._overflow: dict[str, list] = {}  # metric -> its label_overflow cell
         self._codec = None  # the sessions' codec, once an event brought it (names the api of a Problem)
+        # For the dispatcher: each event type's method (one call per event, no switch on the type).
+        self.handlers = {Request: self._request, Response: self._response, Exchange: self._exchange,
+                         Problem: self._problem}
 
     # ------------------------------------------------------------------ body policy
 
@@ -275,22 +278,19 @@ class MetricsObserver:
     # ------------------------------------------------------------------ events
 
     def on_event(self, event) -> None:
-        kind = type(event)
-        if kind is Request:
-            self._request(event)
-        elif kind is Response:
-            self._response(event)
-        elif kind is Exchange:
-            latency = event.latency
-            if event.response is not None and latency is not None:
-                api = event.request.api_name or "unknown"
-                cell = self._latency.get(api)
-                if cell is None:
-                    cell = self._latency[api] = self.latency.cell((api,))
-                cell[bisect_left(_LATENCY_BOUNDS, latency)] += 1
-                cell[_LATENCY_SUM] += latency
-        elif kind is Problem:
-            self._problem(event)
+        handler = self.handlers.get(type(event))
+        if handler is not None:
+            handler(event)
+
+    def _exchange(self, event: Exchange) -> None:
+        latency = event.latency
+        if event.response is not None and latency is not None:
+            api = event.request.api_name or "unknown"
+            cell = self._latency.get(api)
+            if cell is None:
+                cell = self._latency[api] = self.latency.cell((api,))
+            cell[bisect_left(_LATENCY_BOUNDS, latency)] += 1
+            cell[_LATENCY_SUM] += latency
 
     def _plan(self, cache: dict, key: tuple[int, int], e, direction: str) -> _Plan:
         api = e.api_name or "unknown"
