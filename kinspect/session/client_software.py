@@ -64,18 +64,33 @@ def _compact_string(frame: bytes, pos: int) -> tuple[bytes | None, int]:
     return frame[pos:end], end
 
 
+# The body last read and what it gave: a client sends the same ApiVersions body each time.
+_last: tuple = (None, (None, None))
+_MEMO_BYTES = 512
+
+
 def software_of(frame: bytes, body_offset: int) -> tuple[str | None, str | None]:
     """ClientSoftwareName and ClientSoftwareVersion of an ApiVersions v3+ request frame, sanitized.
 
     Read here rather than with the codec so that invalid UTF-8 is shown, not refused.
-    (None, None) when the body is cut short or malformed.
+    (None, None) when the body is cut short or malformed. The same body as the previous call's
+    gives the previous outcome without reading it again.
     """
+    global _last
+    body = frame[body_offset:]
+    last = _last
+    if body == last[0]:
+        return last[1]
     try:
         name, pos = _compact_string(frame, body_offset)
         version, _ = _compact_string(frame, pos)
     except (IndexError, Malformed):
-        return None, None
-    return (None if name is None else sanitize(name)), (None if version is None else sanitize(version))
+        outcome = (None, None)
+    else:
+        outcome = (None if name is None else sanitize(name)), (None if version is None else sanitize(version))
+    if len(body) <= _MEMO_BYTES:
+        _last = (bytes(body), outcome)
+    return outcome
 
 
 __all__ = ["MAX_CHARS", "sanitize", "software_of"]
