@@ -26,6 +26,7 @@ SMOKE = {
     "bench_capture.py": (["--rounds", "1"], r"capture \(deque\)\s+[\d.]+ \S*s\s+\(\s*[\d.]+x no-op\)"),
     "bench_analyze.py": (["--sizes", "2000,4000", "--reps", "1", "--warm-rows", "0"], r"time\(4,000\) / time\(2,000\)"),
     "bench_pcap.py": (["--mb", "2", "--reps", "1"], r"kinspect\s+[\d.]+ MB/s"),
+    "bench_pipeline.py": (["--requests", "50", "--reps", "1"], r"metrics\s+[\d.]+ \(\s*\d+%\)\s+[\d.]+x relay"),
     # bulk table, a small-request row with the proxy's CPU per request, the idle-memory figure
     "bench_proxy.py": (["--quick", "--reps", "1", "--records", "2000", "--small-requests", "20", "--idle", "200",
                         "--paths", "direct,kinspect-passthrough"],
