@@ -3,7 +3,7 @@
     python benchmarks/bench_proxy.py [--quick] [--json PATH] [--reps N] [--records N] [--budget S]
                                      [--paths P,..] [--small-only | --no-small] [--small-requests N]
                                      [--connections N] [--in-flight N] [--idle N] [--[no-]pin]
-                                     [--profile DIR]
+                                     [--profile DIR] [--baseline TREE]
 
 Full run (`make bench`): up to 7 repetitions (never more than --budget, 300 s, once 3 are
 done) of the bulk load (100k x 1 KB records) and the small-request load (8 connections x
@@ -59,6 +59,12 @@ Repetitions interleave the paths (the order rotates every repetition) so machine
 spread over all of them; tables show medians over repetitions, spreads are (max - min) /
 median. Client, broker and proxy share the machine, which is part of what this measures.
 
+--baseline TREE adds, for each kinspect path, the same path run from another kinspect source
+tree (`kinspect-passthrough@baseline`...: PYTHONPATH=TREE, the same venv), in the same
+repetitions: a before/after comparison whose two sides share the machine's load. Make the
+tree with `git archive REF | tar -x -C TREE` and copy or build its C extension
+(kinspect/protocol/codec/_wire*.so) into it, or it runs the pure-Python codec.
+
 --profile DIR attaches `py-spy record` to every kinspect process (raw collapsed stacks,
 one file per cell, in DIR) and prints where the samples went (benchmarks/profile_summary.py);
 the sampling costs CPU, so the numbers of such a run are not comparable with an unprofiled run.
@@ -111,6 +117,11 @@ HAPROXY_THREADS = 1  # kinspect forwards on one event-loop thread: haproxy gets 
 PIN_DEFAULT = False
 PATHS = ["direct", "kinspect-passthrough", "kinspect-nometrics", "kinspect-capture", "kinspect-rewrite", "haproxy"]
 KINSPECT_PATHS = ["kinspect-passthrough", "kinspect-nometrics", "kinspect-capture", "kinspect-rewrite"]
+BASELINE = "@baseline"  # suffix of a kinspect path run from the --baseline tree
+
+
+def is_kinspect(path: str) -> bool:
+    return path.removesuffix(BASELINE) in KINSPECT_PATHS
 TANSU_NODE_ID = 111
 HOST = "127.0.0.1"
 
@@ -145,12 +156,12 @@ class Processes:
         self.procs: list[subprocess.Popen] = []
         self.brokers: list[TansuBroker] = []
 
-    def spawn(self, cmd: list[str], log_path: Path) -> subprocess.Popen:
+    def spawn(self, cmd: list[str], log_path: Path, env: dict | None = None) -> subprocess.Popen:
         log = open(log_path, "wb")
         try:
             # A session of its own: Ctrl-C reaches this script only, which stops it in order.
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+                                    start_new_session=True, env=env)
         finally:
             log.close()
         self.procs.append(proc)
@@ -263,8 +274,9 @@ class Stack:
     """One path for one cell: a fresh Tansu and, unless direct, the proxy in front of it."""
 
     def __init__(self, path: str, procs: Processes, workdir: Path, tag: str, profile_dir: Path | None,
-                 proxy_cpus: set[int] | None = None) -> None:
+                 proxy_cpus: set[int] | None = None, baseline: Path | None = None) -> None:
         self.path = path
+        self.baseline = baseline  # the source tree of a path@baseline
         self.proxy_cpus = proxy_cpus
         self.haproxy_threads = HAPROXY_THREADS
         self.procs = procs
@@ -283,12 +295,15 @@ class Stack:
         return self.proxy.pid if self.proxy is not None else None
 
     def start(self) -> "Stack":
-        path = self.path
+        path = self.path.removesuffix(BASELINE)
+        env = None
+        if self.path.endswith(BASELINE):
+            env = dict(os.environ, PYTHONPATH=str(self.baseline))  # kinspect imported from that tree
         if path == "direct":
             self.broker = self.procs.start_broker()
             self.bootstrap = self.broker.bootstrap
             return self
-        self.proxy_log = self.workdir / f"{self.tag}-{path}.log"
+        self.proxy_log = self.workdir / f"{self.tag}-{self.path}.log"
         if path in ("kinspect-passthrough", "kinspect-nometrics", "kinspect-capture"):
             port, metrics_port = distinct_free_ports(2)
             self.broker = self.procs.start_broker(advertised_port=port)
@@ -296,7 +311,7 @@ class Stack:
                                         "--upstream", self.broker.bootstrap]
             cmd += ["--no-metrics"] if path == "kinspect-nometrics" else ["--metrics-listen", f"{HOST}:{metrics_port}"]
             if path == "kinspect-capture":
-                cmd += ["--capture-dir", str(self.workdir / f"{self.tag}-captures")]
+                cmd += ["--capture-dir", str(self.workdir / f"{self.tag}-{self.path}-captures")]
         elif path == "kinspect-rewrite":
             self.broker = self.procs.start_broker()
             port, node_port, metrics_port = distinct_free_ports(3, {self.broker.port})
@@ -316,17 +331,17 @@ class Stack:
             raise ValueError(path)
         if self.proxy_cpus:
             cmd = pin_command(cmd, self.proxy_cpus)
-        self.proxy = self.procs.spawn(cmd, self.proxy_log)
+        self.proxy = self.procs.spawn(cmd, self.proxy_log, env)
         wait_port(port, self.proxy, self.proxy_log)
         self.bootstrap = f"{HOST}:{port}"
         if path in KINSPECT_PATHS:
             self.event_loop = self._event_loop()
             if self.profile_dir is not None:
-                out = self.profile_dir / f"{self.tag}-{path}.txt"
+                out = self.profile_dir / f"{self.tag}-{self.path}.txt"
                 self.profiler = self.procs.spawn(
                     [venv_tool("py-spy") or "py-spy", "record", "--pid", str(self.proxy.pid), "--rate", "200",
                      "--format", "raw", "--nonblocking", "-o", str(out)],
-                    self.workdir / f"{self.tag}-{path}-py-spy.log",
+                    self.workdir / f"{self.tag}-{self.path}-py-spy.log",
                 )
                 time.sleep(0.5)  # let it attach
         return self
@@ -865,13 +880,13 @@ def build_report(results: dict[str, list[dict]], paths: list[str]) -> tuple[str,
                     parts.append(f"{label} {cmp['added_ms']:+.3f} ms {'MET' if ok else 'MISSED'}")
                 verdicts[f"{key}.{field}"] = ok
             summary["targets"][p] = verdicts
-            note = "" if p in KINSPECT_PATHS else "   [reference]"
+            note = "" if is_kinspect(p) else "   [reference]"
             flat = [v for v in verdicts.values() if v is not None]
             overall = "ALL MET" if flat and all(flat) else "NOT ALL MET"
             out.append(f"  {p}: {overall}{note}")
             for part in parts:
                 out.append(f"      {part}")
-            if p in KINSPECT_PATHS and "haproxy" in med:
+            if is_kinspect(p) and "haproxy" in med:
                 # What a plain TCP hop costs on this machine, told apart from what kinspect adds to it.
                 h = med["haproxy"]
                 vs = {}
@@ -966,6 +981,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--record-size", type=int, default=1024, help="bytes per record value (default 1024)")
     p.add_argument("--paths", default=",".join(PATHS), help=f"comma-separated subset of {','.join(PATHS)}")
     p.add_argument("--profile", metavar="DIR", help="attach py-spy record to every kinspect process; raw stacks in DIR")
+    p.add_argument("--baseline", metavar="TREE",
+                   help="also run each kinspect path from this kinspect source tree (path@baseline), interleaved")
     p.add_argument("--keep-logs", action="store_true", help="keep proxy logs and configs (their directory is printed)")
     load = p.add_mutually_exclusive_group()
     load.add_argument("--small-only", action="store_true", help="only the small-request load (no bulk produce/consume)")
@@ -1016,6 +1033,15 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"unknown path(s) {unknown}; choose from {PATHS}", file=sys.stderr)
         return 2
+    baseline = Path(args.baseline).resolve() if args.baseline else None
+    if baseline is not None:
+        if not (baseline / "kinspect" / "__init__.py").is_file():
+            print(f"--baseline {args.baseline}: no kinspect package there", file=sys.stderr)
+            return 2
+        if not list((baseline / "kinspect" / "protocol" / "codec").glob("_wire*.so")):
+            print(f"--baseline {args.baseline}: its C extension is not built: it runs the pure-Python codec",
+                  file=sys.stderr)
+        paths += [p + BASELINE for p in paths if p in KINSPECT_PATHS]
     if "haproxy" in paths and not (shutil.which("haproxy") or Path("/usr/sbin/haproxy").exists()):
         print("haproxy is not installed (apt-get install haproxy); its path is left out", file=sys.stderr)
         paths.remove("haproxy")
@@ -1084,7 +1110,7 @@ def main(argv: list[str] | None = None) -> int:
             for path in order:
                 t0 = time.monotonic()
                 try:
-                    with Stack(path, procs, workdir, f"rep{rep}", profile_dir, proxy_cpus) as stack:
+                    with Stack(path, procs, workdir, f"rep{rep}", profile_dir, proxy_cpus, baseline) as stack:
                         cell = run_cell(stack, settings, api_versions, metadata, small)
                 except (BenchError, OSError, RuntimeError, subprocess.SubprocessError) as exc:
                     # KafkaException is an Exception too; anything a cell raises is reported and the run goes on
@@ -1126,7 +1152,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
 
     elapsed = time.monotonic() - started
-    loops = sorted({c.get("event_loop") for p in KINSPECT_PATHS if p in results for c in results[p]} - {None})
+    loops = sorted({c.get("event_loop") for p in results if is_kinspect(p) for c in results[p]} - {None})
     report_paths = [p for p in paths if results[p]]
     print()
     summary: dict = {}

@@ -29,27 +29,44 @@ LOOP_PART = "event loop + socket I/O (uvloop, send/recv syscalls)"
 # Leaves that are a syscall or the event loop's C code: the relay's transport.write() is a
 # send() on the socket; Runner.run as a leaf is uvloop's C loop (epoll, recv, callbacks).
 IO_LEAF = re.compile(r"^(Relay\._write|Runner\.run|_Side\.data_received) |\((libc|libuv|libpthread)[^)]*\)$|"
-                     r"^(write|read|epoll_\w+|sendmsg|recvmsg|__libc_\w+|send|recv)\b")
+                     r"^(write|read|epoll_\w+|sendmsg|recvmsg|__libc_\w+|send|recv)\b|\[transport\.write\]$")
+RELAY_SOURCE = Path(__file__).resolve().parents[1] / "kinspect" / "proxy" / "relay.py"
+
+
+def _write_lines(source: Path = RELAY_SOURCE) -> set[int]:
+    """Lines of relay.py that call a transport's write(): a sample there is in the send() syscall."""
+    try:
+        lines = source.read_text("utf-8").splitlines()
+    except OSError:
+        return set()
+    return {n for n, line in enumerate(lines, 1) if re.search(r"\.write\(", line) and "def " not in line}
 
 
 def _function(frame: str) -> str:
     return re.sub(r":\d+\)$", ")", frame.strip())
 
 
-def read_stacks(path: Path) -> list[tuple[list[str], int]]:
+def read_stacks(path: Path, writes: set[int] | None = None) -> list[tuple[list[str], int]]:
+    """(frames, samples) of each stack; `writes`: relay.py's lines that write (default: read from the tree)."""
     stacks = []
+    writes = _write_lines() if writes is None else writes
     for line in path.read_text(errors="replace").splitlines():
         stack, _, count = line.rstrip().rpartition(" ")
         if not stack or not count.isdigit():
             continue
-        frames = [_function(f) for f in stack.split(";") if f and not f.startswith(("process ", "thread "))]
+        raw = [f for f in stack.split(";") if f and not f.startswith(("process ", "thread "))]
+        frames = [_function(f) for f in raw]
         if frames:
+            # A relay method that writes inline (no Relay._write frame): its write lines are the syscall.
+            leaf = re.search(r"kinspect/proxy/relay\.py:(\d+)\)$", raw[-1])
+            if leaf and int(leaf.group(1)) in writes:
+                frames[-1] += " [transport.write]"
             stacks.append((frames, int(count)))
     return stacks
 
 
-def summarize(path: Path) -> dict:
-    stacks = read_stacks(path)
+def summarize(path: Path, writes: set[int] | None = None) -> dict:
+    stacks = read_stacks(path, writes)
     total = sum(n for _, n in stacks)
     own: collections.Counter = collections.Counter()
     inclusive: collections.Counter = collections.Counter()

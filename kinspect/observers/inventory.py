@@ -63,6 +63,8 @@ class InventoryObserver:
         self._incompatible: dict[tuple, list] = {}  # (target, api key, version, software) -> [labels, count]
         self._software_series = 0
         self._incompatible_series = 0
+        self._last = None  # (connection, its address, its record) of the latest request
+        self.handlers = {Request: self._request, Response: self._response}  # for the dispatcher
 
     @staticmethod
     def wants_body(api_key: int, version: int, direction: str) -> bool:
@@ -85,7 +87,13 @@ class InventoryObserver:
         if self._unnamed:  # no api_name given: name apis with the sessions' own specs
             self.inventory.api_name = e.codec.registry.api_name
             self._unnamed = False
-        record, new = self.inventory.record((conn.id, conn.client_address), conn.client_address, conn.broker)
+        last = self._last
+        if last is not None and last[0] is conn and last[1] == conn.client_address:
+            record, new = last[2], False  # the newest record already: nothing to look up or reorder
+        else:
+            record, new = self.inventory.record((conn.id, conn.client_address), conn.client_address, conn.broker)
+            if self.inventory.max_connections > 0:
+                self._last = (conn, conn.client_address, record)
         magics = ()
         if api_key == PRODUCE and e.complete:
             magics = _magics(e)
@@ -114,6 +122,7 @@ class InventoryObserver:
         conn = e.connection
         key = (conn.id, conn.client_address)
         record, _ = self.inventory.record(key, conn.client_address, conn.broker)
+        self._last = None  # the newest record may be another connection's now
         record.unsupported_version += 1
         self._counts((conn.client_software_name, conn.client_software_version)).unsupported += 1
 

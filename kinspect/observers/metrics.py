@@ -245,6 +245,9 @@ class MetricsObserver:
         self._topic_names: set[str] = set()
         self._overflow: dict[str, list] = {}  # metric -> its label_overflow cell
         self._codec = None  # the sessions' codec, once an event brought it (names the api of a Problem)
+        # For the dispatcher: each event type's method (one call per event, no switch on the type).
+        self.handlers = {Request: self._request, Response: self._response, Exchange: self._exchange,
+                         Problem: self._problem}
 
     # ------------------------------------------------------------------ body policy
 
@@ -275,22 +278,19 @@ class MetricsObserver:
     # ------------------------------------------------------------------ events
 
     def on_event(self, event) -> None:
-        kind = type(event)
-        if kind is Request:
-            self._request(event)
-        elif kind is Response:
-            self._response(event)
-        elif kind is Exchange:
-            latency = event.latency
-            if event.response is not None and latency is not None:
-                api = event.request.api_name or "unknown"
-                cell = self._latency.get(api)
-                if cell is None:
-                    cell = self._latency[api] = self.latency.cell((api,))
-                cell[bisect_left(_LATENCY_BOUNDS, latency)] += 1
-                cell[_LATENCY_SUM] += latency
-        elif kind is Problem:
-            self._problem(event)
+        handler = self.handlers.get(type(event))
+        if handler is not None:
+            handler(event)
+
+    def _exchange(self, event: Exchange) -> None:
+        latency = event.latency
+        if event.response is not None and latency is not None:
+            api = event.request.api_name or "unknown"
+            cell = self._latency.get(api)
+            if cell is None:
+                cell = self._latency[api] = self.latency.cell((api,))
+            cell[bisect_left(_LATENCY_BOUNDS, latency)] += 1
+            cell[_LATENCY_SUM] += latency
 
     def _plan(self, cache: dict, key: tuple[int, int], e, direction: str) -> _Plan:
         api = e.api_name or "unknown"
@@ -335,7 +335,8 @@ class MetricsObserver:
         cell[0] += 1
 
     def _request(self, e: Request) -> None:
-        key = (e.api_key, e.api_version)
+        header = e.header  # read once: the event's api_key, header_size... are properties of it
+        key = (header.api_key, header.api_version)
         c = self._req.get(key)
         if c is None:
             c = self._plan(self._req, key, e, "request")
@@ -344,14 +345,14 @@ class MetricsObserver:
         cell = c.size
         cell[bisect_left(_SIZE_BOUNDS, size)] += 1
         cell[_SIZE_SUM] += size
-        header_size = e.header_size
+        header_size = header.size
         cell = c.header
         cell[bisect_left(_HEADER_BOUNDS, header_size)] += 1
         cell[_HEADER_SUM] += header_size
         if not c.known:
             return  # an unknown_api Problem comes with it
         tag_bytes = 0
-        if e.header_version >= 2:  # flexible header: ClientId then a tag section
+        if header.version >= 2:  # flexible header: ClientId then a tag section
             tag_bytes = e.header_tag_bytes
             if tag_bytes > 1:  # more than an empty section's count byte
                 for tag, n in e.header_tags:
@@ -442,7 +443,12 @@ class MetricsObserver:
             body = bytes(body)  # a memoryview or bytearray frame: a hashable copy of the body
         outcome = memo.get(body)
         c.lookups += 1
-        if outcome is None:
+        if outcome:
+            # The same bytes scan the same: the event takes the remembered scan, so that the other
+            # observers that ask for it (inventory, capture) do not scan the body again either.
+            e._scanned = outcome
+            c.hits += 1
+        elif outcome is None:
             try:
                 outcome = e.scan()
             except DecodeError:

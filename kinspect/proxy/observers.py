@@ -19,6 +19,9 @@ class Observer(Protocol):
     needs_bodies: bool
     # The event types it reads (optional): the dispatcher hands it only those.
     event_types: tuple
+    # Optional: {event type: method} called instead of on_event for those types (one call per
+    # event instead of on_event's call and its own switch on the type).
+    handlers: dict
 
     def on_event(self, event) -> None: ...
 
@@ -51,8 +54,9 @@ class Dispatcher:
         """Event type -> the observers that take it (`event_types`; an observer that does not say takes all)."""
         routes: dict = {kind: [] for kind in EVENT_TYPES}
         for observer in self.observers:
+            handlers = getattr(observer, "handlers", None) or {}
             for kind in getattr(observer, "event_types", EVENT_TYPES):
-                routes[kind].append(observer.on_event)
+                routes[kind].append(handlers.get(kind, observer.on_event))
         self._routes, self._routed = routes, list(self.observers)
         return routes
 

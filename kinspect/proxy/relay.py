@@ -95,24 +95,52 @@ class Relay:
         return self.broker if side is self.client else self.client
 
     def data(self, side: _Side, data: bytes) -> None:
-        self.bytes_in[side.name] += len(data)
+        # Every read of every connection comes here: written for that (one dict update, one
+        # write, one session call, one dispatch).
         session = self.session
         if side is self.client:
+            self.bytes_in["client"] += len(data)
             if self._early is not None:
                 self._early.append(data)
                 self._early_bytes += len(data)
                 side.transport.pause_reading()
             else:
-                self._write(self.broker.transport, data, "broker")
-            if session.client_framed:
-                self._observe(session.client_data, data)
-            return
+                broker = self.broker.transport
+                if broker is not None and not broker.is_closing():
+                    broker.write(data)
+                    self.bytes_out["broker"] += len(data)
+            if not session.client_framed:
+                return
+            try:
+                events = session.client_data(data, self._clock()).events
+            except Exception:  # nothing the session raises may reach the event loop
+                self._session_failed("client", None)
+                return
+        else:
+            self.bytes_in["broker"] += len(data)
+            if self.transforms:
+                self._transformed(data)
+                return
+            client = self.client.transport
+            if client is not None and not client.is_closing():
+                client.write(data)
+                self.bytes_out["client"] += len(data)
+            if not session.broker_framed:
+                return
+            try:
+                events = session.broker_data(data, self._clock()).events
+            except Exception:
+                self._session_failed("broker", None)
+                return
+        if session.failures != self._failures:
+            self._count_failures()
+        if events:
+            self.dispatcher.dispatch(events)
+
+    def _transformed(self, data: bytes) -> None:
+        """Broker bytes in rewrite mode: the session says what to send."""
+        session = self.session
         client = self.client.transport
-        if not self.transforms:
-            self._write(client, data, "client")
-            if session.broker_framed:
-                self._observe(session.broker_data, data)
-            return
         try:
             forward, events = session.broker_data(data, self._clock())
         except Exception:  # a bug in the session: the bytes must still go on, unchanged from here
@@ -123,17 +151,6 @@ class Relay:
         else:
             for chunk in forward:
                 self._write(client, chunk, "client")
-        self._count_failures()
-        if events:
-            self.dispatcher.dispatch(events)
-
-    def _observe(self, feed, data: bytes) -> None:
-        """The bytes were sent: hand them to the session and its events to the observers."""
-        try:
-            events = feed(data, self._clock()).events
-        except Exception:  # nothing the session raises may reach the event loop
-            self._session_failed("client" if feed == self.session.client_data else "broker", None)
-            return
         self._count_failures()
         if events:
             self.dispatcher.dispatch(events)

@@ -33,6 +33,10 @@ def _escape(ch: str) -> str:
 
 def sanitize(text: str | bytes | bytearray | memoryview) -> str:
     """Control characters and invalid UTF-8 escaped (\\x1b, \\xff), cut to MAX_CHARS with a trailing "…"."""
+    if type(text) is bytes and len(text) <= MAX_CHARS and text.isascii():
+        plain = text.decode("ascii")
+        if plain.isprintable():  # the common case: nothing to escape or cut
+            return plain
     longer = False
     if not isinstance(text, str):
         longer = len(text) > _READ_LIMIT
@@ -60,18 +64,33 @@ def _compact_string(frame: bytes, pos: int) -> tuple[bytes | None, int]:
     return frame[pos:end], end
 
 
+# The body last read and what it gave: a client sends the same ApiVersions body each time.
+_last: tuple = (None, (None, None))
+_MEMO_BYTES = 512
+
+
 def software_of(frame: bytes, body_offset: int) -> tuple[str | None, str | None]:
     """ClientSoftwareName and ClientSoftwareVersion of an ApiVersions v3+ request frame, sanitized.
 
     Read here rather than with the codec so that invalid UTF-8 is shown, not refused.
-    (None, None) when the body is cut short or malformed.
+    (None, None) when the body is cut short or malformed. The same body as the previous call's
+    gives the previous outcome without reading it again.
     """
+    global _last
+    body = frame[body_offset:]
+    last = _last
+    if body == last[0]:
+        return last[1]
     try:
         name, pos = _compact_string(frame, body_offset)
         version, _ = _compact_string(frame, pos)
     except (IndexError, Malformed):
-        return None, None
-    return (None if name is None else sanitize(name)), (None if version is None else sanitize(version))
+        outcome = (None, None)
+    else:
+        outcome = (None if name is None else sanitize(name)), (None if version is None else sanitize(version))
+    if len(body) <= _MEMO_BYTES:
+        _last = (bytes(body), outcome)
+    return outcome
 
 
 __all__ = ["MAX_CHARS", "sanitize", "software_of"]

@@ -30,13 +30,13 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from kinspect.protocol.specs.api_keys import API_VERSIONS, PRODUCE, SASL_HANDSHAKE
-from kinspect.protocol.codec import Codec, RequestHeader
-from kinspect.protocol.errors import DecodeError
+from kinspect.protocol.codec import Codec
+from kinspect.protocol.errors import DecodeError, UnknownApiError
 from kinspect.protocol.error_codes import UNSUPPORTED_VERSION
 from kinspect.protocol.framing.framer import DEFAULT_MAX_FRAME_BYTES, FrameError, FrameTooLarge
 from kinspect.protocol.wire.peek import leading_error_code, produce_acks
 from kinspect.session.client_software import FIRST_SOFTWARE_VERSION, software_of
-from kinspect.session.facts import request_header_tags, response_header_facts
+from kinspect.session.facts import RequestHeaders, response_header_facts
 from kinspect.session.events import ConnectionInfo, Exchange, Problem, Request, Response
 from kinspect.protocol.framing.stream import HOLD, KEEP_WHOLE, FrameStream
 from kinspect.session.plan import Plan
@@ -97,6 +97,7 @@ class Session:
         self._requests = FrameStream(self._plan_request, config.max_frame_bytes, config.inspect_max_bytes, HEAD_BYTES)
         self._responses = FrameStream(self._plan_response, config.max_frame_bytes, config.inspect_max_bytes,
                                       HEAD_BYTES, forwarding=plan.transform is not None)
+        self._headers = RequestHeaders(codec)
         self._inflight: OrderedDict[int, _Pending] = OrderedDict()
         self._remembered: deque[_Pending] = deque()  # entries of _inflight that still hold facts, oldest first
         self._acks_zero: deque[int] = deque(maxlen=64)
@@ -176,14 +177,19 @@ class Session:
         return self.plan.request_mode(api_key, version), (api_key, version, correlation_id)
 
     def _spec_facts(self, api_key: int, version: int) -> tuple:
-        """(request spec or None, api name, response known, response header version), once per (api, version)."""
+        """(request spec or None, api name, response known, response header version, request header version),
+        once per (api, version); an api the specs do not know has request header v1 (as the codec reads it)."""
         key = (api_key, version)
         facts = self._specs.get(key)
         if facts is None:
             registry = self.codec.registry
             known = registry.message(api_key, "response", version) is not None
+            try:
+                request_header = self.codec.request_header_version(api_key, version)
+            except UnknownApiError:
+                request_header = 1
             facts = (registry.message(api_key, "request", version), registry.api_name(api_key), known,
-                     self.codec.response_header_version(api_key, version) if known else 0)
+                     self.codec.response_header_version(api_key, version) if known else 0, request_header)
             if len(self._specs) < 4096:  # versions a client invents must not grow it forever
                 self._specs[key] = facts
         return facts
@@ -257,20 +263,19 @@ class Session:
         """The request's facts: its header, its event, whether it expects a response, a SASL mechanism."""
         api_key, version, correlation_id = prefix
         codec = self.codec
+        known, name, _, _, header_version = self._spec_facts(api_key, version)
         try:
-            header: RequestHeader = codec.decode_request_header(frame)
+            header, tag_bytes, tags = self._headers.read(frame, api_key, version, correlation_id, header_version)
         except DecodeError as exc:
             # No api named: what the prefix says cannot be trusted when the header does not read.
             events.append(self._problem(now, "decode_error", "request", str(exc), size=size, offset=offset))
             return None, True, None
-        known, name, _, _ = self._spec_facts(api_key, version)
         if known is None:
             events.append(self._problem(
                 now, "unknown_api", "request", f"api key {api_key} version {version} is not in the specs",
                 api_key=api_key, api_version=version, size=size))
         if header.client_id is not None:
             self.connection.client_id = header.client_id
-        tag_bytes, tags = request_header_tags(frame, header)
         request = Request(self.connection, now, offset, header, name, known is not None,
                           tag_bytes, tags, size, frame, complete, codec)
         mechanism = None
@@ -393,7 +398,7 @@ class Session:
     def _inspect_response(self, offset, size, frame, complete, pending: _Pending, now, events) -> None:
         api_key, version = pending.api_key, pending.api_version
         codec = self.codec
-        _, name, known, header_version = self._spec_facts(api_key, version)
+        _, name, known, header_version, _ = self._spec_facts(api_key, version)
         header_size, tag_bytes, tags = response_header_facts(frame, header_version)
         body_version = version
         if api_key == API_VERSIONS and version > 0 and leading_error_code(frame, header_size) == UNSUPPORTED_VERSION:

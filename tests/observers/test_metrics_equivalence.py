@@ -357,19 +357,25 @@ def test_repeated_small_bodies_are_scanned_once(codec: Codec):
         steps.append((malformed[:8] + _PREFIX.pack(cid + 2) + malformed[12:], b""))
     reference, observer = ReferenceMetricsObserver(), MetricsObserver()
     session = Session(codec, ConnectionInfo(1, "c", "b"))
-    scanned: collections.Counter = collections.Counter()  # (event type, api key) -> events the observer scanned
+    # (event type, api key) -> the scans (or DecodeErrors) the events hold after the observer: a body seen
+    # before gets the scan remembered with it (the same object), so the other observers share it too.
+    outcomes: collections.defaultdict = collections.defaultdict(list)
     started = time.time()
     for client, broker in steps:
         events = session.client_data(client, 0.0).events + session.broker_data(broker, 0.001).events
         for e in events:
             observer.on_event(e)
-            if type(e).__name__ in ("Request", "Response"):
-                scanned[(type(e).__name__, e.api_key)] += e._scanned is not None  # a scan or its DecodeError
+            if type(e).__name__ in ("Request", "Response") and e._scanned is not None:
+                outcomes[(type(e).__name__, e.api_key)].append(e._scanned)
         for e in events:
             reference.on_event(e)  # after: the reference scans every event
     assert_same(reference, observer, started)
     # ApiVersions requests: one body; Metadata requests: the good one and the malformed one; one response body
+    scanned = {key: len({id(outcome) for outcome in held}) for key, held in outcomes.items()}
     assert scanned == {("Request", 18): 1, ("Request", 3): 2, ("Response", 3): 1}
+    # every good body's event holds its scan (the malformed one's only the first time: its error is not kept)
+    assert [len(outcomes[key]) for key in (("Request", 18), ("Response", 3))] == [300, 300]
+    assert len(outcomes[("Request", 3)]) == 301
     r = observer.registry
     assert r.get_sample_value("kinspect_decode_failures_total",
                               {"api": "Metadata", "direction": "request", "reason": "decode_error"}) == 300

@@ -26,6 +26,7 @@ SMOKE = {
     "bench_capture.py": (["--rounds", "1"], r"capture \(deque\)\s+[\d.]+ \S*s\s+\(\s*[\d.]+x no-op\)"),
     "bench_analyze.py": (["--sizes", "2000,4000", "--reps", "1", "--warm-rows", "0"], r"time\(4,000\) / time\(2,000\)"),
     "bench_pcap.py": (["--mb", "2", "--reps", "1"], r"kinspect\s+[\d.]+ MB/s"),
+    "bench_pipeline.py": (["--requests", "50", "--reps", "1"], r"metrics\s+[\d.]+ \(\s*\d+%\)\s+[\d.]+x relay"),
     # bulk table, a small-request row with the proxy's CPU per request, the idle-memory figure
     "bench_proxy.py": (["--quick", "--reps", "1", "--records", "2000", "--small-requests", "20", "--idle", "200",
                         "--paths", "direct,kinspect-passthrough"],
@@ -91,3 +92,20 @@ def test_profile_summary_splits_py_spy_samples_by_part(tmp_path):
     assert result["self"][0] == ("Runner.run (asyncio/runners.py)", 60.0)
     text = summary_module.render(result, top=3)
     assert "the 20 samples in Python code, by part:\n     75.0%  metrics" in text
+
+
+def test_profile_summary_counts_an_inline_transport_write_as_io(tmp_path):
+    """Relay.data writes without a Relay._write frame: a sample on one of relay.py's write lines is the syscall."""
+    spec = importlib.util.spec_from_file_location("profile_summary", BENCH / "profile_summary.py")
+    summary_module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(summary_module)
+    source = tmp_path / "relay.py"
+    source.write_text("class Relay:\n    def data(self, side, data):\n        broker.write(data)\n        x = 1\n")
+    assert summary_module._write_lines(source) == {3}
+    relay = ("<module> (kinspect:6);Runner.run (asyncio/runners.py:118);"
+             "_Side.data_received (kinspect/proxy/relay.py:39);Relay.data")
+    raw = tmp_path / "rep0-kinspect-passthrough.txt"
+    raw.write_text(f"{relay} (kinspect/proxy/relay.py:3) 30\n{relay} (kinspect/proxy/relay.py:4) 10\n")
+    result = summary_module.summarize(raw, summary_module._write_lines(source))
+    assert dict(result["parts"]) == {summary_module.LOOP_PART: 75.0, "relay Python (forwarding, dispatch)": 25.0}
+    assert result["self"][0] == ("Relay.data (kinspect/proxy/relay.py) [transport.write]", 75.0)

@@ -65,3 +65,33 @@ def test_rewrite_mode_holds_only_responses_that_carry_addresses():
 def test_configuration_errors_name_the_key(overrides, problem):
     with pytest.raises(ValueError, match=problem):
         _server(overrides)
+
+
+def test_dispatcher_calls_an_observers_handlers_and_on_event_for_the_rest():
+    from kinspect.session import ConnectionInfo, Problem
+
+    calls = []
+
+    class Split:
+        event_types = (Problem,)
+
+        def __init__(self):
+            self.handlers = {Problem: lambda e: calls.append(("handler", e.kind))}
+
+        def on_event(self, event):
+            calls.append(("on_event", event.kind))
+
+    class Plain:
+        def on_event(self, event):
+            calls.append(("plain", event.kind))
+
+    class Broken:
+        handlers = {Problem: lambda e: 1 / 0}
+
+        def on_event(self, event):
+            raise AssertionError("its handler is called instead")
+
+    dispatcher = Dispatcher([Split(), Plain(), Broken()])
+    dispatcher.dispatch([Problem(ConnectionInfo(1, "c", "b"), 0.0, "unknown_api", "request", "x")])
+    assert calls == [("handler", "unknown_api"), ("plain", "unknown_api")]
+    assert dispatcher.failures == 1
