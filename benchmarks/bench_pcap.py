@@ -72,7 +72,9 @@ def record(path: Path, mb: float) -> int:
                 producer.poll(0)
             assert producer.flush(60) == 0
             consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "bench.pcap",
-                                 "client.id": "bench-pcap", "auto.offset.reset": "earliest"})
+                                 "client.id": "bench-pcap", "auto.offset.reset": "earliest",
+                                 # as every group here: the default (45 s) kept this first join waiting about 20 s
+                                 "session.timeout.ms": 6000})
             consumer.subscribe(["bench.pcap"])
             got, deadline = 0, time.monotonic() + 120
             while got < count and time.monotonic() < deadline:
