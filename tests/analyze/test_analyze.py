@@ -388,12 +388,12 @@ def test_missing_directory(tmp_path):
 def test_session_conf_small_captures_get_a_cheaper_jit(tmp_path):
     from kinspect.analyze.inputs import SMALL_ROWS, local_rows, session_conf
 
+    small = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1", "spark.sql.codegen.wholeStage": "false"}
     write_captures(tmp_path / "c", 300, files=2)
     assert local_rows([str(tmp_path / "c")]) == 300
-    assert session_conf([str(tmp_path / "c")], "local[2]") == {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
+    assert session_conf([str(tmp_path / "c")], "local[2]") == small
     # the driver runs here on a cluster too (client mode); the executors' settings stay the cluster's
-    assert session_conf([str(tmp_path / "c")], "spark://127.0.0.1:7077") == {
-        "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
+    assert session_conf([str(tmp_path / "c")], "spark://127.0.0.1:7077") == small
     assert session_conf(["s3a://bucket/captures"], "local[2]") == {}  # rows unknown before Spark reads them
     assert local_rows(["s3a://bucket/captures"]) is None
     table = pq.read_table(next((tmp_path / "c").glob("capture-*.parquet")))
