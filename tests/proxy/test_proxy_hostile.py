@@ -300,6 +300,9 @@ def test_hostile_responses_from_an_upstream(fake_rig, codec: Codec):
     upstream.plans.put((len(api_versions(codec, 7)), [(valid, None), (huge[len(valid):], lambda: answered(proxy, 7))]))
     assert converse(port, [api_versions(codec, 7)]) == huge
     proxy.wait_idle(TIMEOUT)
+    # the upstream records a connection when the proxy has closed it: this one before the next
+    poll_until(lambda: len(upstream.received) == 2, TIMEOUT)
+    assert upstream.received[1] == api_versions(codec, 7)
 
     # A client that sends half a frame and goes away; the upstream sees exactly that half.
     half = metadata(codec, 8)[:9]
