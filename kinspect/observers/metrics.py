@@ -446,7 +446,7 @@ class MetricsObserver:
         if outcome:
             # The same bytes scan the same: the event takes the remembered scan, so that the other
             # observers that ask for it (inventory, capture) do not scan the body again either.
-            e._scanned = outcome
+            e.adopt_scan(outcome)
             c.hits += 1
         elif outcome is None:
             try:

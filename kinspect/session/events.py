@@ -46,6 +46,11 @@ class _Lazy:
             raise outcome
         return outcome
 
+    def adopt_scan(self, scan: ScanResult) -> None:
+        """Take the scan of a frame whose scanned bytes equal this one's (an observer's memo of
+        repeated bodies), so that every observer asking for this event's scan gets it without a scan."""
+        self._scanned = scan
+
     def _complete_frame(self) -> bytes:
         if not self.complete:
             raise DecodeError(
