@@ -35,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from proc_cpu import cpu_seconds  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
-from kinspect.analyze.inputs import SMALL_ROWS  # noqa: E402
+from kinspect.analyze.inputs import SMALL_CAPTURE_CONF, SMALL_ROWS  # noqa: E402
 from kinspect.analyze.job import analyze  # noqa: E402
 
 # api key, name (None: unknown to the specs), lowest and highest version, first flexible version, weight
@@ -280,9 +280,11 @@ def measure(args, root: Path, sizes: list[int], reps: list[int]) -> int:
                .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
                .config("spark.driver.memory", "2g"))
     if max(sizes + [args.warm_rows]) <= SMALL_ROWS:
-        # the JIT `kinspect analyze` gives captures this small (kinspect.analyze.inputs.session_conf)
-        builder = builder.config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
-        print(f"driver JIT: C1 only, as kinspect analyze for captures of at most {SMALL_ROWS:,} rows", flush=True)
+        # what `kinspect analyze` gives captures this small (kinspect.analyze.inputs.session_conf)
+        for key, value in SMALL_CAPTURE_CONF.items():
+            builder = builder.config(key, value)
+        print(f"small captures: {SMALL_CAPTURE_CONF}, as kinspect analyze for at most {SMALL_ROWS:,} rows",
+              flush=True)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     results = {}

@@ -14,6 +14,8 @@ def spark():
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
+    from kinspect.analyze.inputs import SMALL_CAPTURE_CONF
+
     session = (SparkSession.builder.master("local[2]").appName("kinspect tests")
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
@@ -21,9 +23,9 @@ def spark():
                .config("spark.driver.host", "127.0.0.1")
                # tiny inputs: 4 shuffle partitions instead of 200 keep every aggregate quick
                .config("spark.sql.shuffle.partitions", "4")
-               # the tests' captures are small: the JIT the CLI gives such captures (C1 only, as
-               # kinspect.analyze.inputs.session_conf), which costs the test run far less CPU
-               .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
+               # the tests' captures are small: the JIT the CLI gives such captures (C1 only), which
+               # costs the test run far less CPU; code generation stays on, so that path is tested too
+               .config("spark.driver.extraJavaOptions", SMALL_CAPTURE_CONF["spark.driver.extraJavaOptions"])
                # Python workers run the tests' interpreter (its packages), not the first python3 on PATH
                .config("spark.pyspark.python", sys.executable)
                .getOrCreate())
