@@ -16,7 +16,8 @@ run. The peer, measured in the same run right after each job: a plain pyarrow re
 every column of the same files (`pyarrow.parquet.read_table`). Printed per size: median
 job seconds with every repetition, rows per second, the median read and job/read ratio,
 where the job's time went (read into the aggregates, tables, report), and the CPU seconds
-each used (/proc: Spark's JVM plus this process for the job, this process for the read),
+each used (/proc: Spark's JVM with its Python workers plus this process for the job, this process
+for the read),
 a ratio that a busy machine skews less than the wall-clock one. Last,
 time(largest) / time(smallest) against the ideal linear ratio of the sizes.
 """
@@ -34,7 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from proc_cpu import cpu_seconds  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+from proc_cpu import cpu_seconds, tree_cpu_seconds  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 from kinspect.analyze.inputs import SMALL_CAPTURE_CONF, SMALL_ROWS  # noqa: E402
 from kinspect.analyze.job import analyze  # noqa: E402
 
@@ -233,14 +234,15 @@ def pyarrow_read(where: Path) -> tuple[float, float]:
 
 
 def run_job(spark, where: Path) -> tuple[float, dict, float]:
-    """Seconds, where they went, and CPU seconds (Spark's JVM and this process) of the whole job."""
+    """Seconds, where they went, and CPU seconds (Spark's JVM with its Python workers, and this
+    process) of the whole job."""
     out = Path(tempfile.mkdtemp(prefix="kinspect-bench-report-"))
     jvm = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
     try:
-        cpu, started = cpu_seconds(jvm) + cpu_seconds(os.getpid()), time.perf_counter()
+        cpu, started = tree_cpu_seconds(jvm) + cpu_seconds(os.getpid()), time.perf_counter()
         result = analyze(spark, [str(where)], str(out))
         seconds = time.perf_counter() - started
-        return seconds, result.seconds, cpu_seconds(jvm) + cpu_seconds(os.getpid()) - cpu
+        return seconds, result.seconds, tree_cpu_seconds(jvm) + cpu_seconds(os.getpid()) - cpu
     finally:
         shutil.rmtree(out, ignore_errors=True)
 
@@ -274,6 +276,7 @@ def measure(args, root: Path, sizes: list[int], reps: list[int]) -> int:
     datasets = {rows: dataset(root, rows) for rows in sizes}
     warm = dataset(root, args.warm_rows) if args.warm_rows > 0 else None
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the tasks' Python: this one, with pyarrow
     from pyspark.sql import SparkSession
 
     builder = (SparkSession.builder.master(args.master).appName("kinspect bench")

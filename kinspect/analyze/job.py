@@ -15,8 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
-from kinspect.analyze.inputs import (CAPTURE_GLOB, REQUIRED_COLUMNS, AnalyzeInputError, check_inputs,
-                                     check_schema_version)
+from kinspect.analyze.inputs import AnalyzeInputError, check_inputs, check_schema_version
 
 Progress = Callable[[str], None]
 
@@ -32,52 +31,16 @@ class Analysis:
     fact_rows: int = 0
 
 
-def capture_schema():
-    """The Spark schema the captures are read with: every column of the capture schema, plus
-    the optional (v2) ones, which read as null from files that lack them."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-    from pyspark.sql.types import StructField, StructType, _parse_datatype_string
-
-    from kinspect.analyze.aggregates import OPTIONAL_COLUMNS
-    from kinspect.capture.schema import arrow_schema
-
-    schema = from_arrow_schema(arrow_schema())
-    fields = [StructField(f.name, f.dataType, True) for f in schema.fields]
-    for name, kind in OPTIONAL_COLUMNS.items():
-        if name not in schema.names:
-            fields.append(StructField(name, _parse_datatype_string(kind), True))
-    return StructType(fields)
-
-
-def read_captures(spark, paths: list[str]):
-    """The capture rows of every capture-*.parquet under `paths` (local paths or URIs)."""
-    from pyspark.errors import PySparkException
-
-    try:
-        found = spark.read.option("pathGlobFilter", CAPTURE_GLOB).parquet(*paths)
-    except PySparkException as exc:
-        raise AnalyzeInputError(f"cannot read captures at {', '.join(paths)}: {_first_line(exc)}") from None
-    missing = [c for c in REQUIRED_COLUMNS if c not in found.columns]
-    if missing:
-        raise AnalyzeInputError(f"malformed captures at {', '.join(paths)}: missing columns {', '.join(missing)}")
-    # an explicit schema: files of an older schema version read the newer columns as null
-    return spark.read.schema(capture_schema()).option("pathGlobFilter", CAPTURE_GLOB).parquet(*paths)
-
-
 TUNED = ("spark.sql.adaptive.enabled", "spark.sql.adaptive.coalescePartitions.enabled",
          "spark.sql.shuffle.partitions")
 
 
-def size_shuffle(spark, captures) -> int:
+def size_shuffle(spark, input_bytes: int) -> int:
     """Shuffle partitions sized to the input (one per 64 MB of capture files; at least the
     cores once there are two or more, and one for a small input, whose tasks would be
     mostly scheduling), with adaptive execution on to coalesce them further. Returns the number."""
-    try:
-        size = int(str(captures._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
-    except Exception:  # a plan without statistics (or a Spark Connect session): Spark's own defaults stay
-        return int(spark.conf.get("spark.sql.shuffle.partitions"))
     cores = spark.sparkContext.defaultParallelism
-    partitions = min(400, -(-size // (64 << 20)))
+    partitions = min(400, -(-input_bytes // (64 << 20)))
     partitions = 1 if partitions <= 1 else max(cores, partitions)
     spark.conf.set("spark.sql.adaptive.enabled", "true")
     spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", "true")
@@ -90,8 +53,9 @@ def compute(spark, paths: list[str], top: int = 50, progress: Progress | None = 
     """Every table of the report, collected on the driver (they are small aggregates).
 
     The captures are read once, each needed column once: a few narrow aggregations
-    (kinspect.analyze.aggregates), each over its own columns, run in one Spark job and are
-    kept (memory, then disk) while every table is derived from them. `targets` are the
+    (kinspect.analyze.aggregates), each reading its own columns with pyarrow in Spark tasks
+    and merged by Spark, run in one Spark job and are kept (memory, then disk) while every
+    table is derived from them. `targets` are the
     upgrade targets (kinspect.analyze.upgrade; default: every release of the shipped specs).
     """
     from functools import reduce
@@ -101,7 +65,7 @@ def compute(spark, paths: list[str], top: int = 50, progress: Progress | None = 
     from pyspark.sql import functions as F
     from py4j.protocol import Py4JJavaError
 
-    from kinspect.analyze.aggregates import AGGREGATES
+    from kinspect.analyze import aggregates, scan
     from kinspect.analyze.tables import TABLES
     from kinspect.analyze.upgrade import UPGRADE_TABLES, builtin_targets
     from kinspect.protocol.errors import SpecError
@@ -119,11 +83,11 @@ def compute(spark, paths: list[str], top: int = 50, progress: Progress | None = 
         builders |= {name: (lambda aggs, build=build: build(aggs, targets))
                      for name, (build, _) in UPGRADE_TABLES.items()}
     started = time.perf_counter()
-    captures = read_captures(spark, paths)
+    pieces = scan.plan(spark, paths)
     # the session may be the caller's: its settings come back as they were when the job ends
     saved = {key: spark.conf.get(key, None) for key in TUNED}
-    partitions = size_shuffle(spark, captures)
-    aggs = {name: build(captures).persist(StorageLevel.MEMORY_AND_DISK) for name, build in AGGREGATES.items()}
+    partitions = size_shuffle(spark, pieces.input_bytes)
+    aggs = {name: agg.persist(StorageLevel.MEMORY_AND_DISK) for name, agg in aggregates.compute(pieces).items()}
     result = Analysis(paths=paths)
     try:
         spark.sparkContext.setJobDescription("kinspect analyze: read the captures into the aggregates")
@@ -135,14 +99,14 @@ def compute(spark, paths: list[str], top: int = 50, progress: Progress | None = 
             sizes = {row["name"]: row["count"] for row in counted.groupBy("name").count().collect()}
         except (PySparkException, Py4JJavaError) as exc:
             # the one pass reads every file: a corrupt remote file shows up here
-            raise AnalyzeInputError(f"cannot read captures at {', '.join(paths)}: {_first_line(exc)}") from None
+            raise AnalyzeInputError(f"cannot read captures at {', '.join(paths)}: {scan.first_line(exc)}") from None
         result.fact_rows = sum(sizes.values())
         result.seconds["read"] = time.perf_counter() - started
         # the tables are derived from the aggregates, which are small: few partitions for their shuffles
         spark.conf.set("spark.sql.shuffle.partitions", str(max(1, min(partitions, result.fact_rows // 200_000))))
         say(f"read: captures aggregated into {result.fact_rows:,} rows "
             f"({', '.join(f'{name} {sizes.get(name, 0):,}' for name in aggs)}; "
-            f"{partitions} shuffle partitions, {result.seconds['read']:.1f} s)")
+            f"{pieces.tasks} read tasks, {partitions} shuffle partitions, {result.seconds['read']:.1f} s)")
         # Each table is a small Spark job over the kept aggregates; a few run at once, so that one
         # job's scheduling latency overlaps another's work (measured: less CPU than one action
         # over all the tables unioned, whose one large plan costs more to optimize, and less
@@ -234,11 +198,6 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         spark.stop()
     return 0
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return (text[0] if text else type(exc).__name__)[:300]
 
 
 if __name__ == "__main__":

@@ -12,6 +12,9 @@ import pytest
 def spark():
     # pyspark is imported here, not at module level, so tests that do not use Spark never load it
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # Python workers (the job's read tasks) run the tests' interpreter, with its pyarrow: PySpark
+    # takes their executable from this variable when its context starts
+    os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
     from kinspect.analyze.inputs import SMALL_CAPTURE_CONF
@@ -26,7 +29,6 @@ def spark():
                # the tests' captures are small: the JIT the CLI gives such captures (C1 only), which
                # costs the test run far less CPU; code generation stays on, so that path is tested too
                .config("spark.driver.extraJavaOptions", SMALL_CAPTURE_CONF["spark.driver.extraJavaOptions"])
-               # Python workers run the tests' interpreter (its packages), not the first python3 on PATH
                .config("spark.pyspark.python", sys.executable)
                .getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
