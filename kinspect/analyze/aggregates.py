@@ -96,9 +96,14 @@ AGGREGATES = {"exchanges": exchanges, "addresses": addresses, "values": values, 
               "tags": tags, "integers": integers, "errors": errors}
 
 
-def compute(scan) -> dict[str, DataFrame]:
-    """Every aggregate of the captures a `kinspect.analyze.scan.Scan` covers (lazy DataFrames)."""
+def compute(spark, scan) -> dict[str, DataFrame]:
+    """Every aggregate of the captures a `kinspect.analyze.scan.Scan` covers (lazy DataFrames):
+    the partial rows come from Spark's tasks, or for a small local capture from this process."""
+    from kinspect.analyze.partials import on_driver
     from kinspect.analyze.scan import reader
 
+    if scan.on_driver is not None:
+        return {name: merge(spark.createDataFrame(on_driver(name, scan.on_driver), PARTIAL_SCHEMAS[name]))
+                for name, merge in AGGREGATES.items()}
     return {name: merge(scan.pieces.mapInArrow(reader(name), PARTIAL_SCHEMAS[name]))
             for name, merge in AGGREGATES.items()}

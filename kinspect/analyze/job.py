@@ -49,7 +49,7 @@ def size_shuffle(spark, input_bytes: int) -> int:
 
 
 def compute(spark, paths: list[str], top: int = 50, progress: Progress | None = None,
-            targets: dict | None = None) -> Analysis:
+            targets: dict | None = None, driver_rows: int | None = None) -> Analysis:
     """Every table of the report, collected on the driver (they are small aggregates).
 
     The captures are read once, each needed column once: a few narrow aggregations
@@ -57,6 +57,8 @@ def compute(spark, paths: list[str], top: int = 50, progress: Progress | None = 
     and merged by Spark, run in one Spark job and are kept (memory, then disk) while every
     table is derived from them. `targets` are the
     upgrade targets (kinspect.analyze.upgrade; default: every release of the shipped specs).
+    Local captures of at most `driver_rows` rows (default kinspect.analyze.scan.DRIVER_ROWS)
+    are read in this process instead of Spark's tasks (0: always in Spark's tasks).
     """
     from functools import reduce
 
@@ -83,11 +85,15 @@ def compute(spark, paths: list[str], top: int = 50, progress: Progress | None = 
         builders |= {name: (lambda aggs, build=build: build(aggs, targets))
                      for name, (build, _) in UPGRADE_TABLES.items()}
     started = time.perf_counter()
-    pieces = scan.plan(spark, paths)
+    pieces = scan.plan(spark, paths, driver_rows)
     # the session may be the caller's: its settings come back as they were when the job ends
     saved = {key: spark.conf.get(key, None) for key in TUNED}
     partitions = size_shuffle(spark, pieces.input_bytes)
-    aggs = {name: agg.persist(StorageLevel.MEMORY_AND_DISK) for name, agg in aggregates.compute(pieces).items()}
+    try:
+        partials = aggregates.compute(spark, pieces)
+    except ValueError as exc:  # the driver's own read of a small capture: a malformed file
+        raise AnalyzeInputError(str(exc)) from None
+    aggs = {name: agg.persist(StorageLevel.MEMORY_AND_DISK) for name, agg in partials.items()}
     result = Analysis(paths=paths)
     try:
         spark.sparkContext.setJobDescription("kinspect analyze: read the captures into the aggregates")
@@ -106,7 +112,8 @@ def compute(spark, paths: list[str], top: int = 50, progress: Progress | None = 
         spark.conf.set("spark.sql.shuffle.partitions", str(max(1, min(partitions, result.fact_rows // 200_000))))
         say(f"read: captures aggregated into {result.fact_rows:,} rows "
             f"({', '.join(f'{name} {sizes.get(name, 0):,}' for name in aggs)}; "
-            f"{pieces.tasks} read tasks, {partitions} shuffle partitions, {result.seconds['read']:.1f} s)")
+            f"{f'{pieces.tasks} read tasks' if pieces.on_driver is None else 'read on the driver'}, "
+            f"{partitions} shuffle partitions, {result.seconds['read']:.1f} s)")
         # Each table is a small Spark job over the kept aggregates; a few run at once, so that one
         # job's scheduling latency overlaps another's work (measured: less CPU than one action
         # over all the tables unioned, whose one large plan costs more to optimize, and less
@@ -145,12 +152,13 @@ def compute(spark, paths: list[str], top: int = 50, progress: Progress | None = 
 
 
 def analyze(spark, paths: list[str], out: str, top: int = 50, html: bool = True,
-            progress: Progress | None = None, targets: dict | None = None) -> Analysis:
+            progress: Progress | None = None, targets: dict | None = None,
+            driver_rows: int | None = None) -> Analysis:
     """Compute every table and write REPORT/tables/<name>/ (Parquet), REPORT/tables/<name>.csv, REPORT/report.html."""
     from kinspect.analyze import output
 
     say = progress or (lambda _: None)
-    result = compute(spark, paths, top, progress, targets)
+    result = compute(spark, paths, top, progress, targets, driver_rows)
     started = time.perf_counter()
     output.ensure_dir(out)
     for name, rows in result.tables.items():

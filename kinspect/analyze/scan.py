@@ -16,6 +16,10 @@ from dataclasses import dataclass
 from kinspect.analyze.inputs import CAPTURE_GLOB, REQUIRED_COLUMNS, AnalyzeInputError, capture_files, is_local
 
 PIECE_ROWS = 1_000_000  # at most this many rows per task (a few hundred MB of Arrow memory at most)
+# With a local master, captures of at most this many rows (all local files) are read and grouped
+# on the driver, in this process: Python workers for so few rows cost more than the work
+# (docs/analyze.md). On a cluster the executors read, whatever the size.
+DRIVER_ROWS = 200_000
 SCAN_SCHEMA = "path string, row_groups array<int>, content binary"
 MALFORMED = "malformed capture file"  # what a task's error says when a file lacks columns
 _RAISED = re.compile(r"^[A-Za-z_.]*(Error|Exception): ")  # a Python traceback's last line
@@ -23,19 +27,28 @@ _RAISED = re.compile(r"^[A-Za-z_.]*(Error|Exception): ")  # a Python traceback's
 
 @dataclass
 class Scan:
-    """The pieces every aggregate's tasks read, as a Spark DataFrame (SCAN_SCHEMA), and their size."""
+    """What every aggregate reads: the pieces for Spark's tasks, as a DataFrame (SCAN_SCHEMA),
+    or, for a small local capture, the pieces the driver reads itself (`on_driver`)."""
 
-    pieces: object  # pyspark DataFrame
+    pieces: object  # pyspark DataFrame, or None when on_driver
     tasks: int
     input_bytes: int
+    rows: int | None = None  # every row, when the captures are all local
+    on_driver: list | None = None  # [(file: URI, row groups)] read in this process
 
 
-def plan(spark, paths: list[str]) -> Scan:
-    """The pieces of the captures at `paths` (local paths as file: URIs, or other URIs)."""
+def plan(spark, paths: list[str], driver_rows: int | None = None) -> Scan:
+    """The pieces of the captures at `paths` (local paths as file: URIs, or other URIs).
+    Local captures of at most `driver_rows` rows are read on the driver (default: DRIVER_ROWS
+    with a local master, 0 on a cluster)."""
     local = [p for p in paths if is_local(p)]
     remote = [p for p in paths if not is_local(p)]
     cores = max(1, spark.sparkContext.defaultParallelism)
-    pieces, size = _local_pieces(local, cores) if local else ([], 0)
+    pieces, size, rows = _local_pieces(local, cores) if local else ([], 0, 0)
+    if driver_rows is None:
+        driver_rows = DRIVER_ROWS if spark.sparkContext.master.startswith("local") else 0
+    if not remote and rows <= driver_rows:
+        return Scan(None, 0, size, rows, on_driver=pieces)
     frames = []
     if pieces:
         # one piece per partition, with no shuffle
@@ -43,13 +56,14 @@ def plan(spark, paths: list[str]) -> Scan:
         frames.append(spark.createDataFrame(rows, SCAN_SCHEMA))
     tasks = len(pieces)
     if remote:
+        from py4j.protocol import Py4JJavaError
         from pyspark.errors import PySparkException
         from pyspark.sql import functions as F
 
         try:
-            listed = spark.read.format("binaryFile").option("pathGlobFilter", CAPTURE_GLOB).load(*remote)
+            listed = spark.read.format("binaryFile").option("pathGlobFilter", CAPTURE_GLOB).load(remote)
             files = listed.select("path", "length").collect()
-        except PySparkException as exc:
+        except (PySparkException, Py4JJavaError) as exc:
             raise AnalyzeInputError(f"cannot read captures at {', '.join(remote)}: {first_line(exc)}") from None
         if not files:
             raise AnalyzeInputError(f"no capture files ({CAPTURE_GLOB}) in {', '.join(remote)}")
@@ -60,10 +74,10 @@ def plan(spark, paths: list[str]) -> Scan:
     scan = frames[0]
     for frame in frames[1:]:
         scan = scan.unionByName(frame)
-    return Scan(scan, tasks, size)
+    return Scan(scan, tasks, size, None if remote else rows)
 
 
-def _local_pieces(paths: list[str], cores: int) -> tuple[list[tuple[str, list[int]]], int]:
+def _local_pieces(paths: list[str], cores: int) -> tuple[list[tuple[str, list[int]]], int, int]:
     """Runs of row groups of every local capture file, about equal in rows: at least one per
     core (when there are enough row groups), at most PIECE_ROWS rows each (unless one row
     group is larger), in as few pieces as that allows (a small capture is one task)."""
@@ -88,7 +102,7 @@ def _local_pieces(paths: list[str], cores: int) -> tuple[list[tuple[str, list[in
         else:
             pieces.append((uri, [group]))
             rows_in = rows
-    return pieces, size
+    return pieces, size, total
 
 
 def reader(name: str):

@@ -270,7 +270,9 @@ def generated(tmp_path_factory) -> tuple[list[Path], Path]:
 def analyzed(spark, generated):
     dirs, out = generated
     lines = []
-    result = analyze(spark, [str(d) for d in dirs], str(out), top=TOP, progress=lines.append, targets=TARGETS)
+    # driver_rows=0: Spark's read tasks, as on a cluster or for a large capture, even for these few rows
+    result = analyze(spark, [str(d) for d in dirs], str(out), top=TOP, progress=lines.append, targets=TARGETS,
+                     driver_rows=0)
     return result, reference(read_rows(dirs), TOP), lines
 
 
@@ -289,6 +291,67 @@ def test_table_matches_plain_python(analyzed, name):
     got = result.tables[name]
     assert got, f"{name} is empty: the generated captures should fill every table"
     assert got == want[name]
+
+
+@pytest.mark.integration
+def test_read_on_the_driver_gives_the_same_tables(spark, analyzed, generated):
+    """A small local capture is read and grouped in the driver's process (no Python workers):
+    the same tables as Spark's read tasks, which `analyzed` used."""
+    result, _, lines = analyzed
+    assert any("read tasks" in line for line in lines)
+    dirs, _ = generated
+    said = []
+    on_driver = compute(spark, [str(d) for d in dirs], top=TOP, targets=TARGETS, progress=said.append)
+    assert any("read on the driver" in line for line in said)
+    assert on_driver.tables == result.tables
+
+
+@pytest.mark.integration
+def test_read_through_spark_filesystems_gives_the_same_tables(spark, analyzed, generated, monkeypatch):
+    """The route of URIs that are not local files (s3a://, hdfs://...): Spark lists and reads each
+    file's bytes through its Hadoop filesystems, and pyarrow reads them from memory. Taken here
+    by file: URIs that the job is told are not local."""
+    from kinspect.analyze import scan
+
+    result, _, _ = analyzed
+    dirs, _ = generated
+    monkeypatch.setattr(scan, "is_local", lambda path: False)
+    said = []
+    remote = compute(spark, [d.as_uri() for d in dirs], top=TOP, targets=TARGETS, progress=said.append)
+    assert any("5 read tasks" in line for line in said)  # one per capture file: 3 + 2
+    assert remote.tables == result.tables
+
+
+@pytest.mark.integration
+def test_malformed_file_through_spark_filesystems(spark, tmp_path, monkeypatch):
+    """A capture file that Spark's tasks find malformed: one line naming the file and what is wrong."""
+    from kinspect.analyze import scan
+
+    table = pq.read_table(write_captures(tmp_path / "src", 5, files=1)[0]).drop_columns(["api_key"])
+    (tmp_path / "run").mkdir()
+    pq.write_table(table, tmp_path / "run" / "capture-00000.parquet")
+    monkeypatch.setattr(scan, "is_local", lambda path: False)
+    with pytest.raises(AnalyzeInputError) as raised:
+        compute(spark, [(tmp_path / "run").as_uri()])
+    message = str(raised.value)
+    assert "\n" not in message
+    assert re.search(r"malformed capture file .*capture-00000\.parquet: missing columns api_key$", message), message
+
+
+def test_histograms_of_any_length():
+    """Integer fields' varint histograms: the writer's lists of 10 counts take a fast path; shorter
+    or null lists (which Spark read as null past their end) take the general one. Both agree."""
+    from kinspect.analyze.partials import _hist_columns
+
+    full = pa.array([[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], [10, 20, 30, 40, 50, 60, 70, 80, 90, 100]],
+                    pa.list_(pa.int32()))
+    fast = _hist_columns(full, "u")
+    assert [fast[f"u{i}"].to_pylist() for i in (1, 5, 10)] == [[1, 10], [5, 50], [10, 100]]
+    ragged = _hist_columns(pa.array([[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], [4, 5], None], pa.list_(pa.int32())), "z")
+    assert [ragged[f"z{i}"].to_pylist() for i in (1, 2, 3, 10)] == [[1, 4, None], [2, 5, None], [3, None, None],
+                                                                   [10, None, None]]
+    chunked = _hist_columns(pa.chunked_array([full.slice(1), full.slice(0, 1)]), "u")
+    assert chunked["u2"].to_pylist() == [20, 2]
 
 
 @pytest.mark.integration
