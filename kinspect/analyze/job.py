@@ -50,21 +50,19 @@ def size_shuffle(spark, input_bytes: int) -> int:
 
 def compute(spark, paths: list[str], top: int = 50, progress: Progress | None = None,
             targets: dict | None = None, driver_rows: int | None = None) -> Analysis:
-    """Every table of the report, collected on the driver (they are small aggregates).
+    """Every table of the report, derived on the driver from a few aggregates of the captures.
 
     The captures are read once, each needed column once: a few narrow aggregations
-    (kinspect.analyze.aggregates), each reading its own columns with pyarrow in Spark tasks
-    and merged by Spark, run in one Spark job and are kept (memory, then disk) while every
-    table is derived from them. `targets` are the
-    upgrade targets (kinspect.analyze.upgrade; default: every release of the shipped specs).
-    Local captures of at most `driver_rows` rows (default kinspect.analyze.scan.DRIVER_ROWS)
-    are read in this process instead of Spark's tasks (0: always in Spark's tasks).
+    (kinspect.analyze.aggregates), each reading its own columns with pyarrow in Spark's
+    tasks and merged by Spark, run side by side and are collected on the driver (Arrow);
+    every table is derived from them there (kinspect.analyze.tables, .upgrade). A local
+    capture of at most `driver_rows` rows (default: kinspect.analyze.scan.DRIVER_ROWS with a
+    local master, 0 on a cluster) is read and aggregated in this process instead.
+    `targets` are the upgrade targets (kinspect.analyze.upgrade; default: every release of
+    the shipped specs).
     """
-    from functools import reduce
-
-    from pyspark import StorageLevel
     from pyspark.errors import PySparkException
-    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
     from py4j.protocol import Py4JJavaError
 
     from kinspect.analyze import aggregates, scan
@@ -80,74 +78,64 @@ def compute(spark, paths: list[str], top: int = 50, progress: Progress | None = 
         except SpecError as exc:  # e.g. a driver given the package without its specs/ (a --py-files zip)
             say(f"no upgrade tables: {exc}")
             targets = {}
-    builders = {name: (lambda aggs, build=build: build(aggs, top)) for name, (build, _) in TABLES.items()}
+    builders = {name: (lambda aggs, build=build: build(aggs, top), schema)
+                for name, (build, _, schema) in TABLES.items()}
     if targets:
-        builders |= {name: (lambda aggs, build=build: build(aggs, targets))
-                     for name, (build, _) in UPGRADE_TABLES.items()}
+        builders |= {name: (lambda aggs, build=build: build(aggs, targets), schema)
+                     for name, (build, _, schema) in UPGRADE_TABLES.items()}
     started = time.perf_counter()
     pieces = scan.plan(spark, paths, driver_rows)
-    # the session may be the caller's: its settings come back as they were when the job ends
-    saved = {key: spark.conf.get(key, None) for key in TUNED}
-    partitions = size_shuffle(spark, pieces.input_bytes)
-    try:
-        partials = aggregates.compute(spark, pieces)
-    except ValueError as exc:  # the driver's own read of a small capture: a malformed file
-        raise AnalyzeInputError(str(exc)) from None
-    aggs = {name: agg.persist(StorageLevel.MEMORY_AND_DISK) for name, agg in partials.items()}
     result = Analysis(paths=paths)
-    try:
-        spark.sparkContext.setJobDescription("kinspect analyze: read the captures into the aggregates")
-        # One action computes every aggregate: adaptive execution runs their scans and
-        # shuffles side by side, and each aggregate is kept for the tables.
-        counted = reduce(lambda a, b: a.unionByName(b),
-                         [agg.select(F.lit(name).alias("name")) for name, agg in aggs.items()])
+    if pieces.on_driver is not None:
         try:
-            sizes = {row["name"]: row["count"] for row in counted.groupBy("name").count().collect()}
+            aggs = aggregates.on_driver(pieces)
+        except ValueError as exc:  # a malformed file, found by the driver's own read
+            raise AnalyzeInputError(str(exc)) from None
+        how = "read on the driver"
+    else:
+        # the session may be the caller's: its settings come back as they were when the job ends
+        saved = {key: spark.conf.get(key, None) for key in TUNED}
+        partitions = size_shuffle(spark, pieces.input_bytes)
+        frames = aggregates.compute(spark, pieces)
+
+        def collect(name: str):
+            spark.sparkContext.setJobDescription(f"kinspect analyze: the {name} aggregate")
+            return frames[name].toArrow()
+
+        try:
+            # Spark runs the aggregates' jobs side by side: one's scheduling overlaps another's work
+            with ThreadPoolExecutor(max_workers=len(frames)) as pool:
+                futures = {name: pool.submit(collect, name) for name in frames}
+                aggs = {name: future.result() for name, future in futures.items()}
         except (PySparkException, Py4JJavaError) as exc:
             # the one pass reads every file: a corrupt remote file shows up here
             raise AnalyzeInputError(f"cannot read captures at {', '.join(paths)}: {scan.first_line(exc)}") from None
-        result.fact_rows = sum(sizes.values())
-        result.seconds["read"] = time.perf_counter() - started
-        # the tables are derived from the aggregates, which are small: few partitions for their shuffles
-        spark.conf.set("spark.sql.shuffle.partitions", str(max(1, min(partitions, result.fact_rows // 200_000))))
-        say(f"read: captures aggregated into {result.fact_rows:,} rows "
-            f"({', '.join(f'{name} {sizes.get(name, 0):,}' for name in aggs)}; "
-            f"{f'{pieces.tasks} read tasks' if pieces.on_driver is None else 'read on the driver'}, "
-            f"{partitions} shuffle partitions, {result.seconds['read']:.1f} s)")
-        # Each table is a small Spark job over the kept aggregates; a few run at once, so that one
-        # job's scheduling latency overlaps another's work (measured: less CPU than one action
-        # over all the tables unioned, whose one large plan costs more to optimize, and less
-        # time than one job after the other).
-        def collect(name: str):
-            started = time.perf_counter()
-            frame = builders[name](aggs)
-            spark.sparkContext.setJobDescription(f"kinspect analyze: {name}")
-            rows = [r.asDict(recursive=True) for r in frame.collect()]
-            return rows, frame.schema, time.perf_counter() - started
-
-        started = time.perf_counter()
-        with ThreadPoolExecutor(max_workers=4) as pool:
-            futures = {name: pool.submit(collect, name) for name in builders}
-            for name, future in futures.items():
-                rows, schema, seconds = future.result()
-                if name == "summary":
-                    if not rows or not rows[0]["exchanges"]:
-                        raise AnalyzeInputError(f"no capture rows in {', '.join(paths)}")
-                    check_schema_version(rows[0]["max_schema_version"], ", ".join(paths))
-                result.tables[name] = rows
-                result.schemas[name] = schema
-                result.seconds[name] = seconds
-                say(f"{name}: {len(rows)} rows ({seconds:.1f} s)")
-        result.seconds["tables"] = time.perf_counter() - started
-        say(f"tables: {len(builders)} tables ({result.seconds['tables']:.1f} s)")
-    finally:
-        for agg in aggs.values():
-            agg.unpersist()
-        for key, value in saved.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
+        finally:
+            pieces.release()
+            for key, value in saved.items():
+                if value is None:
+                    spark.conf.unset(key)
+                else:
+                    spark.conf.set(key, value)
+        how = f"{pieces.tasks} read tasks, {partitions} shuffle partitions"
+    result.fact_rows = sum(agg.num_rows for agg in aggs.values())
+    result.seconds["read"] = time.perf_counter() - started
+    say(f"read: captures aggregated into {result.fact_rows:,} rows "
+        f"({', '.join(f'{name} {agg.num_rows:,}' for name, agg in aggs.items())}; "
+        f"{how}, {result.seconds['read']:.1f} s)")
+    started = time.perf_counter()
+    for name, (build, schema) in builders.items():
+        began = time.perf_counter()
+        rows = build(aggs)
+        if name == "summary":
+            if not rows or not rows[0]["exchanges"]:
+                raise AnalyzeInputError(f"no capture rows in {', '.join(paths)}")
+            check_schema_version(rows[0]["max_schema_version"], ", ".join(paths))
+        result.tables[name] = rows
+        result.schemas[name] = from_arrow_schema(schema)
+        result.seconds[name] = time.perf_counter() - began
+    result.seconds["tables"] = time.perf_counter() - started
+    say(f"tables: {len(builders)} tables on the driver ({result.seconds['tables']:.1f} s)")
     return result
 
 

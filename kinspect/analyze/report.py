@@ -10,7 +10,7 @@ from kinspect.analyze.charts import grouped_bars, hbars, human, plotly_js
 from kinspect.analyze.tables import TABLES
 from kinspect.analyze.upgrade import UPGRADE_TABLES
 
-DESCRIPTIONS = {name: description for name, (_, description) in (TABLES | UPGRADE_TABLES).items()}
+DESCRIPTIONS = {name: description for name, (_, description, _) in (TABLES | UPGRADE_TABLES).items()}
 
 CSS = """
 body{font-family:sans-serif;margin:24px;max-width:1100px;color:#222}

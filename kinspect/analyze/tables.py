@@ -1,4 +1,8 @@
-"""The report's tables, each derived from the job's aggregates (kinspect.analyze.aggregates), never from the captures.
+"""The report's tables, each derived on the driver from the job's aggregates (kinspect.analyze.aggregates), never from the captures.
+
+The aggregates are small (a row per distinct key, not per exchange): Spark computes them
+and the driver holds them as pyarrow Tables; each table here is a few vectorised Arrow
+or numpy steps over them, and a sort of its (few) rows.
 
 Definitions shared by every table (docs/analyze.md repeats them):
 - `api` is the api name, or `api_<key>` for an api the specs do not know.
@@ -20,179 +24,240 @@ from __future__ import annotations
 
 from typing import Callable
 
-from pyspark.sql import Column, DataFrame, Window
-from pyspark.sql import functions as F
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from kinspect.analyze import aggregates as A
+from kinspect.analyze.partials import LATENCY, REQUEST
 
-Aggregates = dict[str, DataFrame]  # name -> aggregate (kinspect.analyze.aggregates.AGGREGATES)
+Aggregates = dict[str, pa.Table]  # name -> aggregate (kinspect.analyze.aggregates)
 
 PERCENTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
 OTHER = "(other)"
+_I32, _I64, _F64, _STR, _BOOL = pa.int32(), pa.int64(), pa.float64(), pa.string(), pa.bool_()
 
 
-def ordered(df: DataFrame, *columns) -> DataFrame:
-    """A small table sorted in one partition: no range-partitioning job, which a global sort would start."""
-    return df.coalesce(1).sortWithinPartitions(*columns)
+def _schema(*fields) -> pa.Schema:
+    return pa.schema([pa.field(name, kind) for name, kind in fields])
 
 
-def percentiles(scale: float | None = None) -> list[Column]:
-    """Exact nearest-rank percentiles of `v` (weighted by `n`): aggregate columns for a
-    groupBy of the same keys over `with_ranks(df, keys)`."""
-    out = []
+def first(value):
+    """A sort key putting None first, as Spark's ascending order does."""
+    return (value is not None, value if value is not None else "")
+
+
+def _rows(table: pa.Table, columns: list[str]) -> list[dict]:
+    return table.select(columns).to_pylist()
+
+
+def _sum(table: pa.Table, column: str):
+    return pc.sum(table[column]).as_py() if table.num_rows else None
+
+
+def summary(aggs: Aggregates, top: int) -> list[dict]:
+    e = aggs["exchanges"]
+    client_ids = pc.drop_null(e["client_id"])
+    return [{
+        "exchanges": _sum(e, "n"), "responses": _sum(e, "responses"),
+        "first_request_us": pc.min(e["lo"]).as_py(), "last_request_us": pc.max(e["hi"]).as_py(),
+        "request_bytes": _sum(e, "request_bytes"), "response_bytes": _sum(e, "response_bytes"),
+        "apis": len(pc.unique(e["api"])), "client_ids": len(pc.unique(client_ids)),
+        "request_decode_errors": _sum(e, "request_decode_errors"),
+        "response_decode_errors": _sum(e, "response_decode_errors"),
+        "requests_not_inspected": _sum(e, "requests_not_inspected"),
+        "min_schema_version": pc.min(e["schema_version"]).as_py(),
+        "max_schema_version": pc.max(e["schema_version"]).as_py()}]
+
+
+def _ranked(values: pa.Table, keys: list[str]) -> tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray]:
+    """`values` (rows of v and its count n) sorted by keys then v; the start and end of each
+    group of keys in that order, and the running count over all rows."""
+    ordered = values.sort_by([(k, "ascending") for k in keys] + [("v", "ascending")])  # keys are never null
+    if not ordered.num_rows:
+        return ordered, np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    change = np.zeros(ordered.num_rows, bool)
+    change[0] = True
+    for k in keys:
+        column = ordered[k].combine_chunks()
+        same = pc.fill_null(pc.equal(column[1:], column[:-1]), False)  # null never equals: handled below
+        both_null = pc.and_(pc.is_null(column[1:]), pc.is_null(column[:-1]))
+        change[1:] |= ~pc.or_(same, both_null).to_numpy(zero_copy_only=False)
+    starts = np.flatnonzero(change)
+    ends = np.append(starts[1:], ordered.num_rows)
+    return ordered, starts, ends, np.cumsum(ordered["n"].to_numpy())
+
+
+def _percentile_table(values: pa.Table, keys: list[str], scale: float | None) -> list[dict]:
+    """Per group of keys: count, exact nearest-rank percentiles of v (weighted by n), max, sum."""
+    ordered, starts, ends, running = _ranked(values, keys)
+    if not len(starts):
+        return []
+    v = ordered["v"].to_numpy()
+    n = ordered["n"].to_numpy()
+    before = np.where(starts > 0, running[starts - 1], 0)
+    total = running[ends - 1] - before
+    out = {k: ordered[k].take(pa.array(starts)).to_pylist() for k in keys}
+    out["count"] = total.tolist()
     for name, p in PERCENTILES:
-        rank = F.greatest(F.lit(1), F.ceil(F.lit(p) * F.col("total")))
-        value = F.min(F.when(F.col("cum") >= rank, F.col("v")))
-        out.append((value / scale if scale else value).alias(name))
-    return out
+        rank = np.maximum(1, np.ceil(p * total.astype(np.float64))).astype(np.int64)
+        at = np.searchsorted(running, before + rank, side="left")
+        out[name] = (v[at] / scale).tolist() if scale else v[at].tolist()
+    out["max"] = ((v[ends - 1] / scale).tolist() if scale else v[ends - 1].tolist())
+    out["sum"] = np.add.reduceat(v * n, starts).tolist()
+    names = list(out)
+    return [dict(zip(names, row)) for row in zip(*out.values())]
 
 
-def with_ranks(df: DataFrame, keys: list[str]) -> DataFrame:
-    """`cum`: values up to and including this one; `total`: values of the group."""
-    ordered = Window.partitionBy(*keys).orderBy("v").rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    return (df.withColumn("cum", F.sum("n").over(ordered))
-            .withColumn("total", F.sum("n").over(Window.partitionBy(*keys))))
+def _sizes(aggs: Aggregates) -> pa.Table:
+    values = aggs["values"].filter(pc.not_equal(aggs["values"]["direction"], LATENCY))
+    direction = pc.if_else(pc.equal(values["direction"], REQUEST), "request", "response")
+    return pa.table({"api": values["api"], "direction": direction, "version": values["version"],
+                     "v": values["v"], "n": values["n"]})
 
 
-def summary(aggs: Aggregates, top: int) -> DataFrame:
-    return aggs["exchanges"].agg(
-        F.sum("n").alias("exchanges"), F.sum("responses").alias("responses"),
-        F.min("lo").alias("first_request_us"), F.max("hi").alias("last_request_us"),
-        F.sum("request_bytes").alias("request_bytes"), F.sum("response_bytes").alias("response_bytes"),
-        # not countDistinct: two of them make Spark expand every row once per distinct column
-        F.size(F.collect_set("api")).cast("bigint").alias("apis"),
-        F.size(F.collect_set("client_id")).cast("bigint").alias("client_ids"),
-        F.sum("request_decode_errors").alias("request_decode_errors"),
-        F.sum("response_decode_errors").alias("response_decode_errors"),
-        F.sum("requests_not_inspected").alias("requests_not_inspected"),
-        F.min("schema_version").alias("min_schema_version"), F.max("schema_version").alias("max_schema_version"))
+def api_sizes(aggs: Aggregates, top: int) -> list[dict]:
+    return _percentile_table(_sizes(aggs), ["api", "direction", "version"], None)
 
 
-def _sizes(aggs: Aggregates) -> DataFrame:
-    direction = F.when(F.col("direction") == A.REQUEST, "request").otherwise("response")
-    return (aggs["values"].where(F.col("direction") != A.LATENCY)
-            .select("api", direction.alias("direction"), "version", "v", "n"))
+def size_histogram(aggs: Aggregates, top: int) -> list[dict]:
+    sizes = _sizes(aggs)
+    # the exact power of two at or below each size (bucket k: [2^k, 2^(k+1))), integers only
+    powers = np.left_shift(np.int64(1), np.arange(63, dtype=np.int64))
+    bucket = np.maximum(np.searchsorted(powers, sizes["v"].to_numpy(zero_copy_only=False), side="right") - 1, 0)
+    counted = (pa.table({"api": sizes["api"], "direction": sizes["direction"],
+                         "bucket": pa.array(bucket.astype(np.int32)), "n": sizes["n"]})
+               .group_by(["api", "direction", "bucket"], use_threads=False).aggregate([("n", "sum")])
+               .sort_by([("api", "ascending"), ("direction", "ascending"), ("bucket", "ascending")]))
+    return [{"api": r["api"], "direction": r["direction"], "bucket": r["bucket"], "min_bytes": 1 << r["bucket"],
+             "count": r["n_sum"]} for r in counted.to_pylist()]
 
 
-def api_sizes(aggs: Aggregates, top: int) -> DataFrame:
-    keys = ["api", "direction", "version"]
-    return (with_ranks(_sizes(aggs), keys).groupBy(*keys)
-            .agg(F.sum("n").alias("count"), *percentiles(),
-                 F.max("v").alias("max"), F.sum(F.col("v") * F.col("n")).alias("sum"))
-            .transform(ordered, *keys))
-
-
-def size_histogram(aggs: Aggregates, top: int) -> DataFrame:
-    # bin() is the exact binary string of the size: its length - 1 is floor(log2(size)),
-    # with no floating-point log at powers of two.
-    bucket = (F.length(F.bin(F.col("v"))) - 1).cast("int")
-    return (_sizes(aggs).select("api", "direction", bucket.alias("bucket"), "n")
-            .groupBy("api", "direction", "bucket").agg(F.sum("n").alias("count"))
-            .withColumn("min_bytes", F.expr("shiftleft(CAST(1 AS BIGINT), bucket)"))
-            .select("api", "direction", "bucket", "min_bytes", "count")
-            .transform(ordered, "api", "direction", "bucket"))
-
-
-def _top_with_other(rows: DataFrame, key: str, top: int) -> DataFrame:
+def _top_with_other(rows: list[dict], key: str, top: int) -> list[dict]:
     """The top `top` rows by bytes, then one row summing the rest (if any), named OTHER."""
-    ranked = (rows.withColumn("bytes", F.col("request_bytes") + F.col("response_bytes"))
-              .withColumn("rank", F.row_number().over(
-                  Window.orderBy(F.col("bytes").desc(), F.col(key).asc_nulls_first()))))
-    head = ranked.where(F.col("rank") <= top).withColumn("grouped", F.lit(1).cast("long"))
-    tail = (ranked.where(F.col("rank") > top)
-            .agg(F.sum("exchanges").alias("exchanges"), F.sum("request_bytes").alias("request_bytes"),
-                 F.sum("response_bytes").alias("response_bytes"), F.sum("bytes").alias("bytes"),
-                 F.count(F.lit(1)).alias("grouped"))
-            .where(F.col("grouped") > 0)
-            .select(F.lit(OTHER).alias(key), "exchanges", "request_bytes", "response_bytes", "bytes",
-                    F.lit(top + 1).alias("rank"), "grouped"))
+    for r in rows:
+        r["bytes"] = r["request_bytes"] + r["response_bytes"]
+        r["grouped"] = 1
+    rows.sort(key=lambda r: (-r["bytes"], first(r[key])))
     columns = [key, "exchanges", "request_bytes", "response_bytes", "bytes", "grouped"]
-    return head.select(*columns, "rank").unionByName(tail.select(*columns, "rank")).transform(ordered, "rank").drop("rank")
+    head = [{c: r[c] for c in columns} for r in rows[:top]]
+    rest = rows[top:]
+    if rest:
+        head.append({key: OTHER, **{c: sum(r[c] for r in rest) for c in columns[1:5]}, "grouped": len(rest)})
+    return head
 
 
-def top_clients(aggs: Aggregates, top: int) -> DataFrame:
-    rows = (aggs["exchanges"].groupBy("client_id")
-            .agg(F.sum("n").alias("exchanges"), F.sum("request_bytes").alias("request_bytes"),
-                 F.sum("response_bytes").alias("response_bytes")))
+def top_clients(aggs: Aggregates, top: int) -> list[dict]:
+    per_client = (aggs["exchanges"].group_by("client_id", use_threads=False)
+                  .aggregate([("n", "sum"), ("request_bytes", "sum"), ("response_bytes", "sum")]))
+    rows = [{"client_id": r["client_id"], "exchanges": r["n_sum"], "request_bytes": r["request_bytes_sum"],
+             "response_bytes": r["response_bytes_sum"]} for r in per_client.to_pylist()]
     return _top_with_other(rows, "client_id", top)
 
 
-def top_topics(aggs: Aggregates, top: int) -> DataFrame:
-    return _top_with_other(aggs["topics"], "topic", top)
+def top_topics(aggs: Aggregates, top: int) -> list[dict]:
+    return _top_with_other(aggs["topics"].to_pylist(), "topic", top)
 
 
-def tagged_fields(aggs: Aggregates, top: int) -> DataFrame:
-    return (aggs["tags"].select("location", "api", "path", "tag", "name", "known", "count", "bytes")
-            .transform(ordered, "location", "api", "path", "tag", F.col("name").asc_nulls_first()))
+def tagged_fields(aggs: Aggregates, top: int) -> list[dict]:
+    rows = _rows(aggs["tags"], ["location", "api", "path", "tag", "name", "known", "count", "bytes"])
+    return sorted(rows, key=lambda r: (r["location"], r["api"], r["path"], r["tag"], first(r["name"])))
 
 
-def _saved_pct(saved: str, total: str) -> Column:
-    return F.when(F.col(total) > 0, F.col(saved) * 100.0 / F.col(total))
+def _saved_pct(saved: int, total: int):
+    return saved * 100.0 / total if total > 0 else None
 
 
-def kip482_savings(aggs: Aggregates, top: int) -> DataFrame:
-    def side(direction: str, version: str, prefix: str) -> DataFrame:
-        return (aggs["exchanges"].where(F.col(f"{prefix}s") > 0)
-                .select("api", F.lit(direction).alias("direction"), F.col(version).alias("version"),
-                        F.col("first_flexible_version").alias("compact_version"), F.col(f"{prefix}s").alias("n"),
-                        F.col(f"{prefix}_bytes").alias("today"), F.col(f"{prefix}_compact").alias("compact")))
-
-    keys = ["api", "direction", "version", "compact_version"]
-    return (side("request", "version", "kip_request").unionByName(side("response", "response_version", "kip_response"))
-            .groupBy(*keys)
-            .agg(F.sum("n").alias("count"), F.sum("today").alias("bytes_today"),
-                 F.sum("compact").alias("bytes_compact"))
-            .withColumn("saved", F.col("bytes_today") - F.col("bytes_compact"))
-            .withColumn("saved_pct", _saved_pct("saved", "bytes_today"))
-            .transform(ordered, "api", "direction", "version"))
-
-
-def varint_savings(aggs: Aggregates, top: int) -> DataFrame:
-    fixed, packed, upacked = F.col("fixed_bytes"), F.col("packed_bytes"), F.col("upacked_bytes")
-    best = F.least(fixed, packed, upacked)
-    return (aggs["integers"]
-            .select("api", "location", "path", "type", "exchanges", "count", "fixed_bytes", "packed_bytes",
-                    "upacked_bytes")
-            .withColumn("best_bytes", best)
-            # ties go to the simpler encoding: fixed, then packed
-            .withColumn("best", F.when(best == fixed, "fixed").when(best == packed, "packed").otherwise("upacked"))
-            .withColumn("saved_pct", F.when(fixed > 0, (fixed - best) * 100.0 / fixed))
-            .transform(ordered, "api", "location", "path"))
+def kip482_savings(aggs: Aggregates, top: int) -> list[dict]:
+    e = aggs["exchanges"]
+    sides = []
+    for direction, version, prefix in (("request", "version", "kip_request"),
+                                       ("response", "response_version", "kip_response")):
+        side = e.filter(pc.greater(e[f"{prefix}s"], 0))
+        sides.append(pa.table({"api": side["api"], "direction": pa.array([direction] * side.num_rows, _STR),
+                               "version": side[version], "compact_version": side["first_flexible_version"],
+                               "n": side[f"{prefix}s"], "today": side[f"{prefix}_bytes"],
+                               "compact": side[f"{prefix}_compact"]}))
+    grouped = (pa.concat_tables(sides).group_by(["api", "direction", "version", "compact_version"], use_threads=False)
+               .aggregate([("n", "sum"), ("today", "sum"), ("compact", "sum")]))
+    rows = [{"api": r["api"], "direction": r["direction"], "version": r["version"],
+             "compact_version": r["compact_version"], "count": r["n_sum"], "bytes_today": r["today_sum"],
+             "bytes_compact": r["compact_sum"], "saved": r["today_sum"] - r["compact_sum"],
+             "saved_pct": _saved_pct(r["today_sum"] - r["compact_sum"], r["today_sum"])} for r in grouped.to_pylist()]
+    return sorted(rows, key=lambda r: (r["api"], r["direction"], first(r["version"])))
 
 
-def varint_histogram(aggs: Aggregates, top: int) -> DataFrame:
-    slots = F.array(*[F.struct(F.lit(encoding).alias("encoding"), F.lit(i).alias("bytes"),
-                               F.col(f"{encoding[0]}{i}").alias("count"))
-                      for encoding in ("unsigned", "zigzag") for i in range(1, 11)])
-    return (aggs["integers"].select("api", "location", "path", "type", F.inline(slots))
-            .where(F.col("count") > 0)
-            .transform(ordered, "api", "location", "path", "encoding", "bytes"))
+def varint_savings(aggs: Aggregates, top: int) -> list[dict]:
+    rows = _rows(aggs["integers"], ["api", "location", "path", "type", "exchanges", "count", "fixed_bytes",
+                                     "packed_bytes", "upacked_bytes"])
+    for r in rows:
+        fixed, packed, upacked = r["fixed_bytes"], r["packed_bytes"], r["upacked_bytes"]
+        best = min(fixed, packed, upacked)
+        r["best_bytes"] = best
+        # ties go to the simpler encoding: fixed, then packed
+        r["best"] = "fixed" if best == fixed else "packed" if best == packed else "upacked"
+        r["saved_pct"] = (fixed - best) * 100.0 / fixed if fixed > 0 else None
+    return sorted(rows, key=lambda r: (r["api"], r["location"], r["path"]))
 
 
-def latency(aggs: Aggregates, top: int) -> DataFrame:
-    rows = aggs["values"].where(F.col("direction") == A.LATENCY).select("api", "v", "n")
-    return (with_ranks(rows, ["api"]).groupBy("api")
-            .agg(F.sum("n").alias("count"), *percentiles(1000.0), (F.max("v") / 1000.0).alias("max"))
-            .withColumnsRenamed({name: f"{name}_ms" for name, _ in PERCENTILES} | {"max": "max_ms"})
-            .transform(ordered, "api"))
+def varint_histogram(aggs: Aggregates, top: int) -> list[dict]:
+    rows = []
+    for r in aggs["integers"].to_pylist():
+        for encoding in ("unsigned", "zigzag"):
+            for i in range(1, 11):
+                count = r[f"{encoding[0]}{i}"]
+                if count is not None and count > 0:
+                    rows.append({"api": r["api"], "location": r["location"], "path": r["path"], "type": r["type"],
+                                 "encoding": encoding, "bytes": i, "count": count})
+    return sorted(rows, key=lambda r: (r["api"], r["location"], r["path"], r["encoding"], r["bytes"]))
 
 
-def error_codes(aggs: Aggregates, top: int) -> DataFrame:
-    return (aggs["errors"].select("api", "code", "name", "count", "exchanges")
-            .transform(ordered, "api", F.col("count").desc(), "code"))
+def latency(aggs: Aggregates, top: int) -> list[dict]:
+    values = aggs["values"].filter(pc.equal(aggs["values"]["direction"], LATENCY))
+    rows = _percentile_table(values.select(["api", "v", "n"]), ["api"], 1000.0)
+    return [{"api": r["api"], "count": r["count"], **{f"{name}_ms": r[name] for name, _ in PERCENTILES},
+             "max_ms": r["max"]} for r in rows]
 
 
-# name -> (function, one-line description), in report order
-TABLES: dict[str, tuple[Callable[[Aggregates, int], DataFrame], str]] = {
-    "summary": (summary, "exchanges, bytes, time range and decode problems of the whole capture"),
-    "api_sizes": (api_sizes, "message sizes per api, direction and version: count, p50, p90, p99, max, sum"),
-    "size_histogram": (size_histogram, "message sizes per api and direction in power-of-two buckets"),
-    "top_clients": (top_clients, "client ids by request + response bytes, the rest summed as (other)"),
-    "top_topics": (top_topics, "topics by bytes of the exchanges that name them, the rest summed as (other)"),
-    "tagged_fields": (tagged_fields, "KIP-482 tagged fields seen: where, which tag, how often, how many bytes"),
-    "kip482_savings": (kip482_savings, "non-flexible messages: bytes today vs at the first flexible version"),
-    "varint_savings": (varint_savings, "integer fields: bytes fixed today vs packed (zig-zag) vs upacked varints"),
-    "varint_histogram": (varint_histogram, "integer values by the bytes their varint takes, per field and encoding"),
-    "latency": (latency, "request to response latency per api, milliseconds"),
-    "error_codes": (error_codes, "non-zero error codes per api (nested ones included)"),
+def error_codes(aggs: Aggregates, top: int) -> list[dict]:
+    rows = _rows(aggs["errors"], ["api", "code", "name", "count", "exchanges"])
+    return sorted(rows, key=lambda r: (r["api"], -r["count"], r["code"]))
+
+
+# name -> (function, one-line description, Arrow schema of its rows), in report order
+TABLES: dict[str, tuple[Callable[[Aggregates, int], list[dict]], str, pa.Schema]] = {
+    "summary": (summary, "exchanges, bytes, time range and decode problems of the whole capture", _schema(
+        ("exchanges", _I64), ("responses", _I64), ("first_request_us", _I64), ("last_request_us", _I64),
+        ("request_bytes", _I64), ("response_bytes", _I64), ("apis", _I64), ("client_ids", _I64),
+        ("request_decode_errors", _I64), ("response_decode_errors", _I64), ("requests_not_inspected", _I64),
+        ("min_schema_version", _I32), ("max_schema_version", _I32))),
+    "api_sizes": (api_sizes, "message sizes per api, direction and version: count, p50, p90, p99, max, sum", _schema(
+        ("api", _STR), ("direction", _STR), ("version", _I32), ("count", _I64), ("p50", _I64), ("p90", _I64),
+        ("p99", _I64), ("max", _I64), ("sum", _I64))),
+    "size_histogram": (size_histogram, "message sizes per api and direction in power-of-two buckets", _schema(
+        ("api", _STR), ("direction", _STR), ("bucket", _I32), ("min_bytes", _I64), ("count", _I64))),
+    "top_clients": (top_clients, "client ids by request + response bytes, the rest summed as (other)", _schema(
+        ("client_id", _STR), ("exchanges", _I64), ("request_bytes", _I64), ("response_bytes", _I64),
+        ("bytes", _I64), ("grouped", _I64))),
+    "top_topics": (top_topics, "topics by bytes of the exchanges that name them, the rest summed as (other)",
+                   _schema(("topic", _STR), ("exchanges", _I64), ("request_bytes", _I64), ("response_bytes", _I64),
+                           ("bytes", _I64), ("grouped", _I64))),
+    "tagged_fields": (tagged_fields, "KIP-482 tagged fields seen: where, which tag, how often, how many bytes",
+                      _schema(("location", _STR), ("api", _STR), ("path", _STR), ("tag", _I32), ("name", _STR),
+                              ("known", _BOOL), ("count", _I64), ("bytes", _I64))),
+    "kip482_savings": (kip482_savings, "non-flexible messages: bytes today vs at the first flexible version",
+                       _schema(("api", _STR), ("direction", _STR), ("version", _I32), ("compact_version", _I32),
+                               ("count", _I64), ("bytes_today", _I64), ("bytes_compact", _I64), ("saved", _I64),
+                               ("saved_pct", _F64))),
+    "varint_savings": (varint_savings, "integer fields: bytes fixed today vs packed (zig-zag) vs upacked varints",
+                       _schema(("api", _STR), ("location", _STR), ("path", _STR), ("type", _STR),
+                               ("exchanges", _I64), ("count", _I64), ("fixed_bytes", _I64), ("packed_bytes", _I64),
+                               ("upacked_bytes", _I64), ("best_bytes", _I64), ("best", _STR),
+                               ("saved_pct", _F64))),
+    "varint_histogram": (varint_histogram, "integer values by the bytes their varint takes, per field and encoding",
+                         _schema(("api", _STR), ("location", _STR), ("path", _STR), ("type", _STR),
+                                 ("encoding", _STR), ("bytes", _I32), ("count", _I64))),
+    "latency": (latency, "request to response latency per api, milliseconds", _schema(
+        ("api", _STR), ("count", _I64), ("p50_ms", _F64), ("p90_ms", _F64), ("p99_ms", _F64), ("max_ms", _F64))),
+    "error_codes": (error_codes, "non-zero error codes per api (nested ones included)", _schema(
+        ("api", _STR), ("code", _I32), ("name", _STR), ("count", _I64), ("exchanges", _I64))),
 }

@@ -374,23 +374,28 @@ def test_generated_captures_cover_the_cases(analyzed):
     assert ("3.9.2", "record format v0/v1 removed") not in upgrade and ("3.9.2", "api removed") in upgrade
     assert "unknown" in {r["software"] for r in want["upgrade_clients"]}  # the v1 files, and software not sent
     assert lines[0].startswith("read: captures aggregated into ")
-    assert [line.split(":")[0] for line in lines[1:len(TABLE_NAMES) + 1]] == list(TABLE_NAMES)  # progress, in order
+    assert "5 read tasks" in lines[0]  # one per piece: each capture file here is a few row groups
+    assert lines[1].startswith(f"tables: {len(TABLE_NAMES)} tables on the driver")
+    assert list(result.tables) == list(TABLE_NAMES)  # in report order
 
 
-@pytest.mark.integration
-def test_percentiles_are_nearest_rank(spark):
-    """Exact nearest-rank percentiles for every group size 1..400, ties and all."""
-    from kinspect.analyze.tables import percentiles, with_ranks
+def test_percentiles_are_nearest_rank():
+    """Exact nearest-rank percentiles for every group size 1..400, ties and all, from distinct
+    values with their counts (what the `values` aggregate holds), in groups given in any order."""
+    from kinspect.analyze.tables import _percentile_table
 
     rows = [(n, (i * 7919) % (n + 3)) for n in range(1, 401) for i in range(n)]
-    counted = collections.Counter(rows)  # what the fact cube holds: one row per distinct value, with its count
-    df = spark.createDataFrame([(g, v, c) for (g, v), c in counted.items()], "g int, v bigint, n bigint")
-    got = {r["g"]: (r["p50"], r["p90"], r["p99"])
-           for r in with_ranks(df, ["g"]).groupBy("g").agg(*percentiles()).collect()}
+    counted = collections.Counter(rows)  # one row per distinct value, with its count
+    items = sorted(counted.items(), key=lambda kv: (kv[0][1] * 31 + kv[0][0]) % 97)  # not in group order
+    table = pa.table({"g": [g for (g, _), _ in items], "v": pa.array([v for (_, v), _ in items], pa.int64()),
+                      "n": pa.array([c for _, c in items], pa.int64())})
+    got = {r["g"]: (r["p50"], r["p90"], r["p99"], r["count"], r["max"], r["sum"])
+           for r in _percentile_table(table, ["g"], None)}
     values = collections.defaultdict(list)
     for n, v in rows:
         values[n].append(v)
-    want = {n: tuple(nearest_rank(v, p) for p in (0.5, 0.9, 0.99)) for n, v in values.items()}
+    want = {n: tuple(nearest_rank(v, p) for p in (0.5, 0.9, 0.99)) + (len(v), max(v), sum(v))
+            for n, v in values.items()}
     assert got == want
 
 
@@ -582,7 +587,8 @@ def test_cli_end_to_end(tmp_path):
     assert not re.search(r"\bWARN\b", result.stderr), result.stderr[-3000:]
     progress = [line for line in result.stderr.splitlines() if line.startswith("kinspect analyze: ")]
     assert progress[0].startswith("kinspect analyze: starting Spark (local[1])")
-    assert any(line.startswith("kinspect analyze: api_sizes: ") for line in progress)
+    assert any(line.startswith("kinspect analyze: read: ") and "read on the driver" in line for line in progress)
+    assert any(line.startswith("kinspect analyze: tables: 13 tables on the driver") for line in progress)
     assert re.match(r"kinspect analyze: done: Spark start [\d.]+ s, read [\d.]+ s, tables [\d.]+ s, "
                     r"report [\d.]+ s", progress[-1]), progress[-1]
     want = reference(read_rows([tmp_path / "c"]), 3)  # the CLI's targets: every shipped release, as TARGETS

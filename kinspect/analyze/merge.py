@@ -1,0 +1,62 @@
+"""How each aggregate's partial rows are merged into the aggregate: one spec, run by Spark or by pyarrow.
+
+Spark merges the partial rows of its read tasks (kinspect.analyze.aggregates); the driver
+merges those of a small capture it read itself (`merge_arrow`). Both follow MERGES, so
+both give the same aggregate, whose columns are AGGREGATE_COLUMNS[name]: the api is one
+string column, `api` (the api name, or api_<key> for an api the specs do not know), made
+once per aggregate row.
+"""
+
+from __future__ import annotations
+
+from kinspect.analyze.partials import EXCHANGE_KEYS, HIST
+
+# name -> (group keys, {column: "sum" | "min" | "max"}, columns whose empty sum is 0, not null,
+#          whether (api_key, api_name) become `api`, and whether api_key is kept beside it)
+MERGES: dict[str, tuple[tuple[str, ...], dict[str, str], tuple[str, ...], bool, bool]] = {
+    "exchanges": (EXCHANGE_KEYS,
+                  {"n": "sum", "lo": "min", "hi": "max", "request_bytes": "sum", "response_bytes": "sum",
+                   "responses": "sum", "request_decode_errors": "sum", "response_decode_errors": "sum",
+                   "requests_not_inspected": "sum", "kip_requests": "sum", "kip_request_bytes": "sum",
+                   "kip_request_compact": "sum", "kip_responses": "sum", "kip_response_bytes": "sum",
+                   "kip_response_compact": "sum"},
+                  ("response_bytes", "responses", "request_decode_errors", "response_decode_errors",
+                   "requests_not_inspected", "kip_requests", "kip_request_bytes", "kip_request_compact",
+                   "kip_responses", "kip_response_bytes", "kip_response_compact"), True, True),
+    "addresses": (("software", "software_version", "address"), {}, (), False, False),
+    "values": (("api_key", "api_name", "direction", "version", "v"), {"n": "sum"}, (), True, False),
+    "topics": (("topic",), {"exchanges": "sum", "request_bytes": "sum", "response_bytes": "sum"}, (), False, False),
+    "tags": (("location", "api_key", "api_name", "path", "tag", "name", "known"), {"count": "sum", "bytes": "sum"},
+             (), True, False),
+    "integers": (("api_key", "api_name", "location", "path", "type"),
+                 {c: "sum" for c in ("exchanges", "count", "fixed_bytes", "packed_bytes", "upacked_bytes") + HIST},
+                 (), True, False),
+    "errors": (("api_key", "api_name", "code", "name"), {"count": "sum", "exchanges": "sum"}, (), True, False),
+}
+
+
+def aggregate_columns(name: str) -> list[str]:
+    """The columns of aggregate `name`, in order: `api` first (where there is one), then the
+    other keys, then the merged values."""
+    keys, values, _, named, keep_key = MERGES[name]
+    if not named:
+        return list(keys) + list(values)
+    rest = [k for k in keys if k not in ("api_key", "api_name")]
+    return ["api"] + (["api_key"] if keep_key else []) + rest + list(values)
+
+
+def merge_arrow(name: str, partials):
+    """Aggregate `name` from its partial rows (a pyarrow Table), merged by pyarrow."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    keys, values, zeros, named, _ = MERGES[name]
+    grouped = partials.group_by(list(keys), use_threads=False).aggregate([(c, op) for c, op in values.items()])
+    columns = {k: grouped[k] for k in keys}
+    for column, op in values.items():
+        merged = grouped[f"{column}_{op}"]
+        columns[column] = pc.fill_null(merged, 0) if column in zeros else merged
+    if named:
+        columns["api"] = pc.coalesce(columns["api_name"],
+                                     pc.binary_join_element_wise("api_", pc.cast(columns["api_key"], pa.string()), ""))
+    return pa.table({c: columns[c] for c in aggregate_columns(name)})
