@@ -12,7 +12,8 @@ They go to a fresh temporary directory (removed at the end) unless --data names 
 
 Each repetition runs the whole job (every table, Parquet, CSV and report.html into a
 fresh directory) on one SparkSession (local[2], 2 GB driver), after one untimed warm-up
-run. The peer, measured in the same run right after each job: a plain pyarrow read of
+run on the route the sizes take (Spark's read tasks above kinspect.analyze.scan.DRIVER_ROWS
+rows, the driver's own read below). The peer, measured in the same run right after each job: a plain pyarrow read of
 every column of the same files (`pyarrow.parquet.read_table`). Printed per size: median
 job seconds with every repetition, rows per second, the median read and job/read ratio,
 where the job's time went (read into the aggregates, tables, report), and the CPU seconds
@@ -38,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from proc_cpu import cpu_seconds, tree_cpu_seconds  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 from kinspect.analyze.inputs import SMALL_CAPTURE_CONF, SMALL_ROWS  # noqa: E402
 from kinspect.analyze.job import analyze  # noqa: E402
+from kinspect.analyze.scan import DRIVER_ROWS  # noqa: E402
 
 # api key, name (None: unknown to the specs), lowest and highest version, first flexible version, weight
 APIS = ((0, "Produce", 3, 12, 9, 30), (1, "Fetch", 4, 17, 12, 30), (3, "Metadata", 1, 13, 9, 6),
@@ -233,14 +235,14 @@ def pyarrow_read(where: Path) -> tuple[float, float]:
     return time.perf_counter() - started, cpu_seconds(os.getpid()) - cpu
 
 
-def run_job(spark, where: Path) -> tuple[float, dict, float]:
+def run_job(spark, where: Path, driver_rows: int | None = None) -> tuple[float, dict, float]:
     """Seconds, where they went, and CPU seconds (Spark's JVM with its Python workers, and this
     process) of the whole job."""
     out = Path(tempfile.mkdtemp(prefix="kinspect-bench-report-"))
     jvm = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
     try:
         cpu, started = tree_cpu_seconds(jvm) + cpu_seconds(os.getpid()), time.perf_counter()
-        result = analyze(spark, [str(where)], str(out))
+        result = analyze(spark, [str(where)], str(out), driver_rows=driver_rows)
         seconds = time.perf_counter() - started
         return seconds, result.seconds, tree_cpu_seconds(jvm) + cpu_seconds(os.getpid()) - cpu
     finally:
@@ -293,7 +295,8 @@ def measure(args, root: Path, sizes: list[int], reps: list[int]) -> int:
     results = {}
     try:
         if warm is not None:
-            run_job(spark, warm)
+            # the route the measured sizes take: Spark's read tasks above DRIVER_ROWS, else the driver
+            run_job(spark, warm, driver_rows=0 if max(sizes) > DRIVER_ROWS else None)
         for rows, n in zip(sizes, reps):
             jobs, reads, parts, job_cpus, read_cpus = [], [], [], [], []
             for _ in range(n):

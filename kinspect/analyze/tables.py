@@ -69,21 +69,33 @@ def summary(aggs: Aggregates, top: int) -> list[dict]:
         "max_schema_version": pc.max(e["schema_version"]).as_py()}]
 
 
+def _ranks(column) -> np.ndarray:
+    """Each value's rank in the sorted distinct values of `column` (nulls first, rank 0): an
+    integer sort key that orders strings as Spark does, without comparing strings per row."""
+    encoded = pc.dictionary_encode(column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column)
+    order = pc.array_sort_indices(encoded.dictionary).to_numpy()
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(1, len(order) + 1)
+    indices = encoded.indices
+    return np.where(pc.is_null(indices).to_numpy(zero_copy_only=False), 0,
+                    rank[pc.fill_null(indices, 0).to_numpy()] if len(order) else 0)
+
+
 def _ranked(values: pa.Table, keys: list[str]) -> tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray]:
     """`values` (rows of v and its count n) sorted by keys then v; the start and end of each
     group of keys in that order, and the running count over all rows."""
-    ordered = values.sort_by([(k, "ascending") for k in keys] + [("v", "ascending")])  # keys are never null
-    if not ordered.num_rows:
-        return ordered, np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
-    change = np.zeros(ordered.num_rows, bool)
+    if not values.num_rows:
+        return values, np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    ranks = [_ranks(values[k]) for k in keys]
+    order = np.lexsort([values["v"].to_numpy()] + ranks[::-1])  # the last key given sorts first
+    ordered = values.take(pa.array(order))
+    change = np.zeros(len(order), bool)
     change[0] = True
-    for k in keys:
-        column = ordered[k].combine_chunks()
-        same = pc.fill_null(pc.equal(column[1:], column[:-1]), False)  # null never equals: handled below
-        both_null = pc.and_(pc.is_null(column[1:]), pc.is_null(column[:-1]))
-        change[1:] |= ~pc.or_(same, both_null).to_numpy(zero_copy_only=False)
+    for rank in ranks:
+        ranked = rank[order]
+        change[1:] |= ranked[1:] != ranked[:-1]
     starts = np.flatnonzero(change)
-    ends = np.append(starts[1:], ordered.num_rows)
+    ends = np.append(starts[1:], len(order))
     return ordered, starts, ends, np.cumsum(ordered["n"].to_numpy())
 
 

@@ -15,9 +15,8 @@ its record batches carry a magic below the target's `min_record_magic`
 
 from __future__ import annotations
 
-import collections
-
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from kinspect.analyze.tables import Aggregates, first
 
@@ -61,29 +60,45 @@ def verdict(target: dict, api_key: int, version: int, magic_mask: int) -> str | 
     return None
 
 
-def _exchanges(aggs: Aggregates) -> list[dict]:
-    return aggs["exchanges"].select(["software", "software_version", "client_id", "api", "api_key", "version",
-                                     "magic_mask", "n", "lo", "hi"]).to_pylist()
-
-
-def _widen(group: dict, row: dict) -> None:
-    group["requests"] += row["n"]
-    group["lo"] = row["lo"] if group["lo"] is None else min(group["lo"], row["lo"])
-    group["hi"] = row["hi"] if group["hi"] is None else max(group["hi"], row["hi"])
+def _with_verdicts(aggs: Aggregates, targets: dict) -> pa.Table:
+    """The `exchanges` aggregate's rows (narrowed to what the upgrade tables use) once per
+    target, with its verdict: a verdict depends only on (api_key, version, magic_mask), so
+    it is decided once per distinct triple and joined back, not once per row."""
+    used = (aggs["exchanges"].select(["software", "software_version", "client_id", "api", "api_key", "version",
+                                      "magic_mask", "n", "lo", "hi"])
+            .group_by(["software", "software_version", "client_id", "api", "api_key", "version", "magic_mask"],
+                      use_threads=False)
+            .aggregate([("n", "sum"), ("lo", "min"), ("hi", "max")])
+            .rename_columns({"n_sum": "n", "lo_min": "lo", "hi_max": "hi"}))
+    triples = used.select(["api_key", "version", "magic_mask"]).group_by(
+        ["api_key", "version", "magic_mask"], use_threads=False).aggregate([]).to_pylist()
+    per_target = []
+    for name, target in targets.items():
+        decided = pa.table({
+            "api_key": pa.array([t["api_key"] for t in triples], used.schema.field("api_key").type),
+            "version": pa.array([t["version"] for t in triples], used.schema.field("version").type),
+            "magic_mask": pa.array([t["magic_mask"] for t in triples], used.schema.field("magic_mask").type),
+            "reason": pa.array([verdict(target, t["api_key"], t["version"], t["magic_mask"]) for t in triples],
+                               pa.string())})
+        joined = used.join(decided, ["api_key", "version", "magic_mask"], join_type="left outer", use_threads=False)
+        per_target.append(joined.append_column("target", pa.array([name] * joined.num_rows, pa.string())))
+    return pa.concat_tables(per_target) if per_target else used.append_column("reason", pa.nulls(0, pa.string()))
 
 
 def upgrade_versions(aggs: Aggregates, targets: dict) -> list[dict]:
     """Per target and client software: every (api, version) used, with counts, and the target's verdict."""
-    groups = collections.defaultdict(lambda: {"requests": 0, "ids": set(), "mask": 0, "lo": None, "hi": None})
-    for row in _exchanges(aggs):
-        for name, target in targets.items():
-            reason = verdict(target, row["api_key"], row["version"], row["magic_mask"])
-            group = groups[(name, row["software"], row["software_version"], row["api"], row["api_key"],
-                            row["version"], reason)]
-            _widen(group, row)
-            if row["client_id"] is not None:
-                group["ids"].add(row["client_id"])
-            group["mask"] |= row["magic_mask"]
+    keys = ["target", "software", "software_version", "api", "api_key", "version", "reason"]
+    grouped = _with_verdicts(aggs, targets).group_by(keys + ["magic_mask"], use_threads=False).aggregate(
+        [("n", "sum"), ("lo", "min"), ("hi", "max"), ("client_id", "distinct", pc.CountOptions("only_valid"))])
+    groups = {}
+    for row in grouped.to_pylist():  # a row per (group, magic mask): few
+        key = tuple(row[k] for k in keys)
+        group = groups.setdefault(key, {"requests": 0, "ids": set(), "mask": 0, "lo": None, "hi": None})
+        group["requests"] += row["n_sum"]
+        group["lo"] = row["lo_min"] if group["lo"] is None else min(group["lo"], row["lo_min"])
+        group["hi"] = row["hi_max"] if group["hi"] is None else max(group["hi"], row["hi_max"])
+        group["ids"].update(row["client_id_distinct"])
+        group["mask"] |= row["magic_mask"]
     rows = [{"target": k[0], "software": k[1], "software_version": k[2], "api": k[3], "api_key": k[4],
              "version": k[5], "requests": g["requests"], "client_ids": len(g["ids"]),
              "record_magics": [m for m in range(3) if g["mask"] & (1 << m)],
@@ -95,36 +110,33 @@ def upgrade_versions(aggs: Aggregates, targets: dict) -> list[dict]:
 def upgrade_clients(aggs: Aggregates, targets: dict) -> list[dict]:
     """Per target, every client software (name, version): its client ids, addresses, first and
     last seen, its requests, and those the target rejects."""
-    groups = collections.defaultdict(lambda: {"requests": 0, "ids": set(), "lo": None, "hi": None,
-                                              "rejected_requests": 0, "rejected": set()})
-    for row in _exchanges(aggs):
-        for name, target in targets.items():
-            reason = verdict(target, row["api_key"], row["version"], row["magic_mask"])
-            group = groups[(name, row["software"], row["software_version"])]
-            _widen(group, row)
-            if row["client_id"] is not None:
-                group["ids"].add(row["client_id"])
-            if reason is not None:
-                group["rejected_requests"] += row["n"]
-                group["rejected"].add(f"{row['api']} v{row['version']}: {reason}")
-    addresses = collections.defaultdict(set)
-    for row in aggs["addresses"].to_pylist():
-        if row["address"] is not None:
-            addresses[(row["software"], row["software_version"])].add(row["address"])
-    rows = []
-    for (name, software, version), g in groups.items():
-        ids = sorted(g["ids"])
-        # software_version is null for clients that never said: they match null, as a null-safe join does
-        seen = addresses.get((software, version))
-        listed = sorted(seen) if seen is not None else None
-        rows.append({"target": name, "software": software, "software_version": version,
-                     "client_ids": ids[:LISTED], "client_id_count": len(ids),
-                     "addresses": listed[:LISTED] if listed is not None else None,
-                     "address_count": len(listed) if listed is not None else None,
-                     "first_seen_us": g["lo"], "last_seen_us": g["hi"], "requests": g["requests"],
-                     "rejected_requests": g["rejected_requests"], "rejected": sorted(g["rejected"])[:REJECTED_LISTED]})
-    return sorted(rows, key=lambda r: (r["target"], -r["rejected_requests"], r["software"],
-                                       first(r["software_version"])))
+    keys = ["target", "software", "software_version"]
+    rows = _with_verdicts(aggs, targets)
+    rejected = pc.is_valid(rows["reason"])
+    rows = rows.append_column("rejected_n", pc.if_else(rejected, rows["n"], 0)).append_column(
+        "rejected", pc.if_else(rejected, pc.binary_join_element_wise(
+            rows["api"], " v", pc.cast(rows["version"], pa.string()), ": ", rows["reason"], ""), None))
+    grouped = rows.group_by(keys, use_threads=False).aggregate(
+        [("n", "sum"), ("lo", "min"), ("hi", "max"), ("rejected_n", "sum"),
+         ("client_id", "distinct", pc.CountOptions("only_valid")),
+         ("rejected", "distinct", pc.CountOptions("only_valid"))])
+    addresses = (aggs["addresses"].group_by(["software", "software_version"], use_threads=False)
+                 .aggregate([("address", "distinct", pc.CountOptions("only_valid"))]).to_pylist())
+    # software_version is null for clients that never said: they match null, as a null-safe join does
+    listed = {(a["software"], a["software_version"]): sorted(a["address_distinct"]) for a in addresses}
+    out = []
+    for g in grouped.to_pylist():
+        ids = sorted(g["client_id_distinct"])
+        seen = listed.get((g["software"], g["software_version"]))
+        out.append({"target": g["target"], "software": g["software"], "software_version": g["software_version"],
+                    "client_ids": ids[:LISTED], "client_id_count": len(ids),
+                    "addresses": seen[:LISTED] if seen is not None else None,
+                    "address_count": len(seen) if seen is not None else None,
+                    "first_seen_us": g["lo_min"], "last_seen_us": g["hi_max"], "requests": g["n_sum"],
+                    "rejected_requests": g["rejected_n_sum"],
+                    "rejected": sorted(g["rejected_distinct"])[:REJECTED_LISTED]})
+    return sorted(out, key=lambda r: (r["target"], -r["rejected_requests"], r["software"],
+                                      first(r["software_version"])))
 
 
 _STR, _I32, _I64 = pa.string(), pa.int32(), pa.int64()
