@@ -1,8 +1,8 @@
 """The few narrow aggregations every table is derived from, computed in one pass over the captures.
 
-The report's tables never read the captures themselves: they are derived from these
-aggregates (kinspect.analyze.tables, kinspect.analyze.upgrade), which the job computes
-once and keeps (memory, then disk) while the tables are built:
+The report's tables never read the captures themselves: they are derived on the driver
+from these aggregates (kinspect.analyze.tables, kinspect.analyze.upgrade), which the job
+computes once and collects as Arrow:
 
     exchanges   one row per distinct (client software, client id, api, versions, record magics,
                 first flexible version, schema version): counts, bytes, time range, decode
@@ -18,7 +18,8 @@ once and keeps (memory, then disk) while the tables are built:
 Each is computed in two steps: Spark tasks read the capture files with pyarrow, only the
 columns the aggregate needs, and group each chunk with Arrow's compiled kernels
 (kinspect.analyze.scan, kinspect.analyze.partials); then Spark merges the tasks' partial
-rows (sums, minima, maxima) in one shuffle. No Python runs per row.
+rows (sums, minima, maxima; kinspect.analyze.merge) in one shuffle. No Python runs per row.
+A small local capture is read, grouped and merged by the same pyarrow code on the driver.
 """
 
 from __future__ import annotations

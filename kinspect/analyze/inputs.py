@@ -19,6 +19,7 @@ from kinspect.capture.schema import COLUMN_NAMES, METADATA_VERSION_KEY, SCHEMA_V
 OPTIONAL_COLUMNS = ("client_software_name", "client_software_version", "record_magics")
 REQUIRED_COLUMNS = tuple(name for name in COLUMN_NAMES if name not in OPTIONAL_COLUMNS)
 CAPTURE_GLOB = "capture-*.parquet"  # writers write *.parquet.tmp and rename, so .tmp never matches
+MALFORMED = "malformed capture file"  # how every error about one bad file starts
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
@@ -65,7 +66,7 @@ def capture_files(path: str) -> list[Path]:
             raise AnalyzeInputError(f"no capture files ({CAPTURE_GLOB}) in {path}")
     for file in files:
         if not file.is_file():
-            raise AnalyzeInputError(f"malformed capture file {file}: not a file")
+            raise AnalyzeInputError(f"{MALFORMED} {file}: not a file")
         if not os.access(file, os.R_OK):
             raise AnalyzeInputError(f"cannot read capture file {file}: permission denied")
         check_capture_file(file)
@@ -80,18 +81,18 @@ def check_capture_file(file: Path) -> int:
         meta = pq.read_metadata(file)
         names = set(pq.read_schema(file).names)
     except Exception as exc:  # pyarrow raises ArrowInvalid, OSError... for a bad footer
-        raise AnalyzeInputError(f"malformed capture file {file}: {_one_line(exc)}") from None
+        raise AnalyzeInputError(f"{MALFORMED} {file}: {_one_line(exc)}") from None
     raw = (meta.metadata or {}).get(METADATA_VERSION_KEY)
     if raw is None:
-        raise AnalyzeInputError(f"malformed capture file {file}: no {METADATA_VERSION_KEY.decode()} metadata")
+        raise AnalyzeInputError(f"{MALFORMED} {file}: no {METADATA_VERSION_KEY.decode()} metadata")
     try:
         version = int(raw)
     except ValueError:
-        raise AnalyzeInputError(f"malformed capture file {file}: schema version {raw!r} is not a number") from None
+        raise AnalyzeInputError(f"{MALFORMED} {file}: schema version {raw!r} is not a number") from None
     check_schema_version(version, str(file))
     missing = [name for name in column_names(version) if name not in names]
     if missing:
-        raise AnalyzeInputError(f"malformed capture file {file}: missing columns {', '.join(missing)}")
+        raise AnalyzeInputError(f"{MALFORMED} {file}: missing columns {', '.join(missing)}")
     return version
 
 

@@ -3,8 +3,9 @@
 Every aggregate of kinspect.analyze.aggregates is computed in two steps: here, each Spark
 task reads its share of the capture files with pyarrow (only the columns the aggregate
 needs) and groups each chunk of rows with Arrow's hash aggregation; then Spark merges
-the partial rows of every task (sums, minima, maxima) in one shuffle. No Python runs
-per row: list columns are flattened and grouped by Arrow, never looped over.
+the partial rows of every task (sums, minima, maxima) in one shuffle, or the driver merges
+those of a small capture it read itself. No Python runs per row: list columns are
+flattened and grouped by Arrow, never looped over.
 
 Each function takes a pyarrow Table holding (at least) COLUMNS[name] and returns a Table
 of PARTIAL_SCHEMAS[name]: the aggregate's keys and its mergeable partial values.
@@ -16,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kinspect.analyze.inputs import REQUIRED_COLUMNS
+from kinspect.analyze.inputs import MALFORMED, REQUIRED_COLUMNS
 from kinspect.capture.schema import arrow_schema
 
 # `values` directions: a request size, a response size, a latency (microseconds)
@@ -283,7 +284,7 @@ def read_file(path: str, content: bytes | None):
     try:
         return pq.ParquetFile(pa.BufferReader(content) if content is not None else str(local_path(path)))
     except Exception as exc:  # pyarrow raises ArrowInvalid, OSError... for a bad footer
-        raise ValueError(f"malformed capture file {path}: {' '.join(str(exc).split())[:200]}") from None
+        raise ValueError(f"{MALFORMED} {path}: {' '.join(str(exc).split())[:200]}") from None
 
 
 def partial_batches(name: str, path: str, groups: list[int] | None, content: bytes | None):
@@ -293,7 +294,7 @@ def partial_batches(name: str, path: str, groups: list[int] | None, content: byt
     present = set(parquet.schema_arrow.names)
     missing = [c for c in REQUIRED_COLUMNS if c in COLUMNS[name] and c not in present]
     if missing:
-        raise ValueError(f"malformed capture file {path}: missing columns {', '.join(missing)}")
+        raise ValueError(f"{MALFORMED} {path}: missing columns {', '.join(missing)}")
     wanted = [c for c in COLUMNS[name] if c in present]
     absent = [c for c in COLUMNS[name] if c not in present]  # optional (v2) columns of a v1 file: null
     schema, full = arrow_schema_of(name), arrow_schema()

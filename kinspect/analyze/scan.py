@@ -14,15 +14,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from kinspect.analyze.inputs import CAPTURE_GLOB, REQUIRED_COLUMNS, AnalyzeInputError, capture_files, is_local
+from kinspect.analyze.inputs import (CAPTURE_GLOB, MALFORMED, SMALL_ROWS, AnalyzeInputError, capture_files,
+                                     is_local)
 
 PIECE_ROWS = 1_000_000  # at most this many rows per task (a few hundred MB of Arrow memory at most)
 # With a local master, captures of at most this many rows (all local files) are read and grouped
 # on the driver, in this process: Python workers for so few rows cost more than the work
 # (docs/analyze.md). On a cluster the executors read, whatever the size.
-DRIVER_ROWS = 200_000
+DRIVER_ROWS = SMALL_ROWS
 SCAN_SCHEMA = "path string, row_groups array<int>, content binary"
-MALFORMED = "malformed capture file"  # what a task's error says when a file lacks columns
 _RAISED = re.compile(r"^[A-Za-z_.]*(Error|Exception): ")  # a Python traceback's last line
 
 
@@ -34,7 +34,6 @@ class Scan:
     pieces: object  # pyspark DataFrame, or None when on_driver
     tasks: int
     input_bytes: int
-    rows: int | None = None  # every row, when the captures are all local
     on_driver: list | None = None  # [(file: URI, row groups)] read in this process
     cached: object = None  # the fetched bytes of non-local files, kept while the aggregates read them
 
@@ -56,7 +55,7 @@ def plan(spark, paths: list[str], driver_rows: int | None = None) -> Scan:
     if driver_rows is None:
         driver_rows = DRIVER_ROWS if spark.sparkContext.master.startswith("local") else 0
     if not remote and rows <= driver_rows:
-        return Scan(None, 0, size, rows, on_driver=pieces)
+        return Scan(None, 0, size, on_driver=pieces)
     frames = []
     if pieces:
         # one piece per partition, with no shuffle
@@ -87,7 +86,7 @@ def plan(spark, paths: list[str], driver_rows: int | None = None) -> Scan:
     scan = frames[0]
     for frame in frames[1:]:
         scan = scan.unionByName(frame)
-    return Scan(scan, tasks, size, None if remote else rows, cached=cached if remote else None)
+    return Scan(scan, tasks, size, cached=cached if remote else None)
 
 
 def _local_pieces(paths: list[str], cores: int) -> tuple[list[tuple[str, list[int]]], int, int]:
@@ -143,4 +142,4 @@ def first_line(exc: BaseException) -> str:
     return (text[0] if text else type(exc).__name__)[:300]
 
 
-__all__ = ["MALFORMED", "REQUIRED_COLUMNS", "Scan", "first_line", "plan", "reader"]
+__all__ = ["DRIVER_ROWS", "PIECE_ROWS", "Scan", "first_line", "plan", "reader"]
