@@ -153,7 +153,14 @@ class Response(_Lazy):
         return self._once("_scanned", self._scan_frame)
 
     def _scan_frame(self, frame: bytes) -> ScanResult:
-        return self.codec.scan_response(frame, self.api_key, self.api_version)
+        # The session read the header: v0 ends after the correlation id; v1 whose tag section is empty (one
+        # zero byte) ends after it. Any other header is read again by the codec, which fails a malformed one.
+        header_end = None
+        if self.header_version == 0 and len(frame) >= 4:
+            header_end = 4
+        elif self.header_size == 5 and len(frame) > 4 and frame[4] == 0:
+            header_end = 5
+        return self.codec.scan_response(frame, self.api_key, self.api_version, header_end)
 
 
 @dataclass(slots=True, eq=False)

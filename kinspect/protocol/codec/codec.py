@@ -375,10 +375,14 @@ class Codec:
                                                                        integers=self.integer_facts)
         return result.finish()
 
-    def scan_response(self, frame: bytes, api_key: int, api_version: int) -> ScanResult:
+    def scan_response(self, frame: bytes, api_key: int, api_version: int, header_end: int | None = None) -> ScanResult:
+        """Header tag sections and body facts of a response. header_end: where the caller read the response
+        header to end, when it read it whole and well formed (v0, or v1 with an empty tag section): the header
+        is then not read again; None reads it (and a malformed header fails the scan, as it should)."""
         compiled = self.body(api_key, "response", api_version)
-        hv = self.response_header_version(api_key, api_version)
-        _, header_end = self.header("ResponseHeader", hv).decode(frame, 0, whole=False)
+        if header_end is None:
+            hv = self.response_header_version(api_key, api_version)
+            _, header_end = self.header("ResponseHeader", hv).decode(frame, 0, whole=False)
         result = ScanResult()
         compiled.scan(frame, header_end, result, whole=False, integers=self.integer_facts)
         return result.finish()
