@@ -112,6 +112,13 @@ class Request(_Lazy):
         scanned = self._scanned
         if type(scanned) is ScanResult:  # the common case, asked by every observer after the first: no call
             return scanned
+        if scanned is None and self.complete:  # the first ask: _once's steps, inline (a scan per Produce)
+            try:
+                scanned = self._scanned = self.codec.scan_request(self.frame, self.header)
+            except DecodeError as exc:
+                self._scanned = exc
+                raise
+            return scanned
         return self._once("_scanned", self._scan_frame)
 
     def _scan_frame(self, frame: bytes) -> ScanResult:

@@ -18,8 +18,12 @@ def produce_acks(frame: bytes, body_offset: int, version: int, flexible: bool) -
     try:
         if version >= 3:
             if flexible:
-                length, pos = read_uvarint(frame, pos)
-                length -= 1
+                length = frame[pos]
+                if length < 0x80:  # a one-byte varint: any TransactionalId under 127 bytes, or null
+                    length, pos = length - 1, pos + 1
+                else:
+                    length, pos = read_uvarint(frame, pos)
+                    length -= 1
             else:
                 length = _INT16.unpack_from(frame, pos)[0]
                 pos += 2

@@ -1,7 +1,9 @@
-"""A Response's scan starts the body where the session read the header to end, with the codec's outcome.
+"""An event's scan is the codec's scan of its frame, asked once: its short cuts give the codec's outcome.
 
 Response.scan() hands the codec the header's end when the session read a v0 header or a v1
-header with an empty tag section; the codec's own reading of the header is the reference.
+header with an empty tag section; Request.scan() scans on first ask without _Lazy._once.
+The codec's own scan of the frame is the reference, and the outcome (scan or DecodeError) is
+cached either way.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import pytest
 
 from kinspect.protocol.codec import Codec
 from kinspect.protocol.errors import DecodeError
-from kinspect.session import ConnectionInfo, Plan, Response, Session, SessionConfig
+from kinspect.session import ConnectionInfo, Plan, Request, Response, Session, SessionConfig
 from kinspect.session.replay import replay
 from tests.support.paths import TRAFFIC
 
@@ -73,3 +75,51 @@ def test_a_malformed_header_tag_section_still_fails_the_scan():
     with pytest.raises(DecodeError) as reference:
         codec.scan_response(frame, 3, 12)
     assert str(raised.value) == str(reference.value)
+
+
+def _requests(codec: Codec, requests, mutate, inspect_max_bytes=1024 * 1024) -> list[Request]:
+    data = requests.read_bytes()
+    if mutate is not None:
+        data = mutate(data)
+    session = Session(codec, ConnectionInfo(1, "c:1", "b:1"), SessionConfig(inspect_max_bytes=inspect_max_bytes),
+                      Plan(True))
+    return [e for events in replay(session, data) for e in events if type(e) is Request]
+
+
+def _cached(event):
+    """The outcome of asking twice: the same scan object, or the same DecodeError object."""
+    outcomes = []
+    for _ in range(2):
+        try:
+            outcomes.append(event.scan())
+        except DecodeError as exc:
+            outcomes.append(exc)
+    assert outcomes[0] is outcomes[1]
+    return outcomes[0]
+
+
+@pytest.mark.parametrize("requests", CONNECTIONS[::2], ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_request_scan_is_the_codecs_and_cached(requests):
+    codec = Codec()
+    rng = random.Random(requests.stem)
+
+    def flip(data: bytes) -> bytes:  # bytes after each size prefix changed: bodies that fail to scan among them
+        data = bytearray(data)
+        for _ in range(len(data) // 40):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        return bytes(data)
+
+    failures = 0
+    for mutate in (None, flip):
+        for request in _requests(codec, requests, mutate):
+            if request.complete:
+                reference = _outcome(lambda: codec.scan_request(request.frame, request.header))
+            else:
+                reference = ("DecodeError", f"the {request.size}-byte frame was larger than the inspection limit; "
+                                            "only its header was kept")
+            assert _outcome(request.scan) == reference
+            outcome = _cached(request)
+            failures += isinstance(outcome, DecodeError)
+    heads = [r for r in _requests(codec, requests, None, inspect_max_bytes=64) if not r.complete]
+    for request in heads:
+        assert isinstance(_cached(request), DecodeError)
