@@ -181,7 +181,12 @@ def _magics(e: Request) -> tuple[int, ...]:
         return ()
     if not scan.record_spans:
         return ()
-    seen = {batch.magic for summary in scan.records if summary is not None for batch in summary.batches}
+    summaries = scan.records
+    if len(summaries) == 1 and summaries[0] is not None:  # the common request: one records field
+        batches = summaries[0].batches
+        if len(batches) == 1:  # of one batch (what the set below gives, without building it)
+            return (batches[0].magic,)
+    seen = {batch.magic for summary in summaries if summary is not None for batch in summary.batches}
     return tuple(sorted(seen))
 
 

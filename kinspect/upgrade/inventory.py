@@ -45,7 +45,8 @@ class ConnectionRecord:
              software: tuple[str | None, str | None]) -> None:
         if not self.first_seen or when < self.first_seen:
             self.first_seen = when
-        self.last_seen = max(self.last_seen, when)
+        if when > self.last_seen:
+            self.last_seen = when
         if software[0] is not None or software[1] is not None:
             self.software_name, self.software_version = software
         if client_id is not None and client_id not in self.client_ids and len(self.client_ids) < MAX_CLIENT_IDS:
