@@ -8,12 +8,14 @@ from kinspect.protocol.codec import Codec
 from kinspect.protocol.wire.peek import produce_acks
 
 
-@pytest.mark.parametrize("version", [0, 2, 3, 8, 9, 10])
-@pytest.mark.parametrize("transactional_id", [None, "", "t", "x" * 126, "x" * 127, "y" * 300])
+# (version, TransactionalId): versions before 3 have no TransactionalId
+CASES = [(0, None), (2, None)] + [(version, transactional_id) for version in (3, 8, 9, 10)
+                                  for transactional_id in (None, "", "t", "x" * 126, "x" * 127, "y" * 300)]
+
+
+@pytest.mark.parametrize(("version", "transactional_id"), CASES)
 @pytest.mark.parametrize("acks", [0, 1, -1])
 def test_produce_acks_is_the_decoded_acks(codec: Codec, version, transactional_id, acks):
-    if version < 3 and transactional_id is not None:
-        pytest.skip("no TransactionalId before v3")
     body = {"Acks": acks, "TimeoutMs": 1000, "TopicData": []}
     if version >= 3:
         body["TransactionalId"] = transactional_id
