@@ -15,47 +15,33 @@ computes once and collects as Arrow:
     integers    per integer field path, with the varint histograms
     errors      per error code
 
-Each is computed in two steps: Spark tasks read the capture files with pyarrow, only the
-columns the aggregate needs, and group each chunk with Arrow's compiled kernels
-(kinspect.analyze.scan, kinspect.analyze.partials); then Spark merges the tasks' partial
-rows (sums, minima, maxima; kinspect.analyze.merge) in one shuffle. No Python runs per row.
-A small local capture is read, grouped and merged by the same pyarrow code on the driver.
+Each is computed in two steps of Spark tasks: the first reads the capture files with
+pyarrow, only the columns the aggregate needs, groups each piece with Arrow's compiled
+kernels (kinspect.analyze.scan, kinspect.analyze.partials) and splits the partial rows into
+buckets by key; Spark shuffles the buckets as opaque Arrow bytes, and the second merges
+each bucket (sums, minima, maxima; kinspect.analyze.merge). No Python runs per row, and
+the JVM only moves bytes. A small local capture is read, grouped and merged by the same
+pyarrow code on the driver.
 """
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame
 
-from kinspect.analyze.merge import MERGES, aggregate_columns
-from kinspect.analyze.partials import PARTIAL_SCHEMAS
-
-
-def api() -> Column:
-    """The api name, or api_<key> for an api the specs do not know."""
-    return F.coalesce(F.col("api_name"), F.concat(F.lit("api_"), F.col("api_key").cast("string")))
+from kinspect.analyze.merge import MERGES, aggregate_ddl
+from kinspect.analyze.partials import BLOB_SCHEMA
 
 
-def merge(name: str, partials: DataFrame) -> DataFrame:
-    """Aggregate `name` from its partial rows, merged by Spark (kinspect.analyze.merge.MERGES)."""
-    keys, values, zeros, named, _ = MERGES[name]
-    if not values:
-        merged = partials.select(*keys).distinct()
-    else:
-        merged = partials.groupBy(*keys).agg(*[
-            (F.coalesce(F.sum(c), F.lit(0)) if c in zeros else getattr(F, op)(c)).cast("bigint").alias(c)
-            for c, op in values.items()])
-    if named:
-        merged = merged.withColumn("api", api())
-    return merged.select(*aggregate_columns(name))
-
-
-def compute(spark, scan) -> dict[str, DataFrame]:
+def compute(spark, scan, buckets: int) -> dict[str, DataFrame]:
     """Every aggregate of the captures that Spark's read tasks cover (`kinspect.analyze.scan.Scan`),
-    as lazy DataFrames."""
-    from kinspect.analyze.scan import reader
+    as lazy DataFrames: read and partially grouped per piece, shuffled in `buckets` by key,
+    merged per bucket."""
+    from kinspect.analyze.scan import merger, reader
 
-    return {name: merge(name, scan.pieces.mapInArrow(reader(name), PARTIAL_SCHEMAS[name])) for name in MERGES}
+    return {name: (scan.pieces.mapInArrow(reader(name, buckets), BLOB_SCHEMA)
+                   .repartition(buckets, "bucket")
+                   .mapInArrow(merger(name), aggregate_ddl(name)))
+            for name in MERGES}
 
 
 def on_driver(scan) -> dict:

@@ -96,7 +96,7 @@ def compute(spark, paths: list[str], top: int = 50, progress: Progress | None = 
         # the session may be the caller's: its settings come back as they were when the job ends
         saved = {key: spark.conf.get(key, None) for key in TUNED}
         partitions = size_shuffle(spark, pieces.input_bytes)
-        frames = aggregates.compute(spark, pieces)
+        frames = aggregates.compute(spark, pieces, partitions)
 
         def collect(name: str):
             spark.sparkContext.setJobDescription(f"kinspect analyze: the {name} aggregate")

@@ -1,15 +1,16 @@
-"""How each aggregate's partial rows are merged into the aggregate: one spec, run by Spark or by pyarrow.
+"""How each aggregate's partial rows are merged into the aggregate, by pyarrow, in Spark's tasks or on the driver.
 
-Spark merges the partial rows of its read tasks (kinspect.analyze.aggregates); the driver
-merges those of a small capture it read itself (`merge_arrow`). Both follow MERGES, so
-both give the same aggregate, whose columns are AGGREGATE_COLUMNS[name]: the api is one
-string column, `api` (the api name, or api_<key> for an api the specs do not know), made
-once per aggregate row.
+Spark's read tasks split their partial rows into buckets by a hash of the aggregate's keys;
+Spark shuffles the buckets (as opaque Arrow IPC bytes) and one task per bucket merges its
+rows here (`merge_arrow`): rows with equal keys always meet in one bucket, so each bucket's
+merge is final. The driver merges a small capture's partial rows the same way. The
+aggregate's columns are aggregate_columns(name): the api is one string column, `api` (the
+api name, or api_<key> for an api the specs do not know), made once per aggregate row.
 """
 
 from __future__ import annotations
 
-from kinspect.analyze.partials import EXCHANGE_KEYS, HIST
+from kinspect.analyze.partials import EXCHANGE_KEYS, HIST, PARTIAL_SCHEMAS
 
 # name -> (group keys, {column: "sum" | "min" | "max"}, columns whose empty sum is 0, not null,
 #          whether (api_key, api_name) become `api`, and whether api_key is kept beside it)
@@ -60,3 +61,20 @@ def merge_arrow(name: str, partials):
         columns["api"] = pc.coalesce(columns["api_name"],
                                      pc.binary_join_element_wise("api_", pc.cast(columns["api_key"], pa.string()), ""))
     return pa.table({c: columns[c] for c in aggregate_columns(name)})
+
+
+def aggregate_ddl(name: str) -> str:
+    """Spark DDL of aggregate `name`'s rows (what a merging task hands Spark)."""
+    kinds = dict(part.strip().split(" ") for part in PARTIAL_SCHEMAS[name].split(","))
+    kinds["api"] = "string"
+    return ", ".join(f"{column} {kinds[column]}" for column in aggregate_columns(name))
+
+
+def merge_batches(name: str, batches):
+    """A merging task: the partial rows of its buckets (record batches of partials.BLOB_SCHEMA) in,
+    aggregate `name`'s rows out, as record batches of aggregate_ddl(name)."""
+    from kinspect.analyze.partials import read_blobs
+
+    partials = read_blobs(batches)
+    if partials is not None and partials.num_rows:
+        yield from merge_arrow(name, partials).to_batches()

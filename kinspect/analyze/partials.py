@@ -326,3 +326,67 @@ def on_driver(name: str, pieces: list) -> pa.Table:
     """Aggregate `name`'s partial rows of every piece, read in this process (a small capture)."""
     batches = [batch for path, groups in pieces for batch in partial_batches(name, path, groups, None)]
     return pa.Table.from_batches(batches, schema=arrow_schema_of(name))
+
+
+def _column_hash(column) -> np.ndarray:
+    """A hash of each value of a key column, the same in every process: strings by the CRC-32 of
+    their distinct values (a capture has few distinct ids, names and addresses), numbers and
+    booleans by their value, null by a constant."""
+    import zlib
+
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
+        encoded = pc.dictionary_encode(array)
+        digests = np.array([zlib.crc32(value.encode()) for value in encoded.dictionary.to_pylist()] or [0],
+                           np.uint64)
+        hashed = digests[pc.fill_null(encoded.indices, 0).to_numpy()]
+    else:
+        hashed = pc.fill_null(pc.cast(array, pa.int64()), 0).to_numpy().astype(np.uint64)
+    return np.where(pc.is_null(array).to_numpy(zero_copy_only=False), np.uint64(0x9E3779B97F4A7C15), hashed)
+
+
+def buckets_of(table: pa.Table, keys, buckets: int) -> np.ndarray:
+    """Each row's bucket in [0, buckets) by a hash of its keys: rows with equal keys share a bucket
+    whichever task computed them (how partial rows meet their equals in one merge)."""
+    combined = np.zeros(table.num_rows, np.uint64)
+    with np.errstate(over="ignore"):
+        for key in keys:
+            combined = combined * np.uint64(0x100000001B3) + _column_hash(table[key])
+        combined ^= combined >> np.uint64(29)
+    return (combined % np.uint64(buckets)).astype(np.int32)
+
+
+BLOB_SCHEMA = "bucket int, data binary"  # a task's partial rows of one bucket, as an Arrow IPC stream
+
+
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def partial_blobs(name: str, path: str, groups: list[int] | None, content: bytes | None, buckets: int,
+                  keys) -> pa.RecordBatch:
+    """Aggregate `name`'s partial rows of one piece, split into `buckets` by a hash of `keys`: a
+    record batch of (bucket, Arrow IPC bytes of its rows), for Spark to shuffle by bucket as
+    opaque bytes (its merge is then pyarrow's, not a row-by-row aggregation in the JVM)."""
+    parts = list(partial_batches(name, path, groups, content))
+    table = pa.Table.from_batches(parts, schema=arrow_schema_of(name)) if parts else None
+    if table is None or not table.num_rows:
+        return pa.RecordBatch.from_pydict({"bucket": pa.array([], pa.int32()), "data": pa.array([], pa.binary())})
+    bucket = buckets_of(table, keys, buckets)
+    order = np.argsort(bucket, kind="stable")
+    ordered, sorted_buckets = table.take(pa.array(order)), bucket[order]
+    present = np.flatnonzero(np.diff(sorted_buckets, prepend=-1))  # where each bucket's rows start
+    ends = np.append(present[1:], len(order))
+    blobs = [_ipc(ordered.slice(start, end - start)) for start, end in zip(present, ends)]
+    return pa.RecordBatch.from_pydict({"bucket": pa.array(sorted_buckets[present], pa.int32()),
+                                       "data": pa.array(blobs, pa.binary())})
+
+
+def read_blobs(batches) -> pa.Table | None:
+    """The partial rows held in the `data` column of these record batches, as one Table."""
+    tables = [pa.ipc.open_stream(blob).read_all()
+              for batch in batches for blob in batch.column(batch.schema.get_field_index("data")).to_pylist()]
+    return pa.concat_tables(tables) if tables else None

@@ -117,16 +117,30 @@ def _local_pieces(paths: list[str], cores: int) -> tuple[list[tuple[str, list[in
     return pieces, size, total
 
 
-def reader(name: str):
-    """The mapInArrow function of aggregate `name`: scan pieces in, its partial rows out."""
+def reader(name: str, buckets: int):
+    """The first mapInArrow function of aggregate `name`: scan pieces in, its partial rows out,
+    split into `buckets` by their keys (kinspect.analyze.partials.BLOB_SCHEMA)."""
+    from kinspect.analyze.merge import MERGES
+
+    keys = MERGES[name][0]
+
     def read(batches):
-        from kinspect.analyze.partials import partial_batches
+        from kinspect.analyze.partials import partial_blobs
 
         for batch in batches:
             for path, groups, content in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(),
                                              batch.column(2).to_pylist()):
-                yield from partial_batches(name, path, groups, content)
+                yield partial_blobs(name, path, groups, content, buckets, keys)
     return read
+
+
+def merger(name: str):
+    """The second mapInArrow function of aggregate `name`: a bucket's partial rows in, its rows out."""
+    def merge(batches):
+        from kinspect.analyze.merge import merge_batches
+
+        yield from merge_batches(name, batches)
+    return merge
 
 
 def first_line(exc: BaseException) -> str:

@@ -354,6 +354,28 @@ def test_histograms_of_any_length():
     assert chunked["u2"].to_pylist() == [20, 2]
 
 
+def test_equal_keys_share_a_bucket_in_every_task():
+    """Partial rows with equal keys must meet in one bucket whichever task computed them: the
+    bucket is a hash of the key values alone (not of a task's dictionary or row order), nulls
+    included, and spreads distinct keys over every bucket."""
+    from kinspect.analyze.partials import buckets_of
+
+    keys = [(f"client-{i % 37}" if i % 11 else None, i % 5, i % 3 == 0) for i in range(1000)]
+
+    def table(rows):
+        return pa.table({"client": [r[0] for r in rows], "version": pa.array([r[1] for r in rows], pa.int32()),
+                         "flag": [r[2] for r in rows]})
+
+    one = buckets_of(table(keys), ["client", "version", "flag"], 8)
+    shuffled = keys[::-1][500:] + keys[::-1][:500]
+    other_table = pa.concat_tables([table(shuffled[:300]), table(shuffled[300:])])  # chunked, other dictionaries
+    other = buckets_of(other_table, ["client", "version", "flag"], 8)
+    first_bucket = {}
+    for key, bucket in list(zip(keys, one)) + list(zip(shuffled, other)):
+        assert first_bucket.setdefault(key, bucket) == bucket, key
+    assert set(one) == set(range(8))
+
+
 @pytest.mark.integration
 def test_generated_captures_cover_the_cases(analyzed):
     result, want, lines = analyzed
