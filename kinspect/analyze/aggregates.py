@@ -15,33 +15,52 @@ computes once and collects as Arrow:
     integers    per integer field path, with the varint histograms
     errors      per error code
 
-Each is computed in two steps of Spark tasks: the first reads the capture files with
-pyarrow, only the columns the aggregate needs, groups each piece with Arrow's compiled
-kernels (kinspect.analyze.scan, kinspect.analyze.partials) and splits the partial rows into
-buckets by key; Spark shuffles the buckets as opaque Arrow bytes, and the second merges
-each bucket (sums, minima, maxima; kinspect.analyze.merge). No Python runs per row, and
-the JVM only moves bytes. A small local capture is read, grouped and merged by the same
-pyarrow code on the driver.
+All seven are computed in one Spark job of two stages: a task per piece of the captures
+reads it with pyarrow, each aggregate's columns in turn, groups them with Arrow's compiled
+kernels (kinspect.analyze.scan, kinspect.analyze.partials) and splits each aggregate's
+partial rows into buckets by key; Spark shuffles the buckets as opaque Arrow bytes, and a
+task per shuffle partition merges its buckets (sums, minima, maxima; kinspect.analyze.merge).
+No Python runs per row, and the JVM only moves bytes. A small local capture is read,
+grouped and merged by the same pyarrow code on the driver.
 """
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
+import pyarrow as pa
 
-from kinspect.analyze.merge import MERGES, aggregate_ddl
+from kinspect.analyze.merge import MERGED_SCHEMA, MERGES
 from kinspect.analyze.partials import BLOB_SCHEMA
 
+# The aggregates whose merge is spread over the shuffle's buckets: they grow with the input
+# (the distinct sizes and latencies; clients times apis and versions). The others hold a few
+# thousand rows at most and are merged in one bucket each.
+LARGE = ("exchanges", "values")
 
-def compute(spark, scan, buckets: int) -> dict[str, DataFrame]:
+
+def compute(spark, scan, buckets: int) -> dict[str, pa.Table]:
     """Every aggregate of the captures that Spark's read tasks cover (`kinspect.analyze.scan.Scan`),
-    as lazy DataFrames: read and partially grouped per piece, shuffled in `buckets` by key,
-    merged per bucket."""
+    in one Spark job: each piece read and partially grouped, its partial rows shuffled in
+    `buckets` by key as Arrow bytes, each bucket merged; collected on the driver."""
     from kinspect.analyze.scan import merger, reader
 
-    return {name: (scan.pieces.mapInArrow(reader(name, buckets), BLOB_SCHEMA)
-                   .repartition(buckets, "bucket")
-                   .mapInArrow(merger(name), aggregate_ddl(name)))
-            for name in MERGES}
+    counts = {name: buckets if name in LARGE else 1 for name in MERGES}
+    merged = (scan.pieces.mapInArrow(reader(counts), BLOB_SCHEMA)
+              .repartition(buckets, "aggregate", "bucket")
+              .mapInArrow(merger(), MERGED_SCHEMA)
+              .toArrow())
+    parts: dict[str, list] = {name: [] for name in MERGES}
+    for name, blob in zip(merged.column("aggregate").to_pylist(), merged.column("data").to_pylist()):
+        parts[name].append(pa.ipc.open_stream(blob).read_all())
+    return {name: _concat(name, tables) for name, tables in parts.items()}
+
+
+def _concat(name: str, tables: list) -> pa.Table:
+    from kinspect.analyze.merge import merge_arrow
+    from kinspect.analyze.partials import arrow_schema_of
+
+    if tables:
+        return pa.concat_tables(tables)
+    return merge_arrow(name, arrow_schema_of(name).empty_table())  # no rows: the aggregate's empty table
 
 
 def on_driver(scan) -> dict:

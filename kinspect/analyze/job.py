@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -96,22 +95,13 @@ def compute(spark, paths: list[str], top: int = 50, progress: Progress | None = 
         # the session may be the caller's: its settings come back as they were when the job ends
         saved = {key: spark.conf.get(key, None) for key in TUNED}
         partitions = size_shuffle(spark, pieces.input_bytes)
-        frames = aggregates.compute(spark, pieces, partitions)
-
-        def collect(name: str):
-            spark.sparkContext.setJobDescription(f"kinspect analyze: the {name} aggregate")
-            return frames[name].toArrow()
-
         try:
-            # Spark runs the aggregates' jobs side by side: one's scheduling overlaps another's work
-            with ThreadPoolExecutor(max_workers=len(frames)) as pool:
-                futures = {name: pool.submit(collect, name) for name in frames}
-                aggs = {name: future.result() for name, future in futures.items()}
+            spark.sparkContext.setJobDescription("kinspect analyze: the captures into the aggregates")
+            aggs = aggregates.compute(spark, pieces, partitions)
         except (PySparkException, Py4JJavaError) as exc:
             # the one pass reads every file: a corrupt remote file shows up here
             raise AnalyzeInputError(f"cannot read captures at {', '.join(paths)}: {scan.first_line(exc)}") from None
         finally:
-            pieces.release()
             for key, value in saved.items():
                 if value is None:
                     spark.conf.unset(key)

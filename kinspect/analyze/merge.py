@@ -10,7 +10,7 @@ api name, or api_<key> for an api the specs do not know), made once per aggregat
 
 from __future__ import annotations
 
-from kinspect.analyze.partials import EXCHANGE_KEYS, HIST, PARTIAL_SCHEMAS
+from kinspect.analyze.partials import EXCHANGE_KEYS, HIST
 
 # name -> (group keys, {column: "sum" | "min" | "max"}, columns whose empty sum is 0, not null,
 #          whether (api_key, api_name) become `api`, and whether api_key is kept beside it)
@@ -62,19 +62,21 @@ def merge_arrow(name: str, partials):
                                      pc.binary_join_element_wise("api_", pc.cast(columns["api_key"], pa.string()), ""))
     return pa.table({c: columns[c] for c in aggregate_columns(name)})
 
-
-def aggregate_ddl(name: str) -> str:
-    """Spark DDL of aggregate `name`'s rows (what a merging task hands Spark)."""
-    kinds = dict(part.strip().split(" ") for part in PARTIAL_SCHEMAS[name].split(","))
-    kinds["api"] = "string"
-    return ", ".join(f"{column} {kinds[column]}" for column in aggregate_columns(name))
+MERGED_SCHEMA = "aggregate string, data binary"  # a merging task's rows of one aggregate, as Arrow IPC
 
 
-def merge_batches(name: str, batches):
-    """A merging task: the partial rows of its buckets (record batches of partials.BLOB_SCHEMA) in,
-    aggregate `name`'s rows out, as record batches of aggregate_ddl(name)."""
-    from kinspect.analyze.partials import read_blobs
+def merge_batches(batches):
+    """A merging task: partial rows of some aggregates' buckets in (record batches of
+    partials.BLOB_SCHEMA), each aggregate merged and out as (aggregate, Arrow IPC bytes)."""
+    import pyarrow as pa
 
-    partials = read_blobs(batches)
-    if partials is not None and partials.num_rows:
-        yield from merge_arrow(name, partials).to_batches()
+    from kinspect.analyze.partials import _ipc
+
+    blobs: dict[str, list] = {}
+    for batch in batches:
+        for name, blob in zip(batch.column(0).to_pylist(), batch.column(2).to_pylist()):
+            blobs.setdefault(name, []).append(blob)
+    for name, parts in blobs.items():
+        partials = pa.concat_tables([pa.ipc.open_stream(blob).read_all() for blob in parts])
+        yield pa.RecordBatch.from_pydict({"aggregate": pa.array([name], pa.string()),
+                                          "data": pa.array([_ipc(merge_arrow(name, partials))], pa.binary())})

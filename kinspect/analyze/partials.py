@@ -356,7 +356,8 @@ def buckets_of(table: pa.Table, keys, buckets: int) -> np.ndarray:
     return (combined % np.uint64(buckets)).astype(np.int32)
 
 
-BLOB_SCHEMA = "bucket int, data binary"  # a task's partial rows of one bucket, as an Arrow IPC stream
+# a task's partial rows of one aggregate and bucket, as an Arrow IPC stream
+BLOB_SCHEMA = "aggregate string, bucket int, data binary"
 
 
 def _ipc(table: pa.Table) -> bytes:
@@ -366,27 +367,27 @@ def _ipc(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
+def blob_batch(names: list, buckets: list, blobs: list) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict({"aggregate": pa.array(names, pa.string()),
+                                       "bucket": pa.array(buckets, pa.int32()),
+                                       "data": pa.array(blobs, pa.binary())})
+
+
 def partial_blobs(name: str, path: str, groups: list[int] | None, content: bytes | None, buckets: int,
                   keys) -> pa.RecordBatch:
     """Aggregate `name`'s partial rows of one piece, split into `buckets` by a hash of `keys`: a
-    record batch of (bucket, Arrow IPC bytes of its rows), for Spark to shuffle by bucket as
-    opaque bytes (its merge is then pyarrow's, not a row-by-row aggregation in the JVM)."""
+    record batch of (aggregate, bucket, Arrow IPC bytes of its rows), for Spark to shuffle by
+    bucket as opaque bytes (the merge is then pyarrow's, not a row-by-row aggregation in the JVM)."""
     parts = list(partial_batches(name, path, groups, content))
     table = pa.Table.from_batches(parts, schema=arrow_schema_of(name)) if parts else None
     if table is None or not table.num_rows:
-        return pa.RecordBatch.from_pydict({"bucket": pa.array([], pa.int32()), "data": pa.array([], pa.binary())})
+        return blob_batch([], [], [])
     bucket = buckets_of(table, keys, buckets)
     order = np.argsort(bucket, kind="stable")
     ordered, sorted_buckets = table.take(pa.array(order)), bucket[order]
     present = np.flatnonzero(np.diff(sorted_buckets, prepend=-1))  # where each bucket's rows start
     ends = np.append(present[1:], len(order))
     blobs = [_ipc(ordered.slice(start, end - start)) for start, end in zip(present, ends)]
-    return pa.RecordBatch.from_pydict({"bucket": pa.array(sorted_buckets[present], pa.int32()),
-                                       "data": pa.array(blobs, pa.binary())})
+    return blob_batch([name] * len(blobs), sorted_buckets[present].tolist(), blobs)
 
 
-def read_blobs(batches) -> pa.Table | None:
-    """The partial rows held in the `data` column of these record batches, as one Table."""
-    tables = [pa.ipc.open_stream(blob).read_all()
-              for batch in batches for blob in batch.column(batch.schema.get_field_index("data")).to_pylist()]
-    return pa.concat_tables(tables) if tables else None

@@ -3,10 +3,10 @@
 The driver splits the captures into pieces (`plan`): for files it can see, runs of Parquet
 row groups balanced by rows, enough to keep every core busy; for other URIs (s3a://,
 hdfs://...), Spark lists the files through its Hadoop filesystems and each file is one
-piece, its bytes fetched once by Spark and kept while the aggregates read them. Each task
-then reads only the columns one aggregate needs, up to a million rows at a time, and
-yields that aggregate's partial rows (kinspect.analyze.partials) as Arrow batches: Spark's
-`mapInArrow`, no Python per row. A small local capture is read the same way on the driver.
+piece, its bytes fetched by Spark. Each task reads, for each aggregate in turn, only the
+columns it needs, up to a million rows at a time, and yields the aggregate's partial rows
+(kinspect.analyze.partials) in buckets by key, as Arrow bytes: Spark's `mapInArrow`, no
+Python per row. A small local capture is read the same way on the driver.
 """
 
 from __future__ import annotations
@@ -35,13 +35,6 @@ class Scan:
     tasks: int
     input_bytes: int
     on_driver: list | None = None  # [(file: URI, row groups)] read in this process
-    cached: object = None  # the fetched bytes of non-local files, kept while the aggregates read them
-
-    def release(self) -> None:
-        """Drop the kept bytes of non-local files (once every aggregate has been computed)."""
-        if self.cached is not None:
-            self.cached.unpersist()
-            self.cached = None
 
 
 def plan(spark, paths: list[str], driver_rows: int | None = None) -> Scan:
@@ -76,17 +69,12 @@ def plan(spark, paths: list[str], driver_rows: int | None = None) -> Scan:
             raise AnalyzeInputError(f"no capture files ({CAPTURE_GLOB}) in {', '.join(remote)}")
         size += sum(row["length"] for row in files)
         tasks += len(files)
-        # Spark's own partitions of the listing, a few files each. Their bytes are fetched once
-        # and kept (memory, then disk) while the seven aggregates read them: not fetched 7 times.
-        from pyspark import StorageLevel
-
-        cached = (listed.select("path", F.lit(None).cast("array<int>").alias("row_groups"), "content")
-                  .persist(StorageLevel.MEMORY_AND_DISK))
-        frames.append(cached)
+        # Spark's own partitions of the listing, a few files each, each file's bytes fetched once
+        frames.append(listed.select("path", F.lit(None).cast("array<int>").alias("row_groups"), "content"))
     scan = frames[0]
     for frame in frames[1:]:
         scan = scan.unionByName(frame)
-    return Scan(scan, tasks, size, cached=cached if remote else None)
+    return Scan(scan, tasks, size)
 
 
 def _local_pieces(paths: list[str], cores: int) -> tuple[list[tuple[str, list[int]]], int, int]:
@@ -117,12 +105,10 @@ def _local_pieces(paths: list[str], cores: int) -> tuple[list[tuple[str, list[in
     return pieces, size, total
 
 
-def reader(name: str, buckets: int):
-    """The first mapInArrow function of aggregate `name`: scan pieces in, its partial rows out,
-    split into `buckets` by their keys (kinspect.analyze.partials.BLOB_SCHEMA)."""
+def reader(buckets: dict[str, int]):
+    """The first mapInArrow function: scan pieces in; each aggregate's partial rows of each piece
+    out, split into buckets by their keys (`buckets`: aggregate -> how many; BLOB_SCHEMA rows)."""
     from kinspect.analyze.merge import MERGES
-
-    keys = MERGES[name][0]
 
     def read(batches):
         from kinspect.analyze.partials import partial_blobs
@@ -130,16 +116,17 @@ def reader(name: str, buckets: int):
         for batch in batches:
             for path, groups, content in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(),
                                              batch.column(2).to_pylist()):
-                yield partial_blobs(name, path, groups, content, buckets, keys)
+                for name, count in buckets.items():  # one aggregate's columns at a time: a piece's memory
+                    yield partial_blobs(name, path, groups, content, count, MERGES[name][0])
     return read
 
 
-def merger(name: str):
-    """The second mapInArrow function of aggregate `name`: a bucket's partial rows in, its rows out."""
+def merger():
+    """The second mapInArrow function: buckets of partial rows in, each aggregate merged out."""
     def merge(batches):
         from kinspect.analyze.merge import merge_batches
 
-        yield from merge_batches(name, batches)
+        yield from merge_batches(batches)
     return merge
 
 
