@@ -62,6 +62,7 @@ def merge_arrow(name: str, partials):
                                      pc.binary_join_element_wise("api_", pc.cast(columns["api_key"], pa.string()), ""))
     return pa.table({c: columns[c] for c in aggregate_columns(name)})
 
+
 MERGED_SCHEMA = "aggregate string, data binary"  # a merging task's rows of one aggregate, as Arrow IPC
 
 
@@ -70,7 +71,7 @@ def merge_batches(batches):
     partials.BLOB_SCHEMA), each aggregate merged and out as (aggregate, Arrow IPC bytes)."""
     import pyarrow as pa
 
-    from kinspect.analyze.partials import _ipc
+    from kinspect.analyze.partials import ipc_bytes
 
     blobs: dict[str, list] = {}
     for batch in batches:
@@ -79,4 +80,4 @@ def merge_batches(batches):
     for name, parts in blobs.items():
         partials = pa.concat_tables([pa.ipc.open_stream(blob).read_all() for blob in parts])
         yield pa.RecordBatch.from_pydict({"aggregate": pa.array([name], pa.string()),
-                                          "data": pa.array([_ipc(merge_arrow(name, partials))], pa.binary())})
+                                          "data": pa.array([ipc_bytes(merge_arrow(name, partials))], pa.binary())})

@@ -1,14 +1,14 @@
-"""Partial aggregates of one chunk of capture rows, computed with Arrow's compiled kernels.
+"""Partial aggregates of one piece of capture rows, computed with Arrow's compiled kernels.
 
-Every aggregate of kinspect.analyze.aggregates is computed in two steps: here, each Spark
-task reads its share of the capture files with pyarrow (only the columns the aggregate
-needs) and groups each chunk of rows with Arrow's hash aggregation; then Spark merges
-the partial rows of every task (sums, minima, maxima) in one shuffle, or the driver merges
-those of a small capture it read itself. No Python runs per row: list columns are
-flattened and grouped by Arrow, never looped over.
+Every aggregate of kinspect.analyze.aggregates is computed in two steps: here, a Spark task
+reads its piece of the capture files with pyarrow (only the columns the aggregate needs),
+groups it with Arrow's hash aggregation and splits the partial rows into buckets by a hash
+of their keys (`partial_blobs`); Spark shuffles the buckets as Arrow IPC bytes and another
+task merges each (kinspect.analyze.merge). The driver does both for a small capture. No
+Python runs per row: list columns are flattened and grouped by Arrow, never looped over.
 
-Each function takes a pyarrow Table holding (at least) COLUMNS[name] and returns a Table
-of PARTIAL_SCHEMAS[name]: the aggregate's keys and its mergeable partial values.
+Each aggregate's function takes a pyarrow Table holding (at least) COLUMNS[name] and returns
+a Table of PARTIAL_SCHEMAS[name]: the aggregate's keys and its mergeable partial values.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "errors": ("api_key", "api_name", "error_codes"),
 }
 
-# name -> Spark DDL of its partial rows (the types Spark merges them in)
+# name -> its partial rows' columns and types, in Spark SQL type names (arrow_schema_of reads them)
 PARTIAL_SCHEMAS: dict[str, str] = {
     "exchanges": ("software string, software_version string, client_id string, api_key int, api_name string, "
                   "version int, response_version int, magic_mask bigint, first_flexible_version int, "
@@ -360,7 +360,8 @@ def buckets_of(table: pa.Table, keys, buckets: int) -> np.ndarray:
 BLOB_SCHEMA = "aggregate string, bucket int, data binary"
 
 
-def _ipc(table: pa.Table) -> bytes:
+def ipc_bytes(table: pa.Table) -> bytes:
+    """`table` as the bytes of one Arrow IPC stream (how partial and merged rows cross Spark)."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
@@ -368,6 +369,7 @@ def _ipc(table: pa.Table) -> bytes:
 
 
 def blob_batch(names: list, buckets: list, blobs: list) -> pa.RecordBatch:
+    """A record batch of BLOB_SCHEMA."""
     return pa.RecordBatch.from_pydict({"aggregate": pa.array(names, pa.string()),
                                        "bucket": pa.array(buckets, pa.int32()),
                                        "data": pa.array(blobs, pa.binary())})
@@ -387,7 +389,7 @@ def partial_blobs(name: str, path: str, groups: list[int] | None, content: bytes
     ordered, sorted_buckets = table.take(pa.array(order)), bucket[order]
     present = np.flatnonzero(np.diff(sorted_buckets, prepend=-1))  # where each bucket's rows start
     ends = np.append(present[1:], len(order))
-    blobs = [_ipc(ordered.slice(start, end - start)) for start, end in zip(present, ends)]
+    blobs = [ipc_bytes(ordered.slice(start, end - start)) for start, end in zip(present, ends)]
     return blob_batch([name] * len(blobs), sorted_buckets[present].tolist(), blobs)
 
 
