@@ -21,6 +21,16 @@ from tests.support.paths import TRAFFIC
 CONNECTIONS = sorted(TRAFFIC.glob("*/*.requests.bin"))
 
 
+def _flipper(rng: random.Random, every: int):
+    """A mutation changing one byte in `every` (at random places) of the bytes it is given."""
+    def flip(data: bytes) -> bytes:
+        data = bytearray(data)
+        for _ in range(len(data) // every):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        return bytes(data)
+    return flip
+
+
 def _outcome(scan_of):
     try:
         result = scan_of()
@@ -44,14 +54,7 @@ def _responses(codec: Codec, requests, mutate=None) -> list[Response]:
 def test_scan_from_the_sessions_header_end_is_the_codecs(requests, integers):
     codec = Codec()
     codec.integer_facts = integers
-    rng = random.Random(requests.stem)
-
-    def flip(data: bytes) -> bytes:  # single bytes changed: malformed tag sections and bodies among them
-        data = bytearray(data)
-        for _ in range(len(data) // 50):
-            data[rng.randrange(len(data))] = rng.randrange(256)
-        return bytes(data)
-
+    flip = _flipper(random.Random(requests.stem), 50)  # malformed tag sections and bodies among them
     compared = 0
     for mutate in (None, flip):
         for response in _responses(codec, requests, mutate):
@@ -101,14 +104,7 @@ def _cached(event):
 @pytest.mark.parametrize("requests", CONNECTIONS[::2], ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_request_scan_is_the_codecs_and_cached(requests):
     codec = Codec()
-    rng = random.Random(requests.stem)
-
-    def flip(data: bytes) -> bytes:  # bytes after each size prefix changed: bodies that fail to scan among them
-        data = bytearray(data)
-        for _ in range(len(data) // 40):
-            data[rng.randrange(len(data))] = rng.randrange(256)
-        return bytes(data)
-
+    flip = _flipper(random.Random(requests.stem), 40)  # bodies that fail to scan among them
     failures = 0
     for mutate in (None, flip):
         for request in _requests(codec, requests, mutate):
