@@ -56,7 +56,8 @@ def compute(spark, paths: list[str], top: int = 50, progress: Progress | None = 
     tasks and merged by Spark, run side by side and are collected on the driver (Arrow);
     every table is derived from them there (kinspect.analyze.tables, .upgrade). A local
     capture of at most `driver_rows` rows (default: kinspect.analyze.scan.DRIVER_ROWS with a
-    local master, 0 on a cluster) is read and aggregated in this process instead.
+    local master, 0 on a cluster) is read and aggregated in this process instead; then
+    `spark` may be None (no Spark at all: what the CLI does for a small local capture).
     `targets` are the upgrade targets (kinspect.analyze.upgrade; default: every release of
     the shipped specs).
     """

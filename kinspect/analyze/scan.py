@@ -11,6 +11,7 @@ Python per row. A small local capture is read the same way on the driver.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 
@@ -40,15 +41,18 @@ class Scan:
 def plan(spark, paths: list[str], driver_rows: int | None = None) -> Scan:
     """The pieces of the captures at `paths` (local paths as file: URIs, or other URIs).
     Local captures of at most `driver_rows` rows are read on the driver (default: DRIVER_ROWS
-    with a local master, 0 on a cluster)."""
+    with a local master or no Spark at all (`spark` None), 0 on a cluster)."""
     local = [p for p in paths if is_local(p)]
     remote = [p for p in paths if not is_local(p)]
-    cores = max(1, spark.sparkContext.defaultParallelism)
+    cores = max(1, spark.sparkContext.defaultParallelism) if spark is not None else os.cpu_count() or 1
     pieces, size, rows = _local_pieces(local, cores) if local else ([], 0, 0)
     if driver_rows is None:
-        driver_rows = DRIVER_ROWS if spark.sparkContext.master.startswith("local") else 0
+        driver_rows = DRIVER_ROWS if spark is None or spark.sparkContext.master.startswith("local") else 0
     if not remote and rows <= driver_rows:
         return Scan(None, 0, size, on_driver=pieces)
+    if spark is None:
+        raise AnalyzeInputError(f"{rows:,} capture rows at {', '.join(paths)}: more than {driver_rows:,}, "
+                                "or not all local: the job needs a SparkSession")
     frames = []
     if pieces:
         # one piece per partition, with no shuffle

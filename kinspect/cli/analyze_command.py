@@ -10,8 +10,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from kinspect.analyze.inputs import (AnalyzeInputError, check_inputs, check_java, is_local, local_path,
-                                     session_conf)
+from kinspect.analyze.inputs import (SMALL_ROWS, AnalyzeInputError, check_inputs, check_java, is_local, local_path,
+                                     local_rows, session_conf)
 
 # The masters spark-submit knows; anything else fails only after the JVM's start-up.
 _MASTER = re.compile(
@@ -96,6 +96,21 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from kinspect.analyze.job import analyze
 
+    rows = local_rows(args.captures)  # None when a capture path is a URI
+    if args.master.startswith("local") and is_local(args.out) and rows is not None and rows <= SMALL_ROWS:
+        # A small local capture is read and aggregated in this process (the job's own route for it
+        # on a local master): starting Spark would cost more than the whole analysis.
+        say(f"{rows:,} capture rows, all local (at most {SMALL_ROWS:,}): aggregated in this process, "
+            "Spark not started")
+        try:
+            result = analyze(None, args.captures, args.out, args.top, args.html, progress=say)
+        except AnalyzeInputError as exc:
+            print(f"kinspect analyze: {exc}", file=sys.stderr)
+            return 2
+        s = result.seconds
+        say(f"done: Spark not started, read {s.get('read', 0):.1f} s, tables {s.get('tables', 0):.1f} s, "
+            f"report {s.get('report', 0):.1f} s")
+        return 0
     say(f"starting Spark ({args.master})")
     with tempfile.TemporaryDirectory(prefix="kinspect-analyze-") as scratch:
         spark = spark_session(args.master, conf, progress_bar=sys.stderr.isatty(), verbose=args.verbose,

@@ -307,6 +307,20 @@ def test_read_on_the_driver_gives_the_same_tables(spark, analyzed, generated):
 
 
 @pytest.mark.integration
+def test_small_capture_without_spark_gives_the_same_tables(analyzed, generated):
+    """What the CLI does for a small local capture on a local master: the job with no Spark at
+    all (`spark` None), every aggregate and table in this process. The same tables."""
+    result, _, _ = analyzed
+    dirs, _ = generated
+    said = []
+    alone = compute(None, [str(d) for d in dirs], top=TOP, targets=TARGETS, progress=said.append)
+    assert any("read on the driver" in line for line in said)
+    assert alone.tables == result.tables
+    with pytest.raises(AnalyzeInputError, match="the job needs a SparkSession"):
+        compute(None, [str(d) for d in dirs], top=TOP, targets=TARGETS, driver_rows=10)
+
+
+@pytest.mark.integration
 def test_read_through_spark_filesystems_gives_the_same_tables(spark, analyzed, generated, monkeypatch):
     """The route of URIs that are not local files (s3a://, hdfs://...): Spark lists and reads each
     file's bytes through its Hadoop filesystems, and pyarrow reads them from memory. Taken here
@@ -599,7 +613,8 @@ def test_cli_without_java(tmp_path):
 @pytest.mark.integration
 @pytest.mark.timeout(240)
 def test_cli_end_to_end(tmp_path):
-    """`python -m kinspect.analyze` with its own Spark (local[1]): tables, report and progress lines."""
+    """`python -m kinspect.analyze` on a small local capture (--master local[1]): no Spark started;
+    the tables, the report and the progress lines."""
     write_captures(tmp_path / "c", 300, files=2, seed=3)
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
     result = run_cli(str(tmp_path / "c"), "--out", str(tmp_path / "report"), "--master", "local[1]", "--top", "3",
@@ -608,10 +623,13 @@ def test_cli_end_to_end(tmp_path):
     # Spark's log at ERROR: no WARN line on a normal run
     assert not re.search(r"\bWARN\b", result.stderr), result.stderr[-3000:]
     progress = [line for line in result.stderr.splitlines() if line.startswith("kinspect analyze: ")]
-    assert progress[0].startswith("kinspect analyze: starting Spark (local[1])")
+    # a small local capture: aggregated in the command's own process, no JVM started
+    assert progress[0].startswith("kinspect analyze: 300 capture rows, all local (at most 200,000): "
+                                  "aggregated in this process, Spark not started")
+    assert not any("starting Spark" in line for line in progress)
     assert any(line.startswith("kinspect analyze: read: ") and "read on the driver" in line for line in progress)
     assert any(line.startswith("kinspect analyze: tables: 13 tables on the driver") for line in progress)
-    assert re.match(r"kinspect analyze: done: Spark start [\d.]+ s, read [\d.]+ s, tables [\d.]+ s, "
+    assert re.match(r"kinspect analyze: done: Spark not started, read [\d.]+ s, tables [\d.]+ s, "
                     r"report [\d.]+ s", progress[-1]), progress[-1]
     want = reference(read_rows([tmp_path / "c"]), 3)  # the CLI's targets: every shipped release, as TARGETS
     for name in ("api_sizes", "top_topics", "latency"):
