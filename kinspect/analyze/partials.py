@@ -63,7 +63,7 @@ PARTIAL_SCHEMAS: dict[str, str] = {
 }
 
 _I32, _I64 = pa.int32(), pa.int64()
-CHUNK_ROWS = 1_000_000  # rows grouped at once by a task (scan.PIECE_ROWS: a local piece is one chunk)
+CHUNK_ROWS = 500_000  # rows grouped at once by a task (scan.PIECE_ROWS: a local piece is one chunk)
 
 
 def _group(table: pa.Table, keys, aggregations) -> pa.Table:
