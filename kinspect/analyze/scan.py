@@ -58,8 +58,9 @@ def plan(spark, paths: list[str], driver_rows: int | None = None) -> Scan:
     frames = []
     if pieces:
         # one piece per partition, with no shuffle
-        rows = spark.sparkContext.parallelize([(path, groups, None) for path, groups in pieces], len(pieces))
-        frames.append(spark.createDataFrame(rows, SCAN_SCHEMA))
+        listed_pieces = spark.sparkContext.parallelize([(path, groups, None) for path, groups in pieces],
+                                                       len(pieces))
+        frames.append(spark.createDataFrame(listed_pieces, SCAN_SCHEMA))
     tasks = len(pieces)
     if remote:
         from py4j.protocol import Py4JJavaError
