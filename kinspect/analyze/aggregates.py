@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from kinspect.analyze.merge import MERGED_SCHEMA, MERGES
-from kinspect.analyze.partials import BLOB_SCHEMA
+from kinspect.analyze.merge import MERGED_SCHEMA, MERGES, merge_arrow
+from kinspect.analyze.partials import BLOB_SCHEMA, arrow_schema_of, from_ipc
 
 # The aggregates whose merge is spread over the shuffle's buckets: they grow with the input
 # (the distinct sizes and latencies; clients times apis and versions). The others hold a few
@@ -50,14 +50,11 @@ def compute(spark, scan, buckets: int) -> dict[str, pa.Table]:
               .toArrow())
     parts: dict[str, list] = {name: [] for name in MERGES}
     for name, blob in zip(merged.column("aggregate").to_pylist(), merged.column("data").to_pylist()):
-        parts[name].append(pa.ipc.open_stream(blob).read_all())
+        parts[name].append(from_ipc(blob))
     return {name: _concat(name, tables) for name, tables in parts.items()}
 
 
 def _concat(name: str, tables: list) -> pa.Table:
-    from kinspect.analyze.merge import merge_arrow
-    from kinspect.analyze.partials import arrow_schema_of
-
     if tables:
         return pa.concat_tables(tables)
     return merge_arrow(name, arrow_schema_of(name).empty_table())  # no rows: the aggregate's empty table
@@ -66,7 +63,6 @@ def _concat(name: str, tables: list) -> pa.Table:
 def on_driver(scan) -> dict:
     """Every aggregate of a small local capture, read, grouped and merged in this process
     (pyarrow Tables)."""
-    from kinspect.analyze.merge import merge_arrow
     from kinspect.analyze.partials import on_driver as partials_on_driver
 
     return {name: merge_arrow(name, partials_on_driver(name, scan.on_driver)) for name in MERGES}

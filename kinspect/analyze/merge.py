@@ -71,13 +71,13 @@ def merge_batches(batches):
     partials.BLOB_SCHEMA), each aggregate merged and out as (aggregate, Arrow IPC bytes)."""
     import pyarrow as pa
 
-    from kinspect.analyze.partials import ipc_bytes
+    from kinspect.analyze.partials import from_ipc, ipc_bytes
 
     blobs: dict[str, list] = {}
     for batch in batches:
         for name, blob in zip(batch.column(0).to_pylist(), batch.column(2).to_pylist()):
             blobs.setdefault(name, []).append(blob)
     for name, parts in blobs.items():
-        partials = pa.concat_tables([pa.ipc.open_stream(blob).read_all() for blob in parts])
+        partials = pa.concat_tables([from_ipc(blob) for blob in parts])
         yield pa.RecordBatch.from_pydict({"aggregate": pa.array([name], pa.string()),
                                           "data": pa.array([ipc_bytes(merge_arrow(name, partials))], pa.binary())})

@@ -368,6 +368,11 @@ def ipc_bytes(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
+def from_ipc(data: bytes) -> pa.Table:
+    """The table of one Arrow IPC stream (ipc_bytes' inverse)."""
+    return pa.ipc.open_stream(data).read_all()
+
+
 def blob_batch(names: list, buckets: list, blobs: list) -> pa.RecordBatch:
     """A record batch of BLOB_SCHEMA."""
     return pa.RecordBatch.from_pydict({"aggregate": pa.array(names, pa.string()),
