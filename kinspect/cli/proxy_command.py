@@ -14,6 +14,7 @@ from kinspect.app import App, build_app, install_event_loop
 from kinspect.cli.common import add_spec_options
 from kinspect.config import ConfigError, load_config
 from kinspect.logs import configure_logging
+from kinspect.proxy.allocator import keep_read_buffers
 
 log = logging.getLogger("kinspect.proxy")
 
@@ -104,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     loop_name = install_event_loop()
     log.info("event loop: %s", loop_name)
+    log.info("%s", keep_read_buffers())
     try:
         asyncio.run(serve(app))
     except (OSError, ValueError) as exc:
