@@ -8,6 +8,7 @@ from pathlib import Path
 
 from kinspect.capture.facts import FactsTaker
 from kinspect.capture.batch import BatchBuilder
+from kinspect.capture.warm_up import warm_up
 from kinspect.capture.writer import CaptureWriter
 from kinspect.protocol.codec import Codec
 from kinspect.protocol.specs.registry import SpecRegistry
@@ -39,6 +40,7 @@ class CaptureObserver:
                                     max_file_bytes=max_file_bytes, max_file_seconds=max_file_seconds,
                                     queue_rows=queue_rows, row_group_rows=row_group_rows,
                                     queue_bytes=queue_bytes)
+        self._codec = codec
         self._take = FactsTaker(codec).take
         self._offer = self.writer.offer
 
@@ -61,8 +63,13 @@ class CaptureObserver:
             self._offer(facts, held)
 
     def start(self) -> CaptureObserver:
-        if self.writer._thread is None and not self._fixed_offset:  # the clock offset is taken again as it starts
-            self.wall_offset = self.writer.builder.wall_offset = time.time() - time.monotonic()
+        if self.writer._thread is None:
+            try:
+                warm_up(self._codec, self.writer.compression)
+            except Exception:  # the first real batch pays pyarrow's first use instead; the capture goes on
+                log.warning("capture: warming up the row builder failed", exc_info=True)
+            if not self._fixed_offset:  # the clock offset is taken again as it starts
+                self.wall_offset = self.writer.builder.wall_offset = time.time() - time.monotonic()
         self.writer.start()
         return self
 
