@@ -5,8 +5,10 @@ whole for inspection is one bytes object of up to inspect.inspect_max_bytes (1 M
 glibc's defaults such blocks are mapped for each allocation and unmapped when freed (or
 trimmed off the heap's top), so every read page-faults its memory in again: about 130 minor
 faults per MB relayed, which made kinspect's kernel time per MB produced 1.7x what the same
-bytes cost it without them (`bench_proxy.py --no-small`). Serving them from the heap, and
-keeping a few MiB of freed heap for the next reads, takes those faults away.
+bytes cost it without them (`bench_proxy.py --no-small`). Serving blocks under 32 MiB (the most glibc's own adaptive
+threshold ever reaches) from the heap, and keeping up to 32 MiB of freed heap for the next
+reads rather than returning it at once, takes those faults away. The cost: after a burst of
+large frames the process may keep up to that much memory it no longer uses.
 
 The settings are glibc's own (mallopt M_MMAP_THRESHOLD and M_TRIM_THRESHOLD). A process
 started with MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_ or GLIBC_TUNABLES in its
@@ -21,10 +23,12 @@ import platform
 
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
-# Blocks below this come from the heap: reads (256 KiB at most) and whole frames up to 4 MiB.
-MMAP_THRESHOLD = 4 * 1024 * 1024
+# Blocks below this come from the heap: reads (256 KiB at most) and whole frames up to 32 MiB (a
+# Fetch response held for the rewrite is often several MiB: at 4 MiB here, rewrite mode's CPU per
+# MB consumed rose from 0.61 to 1.09 ms, each such frame mapped and faulted in afresh).
+MMAP_THRESHOLD = 32 * 1024 * 1024
 # Free memory at the heap's top kept for the next reads rather than returned at once.
-TRIM_THRESHOLD = 16 * 1024 * 1024
+TRIM_THRESHOLD = 32 * 1024 * 1024
 OPERATOR_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES")
 
 
