@@ -52,35 +52,61 @@ def tree_cpu_seconds(pid: int | None) -> float | None:
     return total
 
 
+def descendants(pid: int) -> list[int]:
+    """The live processes started by pid, and by them (kinspect's capture writer process, say)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    children.setdefault(int(f.read().rpartition(")")[2].split()[1]), []).append(int(entry))
+            except (OSError, IndexError, ValueError):
+                continue  # ended meanwhile
+    found, todo = [], list(children.get(pid, []))
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo += children.get(current, [])
+    return found
+
+
 def user_system_seconds(pid: int | None) -> tuple[float, float] | None:
-    """(user, system) CPU time of a whole process from /proc/<pid>/stat: Python and C code vs syscalls."""
+    """(user, system) CPU time of a whole process and its live descendants, from /proc/<pid>/stat:
+    Python and C code vs syscalls."""
     if pid is None:
         return None
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rpartition(")")[2].split()
-        return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
-    except (OSError, IndexError, ValueError):
-        return None
+    user = system = 0
+    for process in (pid, *descendants(pid)):
+        try:
+            with open(f"/proc/{process}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+            user, system = user + int(fields[11]), system + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            if process == pid:
+                return None
+    return user / CLK_TCK, system / CLK_TCK
 
 
 def run_seconds(pid: int | None) -> float | None:
-    """Time on a CPU of the process's live threads, in ns resolution (/proc/<pid>/task/*/schedstat).
+    """Time on a CPU of the live threads of the process and of its descendants, in ns resolution
+    (/proc/<pid>/task/*/schedstat): a process's writer process counts as the process's own CPU.
 
     A cross-check of cpu_seconds with finer resolution; it misses threads that exited.
     """
     if pid is None:
         return None
     total = 0
-    try:
-        for task in os.listdir(f"/proc/{pid}/task"):
-            try:
-                with open(f"/proc/{pid}/task/{task}/schedstat") as f:
-                    total += int(f.read().split()[0])
-            except (OSError, ValueError, IndexError):
-                continue  # the thread ended meanwhile
-    except OSError:
-        return None
+    for process in (pid, *descendants(pid)):
+        try:
+            for task in os.listdir(f"/proc/{process}/task"):
+                try:
+                    with open(f"/proc/{process}/task/{task}/schedstat") as f:
+                        total += int(f.read().split()[0])
+                except (OSError, ValueError, IndexError):
+                    continue  # the thread ended meanwhile
+        except OSError:
+            if process == pid:
+                return None
     return total / 1e9
 
 

@@ -79,6 +79,7 @@ class CaptureConfig:
     queue_rows: int = 100000  # exchanges waiting for the writer thread; more are dropped and counted
     row_group_rows: int = 10000  # rows per Parquet row group (written when full, or when the file ends)
     queue_bytes: int = 256 * 1024 * 1024  # bytes of facts the queue may hold; more are dropped and counted
+    writer_process: bool = True  # build and write rows in a process of their own (else in the proxy's writer thread)
 
 
 @dataclass

@@ -55,16 +55,18 @@ class BatchBuilder:
     SpecRegistry.default() if None) says which request versions are flexible.
     """
 
-    def __init__(self, wall_offset: float, registry=None) -> None:
+    def __init__(self, wall_offset: float, registry=None, versions: dict | None = None) -> None:
         import pyarrow as pa
 
-        if registry is None:
+        if versions is not None:
+            registry = None  # every request version the specs define, as versions_table() gave them
+        elif registry is None:
             from kinspect.protocol.specs.registry import SpecRegistry
 
             registry = SpecRegistry.default()
         self.wall_offset = wall_offset
         self.registry = registry
-        self._versions: dict = {}  # (api key, version) -> (flexible, first flexible version)
+        self._versions: dict = dict(versions or {})  # (api key, version) -> (flexible, first flexible version)
         self.schema = arrow_schema()
         self._pa = pa
         self._types = {field.name: field.type for field in self.schema}
@@ -97,9 +99,20 @@ class BatchBuilder:
                 arrays.append(pa.array(columns[name], type=types[name]))
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
+    def versions_table(self) -> dict:
+        """Every request version the specs define -> (flexible, first flexible version): what a builder in
+        another process needs of the specs (BatchBuilder(..., versions=table))."""
+        if self.registry is None:
+            return dict(self._versions)
+        for api_key in self.registry.api_keys():
+            for version in self.registry.versions(api_key, "request"):
+                if (api_key, version) not in self._versions:
+                    self._version_facts((api_key, version))
+        return dict(self._versions)
+
     def _version_facts(self, key: tuple) -> tuple:
         """(whether the request version is flexible, the api's first flexible version or None)."""
-        spec = self.registry.message(key[0], "request", key[1])
+        spec = self.registry.message(key[0], "request", key[1]) if self.registry is not None else None
         if spec is None:
             facts = (False, None)
         else:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from kinspect.capture.facts import FactsTaker
 from kinspect.capture.batch import BatchBuilder
-from kinspect.capture.warm_up import warm_up
+from kinspect.capture.warm_up import warm_facts, warm_up
 from kinspect.capture.writer import CaptureWriter
 from kinspect.protocol.codec import Codec
 from kinspect.protocol.specs.registry import SpecRegistry
@@ -29,7 +29,8 @@ class CaptureObserver:
 
     def __init__(self, directory: str | Path, codec: Codec | None = None, *, max_file_bytes: int = 64 * 1024 * 1024,
                  max_file_seconds: float = 300.0, queue_rows: int = 100_000, row_group_rows: int = 10_000,
-                 queue_bytes: int = 256 * 1024 * 1024, wall_offset: float | None = None) -> None:
+                 queue_bytes: int = 256 * 1024 * 1024, wall_offset: float | None = None,
+                 process: bool = False) -> None:
         # The events' codec: its scans gather the integer counters once a capture takes facts.
         codec = codec if codec is not None else Codec(SpecRegistry.default())
         # Event times are time.monotonic(); one offset, taken now, maps them to UTC wall-clock time.
@@ -39,7 +40,7 @@ class CaptureObserver:
         self.writer = CaptureWriter(directory, BatchBuilder(self.wall_offset, codec.registry),
                                     max_file_bytes=max_file_bytes, max_file_seconds=max_file_seconds,
                                     queue_rows=queue_rows, row_group_rows=row_group_rows,
-                                    queue_bytes=queue_bytes)
+                                    queue_bytes=queue_bytes, process=process)
         self._codec = codec
         self._take = FactsTaker(codec).take
         self._offer = self.writer.offer
@@ -49,7 +50,8 @@ class CaptureObserver:
         """From a config's [capture] section (CaptureConfig)."""
         return cls(capture.directory, codec, max_file_bytes=capture.max_file_bytes,
                    max_file_seconds=capture.max_file_seconds, queue_rows=capture.queue_rows,
-                   row_group_rows=capture.row_group_rows, queue_bytes=capture.queue_bytes)
+                   row_group_rows=capture.row_group_rows, queue_bytes=capture.queue_bytes,
+                   process=capture.writer_process)
 
     def on_event(self, event) -> None:
         if type(event) is Exchange:
@@ -65,7 +67,10 @@ class CaptureObserver:
     def start(self) -> CaptureObserver:
         if self.writer._thread is None:
             try:
-                warm_up(self._codec, self.writer.compression)
+                if self.writer.process:  # the writer process warms itself with this exchange's facts
+                    self.writer.warm_facts = warm_facts(self._codec)
+                else:
+                    warm_up(self._codec, self.writer.compression)
             except Exception:  # the first real batch pays pyarrow's first use instead; the capture goes on
                 log.warning("capture: warming up the row builder failed", exc_info=True)
             if not self._fixed_offset:  # the clock offset is taken again as it starts

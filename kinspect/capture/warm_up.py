@@ -34,17 +34,26 @@ def _exchange(codec: Codec) -> Exchange:
     return next(e for e in events if type(e) is Exchange)
 
 
-def warm_up(codec: Codec, compression: str | None):
-    """Build and write (to memory) one row, with a builder of its own; the Parquet file's bytes (a pyarrow Buffer).
+def warm_facts(codec: Codec) -> tuple:
+    """The facts of the throwaway exchange (what a writer process is sent to warm itself with)."""
+    facts, _ = FactsTaker(codec).take(_exchange(codec))
+    return facts
 
-    The costs are the process's, not a builder's: the writer's builder, made later, is as fast.
-    """
+
+def write_one(facts: tuple, builder: BatchBuilder, compression: str | None):
+    """One row built by this builder and written to memory: the Parquet file's bytes (a pyarrow Buffer)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    facts, _ = FactsTaker(codec).take(_exchange(codec))
-    batch = BatchBuilder(0.0, codec.registry).build([facts])
     sink = pa.BufferOutputStream()
     with pq.ParquetWriter(sink, arrow_schema(), compression=compression or "none") as writer:
-        writer.write_table(pa.Table.from_batches([batch]))
+        writer.write_table(pa.Table.from_batches([builder.build([facts])]))
     return sink.getvalue()
+
+
+def warm_up(codec: Codec, compression: str | None):
+    """Build and write (to memory) one row, with a builder of its own; the Parquet file's bytes.
+
+    The costs are the process's, not a builder's: the writer's builder, made later, is as fast.
+    """
+    return write_one(warm_facts(codec), BatchBuilder(0.0, codec.registry), compression)

@@ -1,0 +1,208 @@
+"""The capture writer's own process, both ends of its pipe: facts in, Parquet files out, its counters back.
+
+Rows are built and written in a process of their own so that building them never holds
+the proxy's GIL: the proxy's writer thread only pickles each batch of facts (about 1.5 µs
+a row) and writes it to the pipe. Built in a thread of the proxy, the same rows cost the
+event loop a GIL hand-over at each wake-up, and their building twice to three times what
+it costs alone.
+
+Messages both ways are a 4-byte big-endian length and a pickle. In (the process's stdin):
+the settings, then one list of EXCHANGE tuples per message; the end of the input means
+finish. Out (its stdout): after each batch, each file and at the end, the counters
+(rows_written, row_errors, write_errors, files_written) with the files finished since the
+last report; the first report, all zeros, says it is ready (pyarrow imported and warmed
+up), and the proxy serves only then. The process ignores SIGINT (a terminal's Ctrl-C
+reaches the whole process group; the proxy decides when the capture ends) and finishes
+its file when its input ends, whether the proxy closed it or died.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import select
+import signal
+import struct
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+log = logging.getLogger("kinspect.capture")
+
+_LENGTH = struct.Struct(">I")
+TICK_SECONDS = 0.5  # how often an idle writer process looks at its open file's age
+
+
+def write_message(fd: int, payload: bytes) -> None:
+    data = memoryview(_LENGTH.pack(len(payload)) + payload)
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def read_message(fd: int) -> bytes | None:
+    """The next message; None at the end of the input (a message cut short counts as the end)."""
+    head = _read_exact(fd, 4)
+    return None if head is None else _read_exact(fd, _LENGTH.unpack(head)[0])
+
+
+def _read_exact(fd: int, n: int) -> bytes | None:
+    parts, left = [], n
+    while left:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            return None
+        parts.append(chunk)
+        left -= len(chunk)
+    return b"".join(parts)
+
+
+class WriterProcess:
+    """The proxy's end: starts the process, sends it batches, keeps the counters it reports.
+
+    Its counters are read like a ParquetSink's. Rows the process never accounted for (it
+    died, or could not be written to) are counted in write_errors.
+    """
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+        self.rows_written = 0
+        self.row_errors = 0
+        self.files_written = 0
+        self.files: list[Path] = []
+        self._reported_write_errors = 0
+        self._sent = 0  # rows handed to the process
+        self._lost = 0  # rows it never took (a broken pipe) or never accounted for (it died)
+        self._broken = False
+        self._finished = False
+        self._reader = threading.Thread(target=self._read_reports, name="kinspect-capture-reports", daemon=True)
+
+    @property
+    def write_errors(self) -> int:
+        return self._reported_write_errors + self._lost
+
+    @classmethod
+    def start(cls, **settings) -> WriterProcess:
+        """Start the process (this Python, kinspect importable as here) and send it its settings."""
+        package_root = str(Path(__file__).resolve().parents[2])
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+        proc = subprocess.Popen([sys.executable, "-m", "kinspect.capture.writer_process"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, env=env, close_fds=True)
+        self = cls(proc)
+        write_message(proc.stdin.fileno(), pickle.dumps(settings, protocol=5))
+        # Its first report says it is ready (pyarrow imported and warmed up): a proxy serves only then,
+        # so that this start-up cost is never paid while clients wait.
+        first = read_message(proc.stdout.fileno())
+        if first is not None:
+            self._take_report(first)
+        self._reader.start()
+        return self
+
+    def add(self, facts: list) -> None:
+        """Send a batch (blocks while the pipe is full: the writer thread waits, never the event loop)."""
+        if self._broken:
+            self._lost += len(facts)
+            return
+        try:
+            write_message(self.proc.stdin.fileno(), pickle.dumps(facts, protocol=5))
+            self._sent += len(facts)
+        except OSError:
+            self._broken = True
+            self._lost += len(facts)
+            log.error("capture: the writer process (pid %d) takes no more rows (exit code %s); further exchanges "
+                      "are counted as write errors", self.proc.pid, self.proc.poll())
+
+    def tick(self) -> None:
+        """The process keeps its own files' age."""
+
+    def finish(self, timeout: float | None = 60.0) -> None:
+        """End its input, and wait for it to write what it holds and exit."""
+        if self._finished:
+            return
+        self._finished = True
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            log.error("capture: the writer process did not finish within %s s; stopping it", timeout)
+            self.proc.kill()
+            self.proc.wait()
+        self._reader.join(timeout)
+        if self.proc.returncode != 0:
+            log.error("capture: the writer process exited with code %s", self.proc.returncode)
+        unaccounted = self._sent - self.rows_written - self.row_errors - self._reported_write_errors
+        if unaccounted > 0:
+            self._lost += unaccounted
+
+    def _read_reports(self) -> None:
+        fd = self.proc.stdout.fileno()
+        while True:
+            message = read_message(fd)
+            if message is None:
+                return
+            self._take_report(message)
+
+    def _take_report(self, message: bytes) -> None:
+        rows_written, row_errors, write_errors, files_written, new_files = pickle.loads(message)
+        self.files += [Path(f) for f in new_files]
+        self.rows_written, self.row_errors = rows_written, row_errors
+        self._reported_write_errors, self.files_written = write_errors, files_written
+
+
+# ---------------------------------------------------------------------- the process itself
+
+
+def _report(fd: int, sink, last: tuple | None, reported_files: int) -> tuple[tuple, int]:
+    counts = (sink.rows_written, sink.row_errors, sink.write_errors, sink.files_written)
+    if counts != last or len(sink.files) != reported_files:
+        write_message(fd, pickle.dumps((*counts, [str(f) for f in sink.files[reported_files:]]), protocol=5))
+    return counts, len(sink.files)
+
+
+def main() -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Reports go to the stdout we were given; anything else printed goes to stderr with the logs.
+    fd_in, fd_out = sys.stdin.fileno(), os.dup(sys.stdout.fileno())
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="kinspect capture writer: %(message)s")
+    from kinspect.capture.batch import BatchBuilder
+    from kinspect.capture.sink import ParquetSink
+    from kinspect.capture.warm_up import write_one
+
+    message = read_message(fd_in)
+    if message is None:
+        return 0
+    settings = pickle.loads(message)
+    builder = BatchBuilder(settings["wall_offset"], versions=settings["versions"])
+    if settings.get("warm_facts") is not None:
+        try:  # pyarrow's first use, paid before the first batch (capture.warm_up)
+            write_one(settings["warm_facts"], BatchBuilder(0.0, versions=settings["versions"]),
+                      settings["compression"])
+        except Exception:  # noqa: BLE001 (the first batch pays it instead)
+            log.warning("warming up failed", exc_info=True)
+    sink = ParquetSink(settings["directory"], builder, max_file_bytes=settings["max_file_bytes"],
+                       max_file_seconds=settings["max_file_seconds"], row_group_rows=settings["row_group_rows"],
+                       compression=settings["compression"])
+    last, reported_files = None, 0
+    write_message(fd_out, pickle.dumps((0, 0, 0, 0, []), protocol=5))  # ready
+    while True:
+        ready, _, _ = select.select([fd_in], [], [], TICK_SECONDS)
+        if ready:
+            message = read_message(fd_in)
+            if message is None:
+                break
+            sink.add(pickle.loads(message))
+        sink.tick()
+        last, reported_files = _report(fd_out, sink, last, reported_files)
+    sink.finish()
+    _report(fd_out, sink, last, reported_files)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""The capture writer's own process: the same files as the writer thread, its counters back, and no row unaccounted.
+
+Each test starts a real writer process (python -m kinspect.capture.writer_process) and
+reads the Parquet files it wrote.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+
+import pyarrow.parquet as pq
+import pytest
+
+from kinspect.capture.batch import BatchBuilder
+from kinspect.capture.observer import CaptureObserver
+from kinspect.capture.writer import CaptureWriter
+from kinspect.capture.writer_process import WriterProcess
+from kinspect.config import CaptureConfig
+from kinspect.protocol.codec import Codec
+from tests.capture.test_capture import FILE_NAME, read_rows, recorded_exchanges, recorded_facts
+from tests.support.proxy_harness import poll_until
+
+
+def _written(codec: Codec, directory, process: bool, **kw):
+    observer = CaptureObserver(directory, codec, wall_offset=0.0, process=process, **kw).start()
+    for exchange in recorded_exchanges(codec):
+        observer.on_event(exchange)
+    observer.close()
+    return observer.writer
+
+
+def test_the_writer_process_writes_what_the_writer_thread_writes(codec: Codec, tmp_path):
+    thread = _written(codec, tmp_path / "thread", False)
+    process = _written(codec, tmp_path / "process", True, row_group_rows=40, max_file_bytes=30_000)
+    assert isinstance(process._out, WriterProcess) and process._out.proc.returncode == 0
+    assert process.rows_written == thread.rows_written == process.rows_accepted > 100
+    assert process.row_errors == process.write_errors == process.rows_dropped == 0
+    files = sorted((tmp_path / "process").iterdir())
+    assert files == sorted(process.files) and len(files) == process.files_written >= 2  # rotated by size
+    assert all(FILE_NAME.match(f.name) for f in files)
+    assert read_rows(process.files).equals(read_rows(thread.files))
+    assert max(pq.ParquetFile(f).metadata.row_group(0).num_rows for f in files) == 40
+
+
+def test_the_writer_process_rotates_files_by_age_while_idle(codec: Codec, tmp_path):
+    w = CaptureWriter(tmp_path, BatchBuilder(0.0), max_file_seconds=0.3, process=True).start()
+    for facts, held in recorded_facts(codec, 30):
+        w.offer(facts, held)
+    poll_until(lambda: w.files_written == 1, timeout=20)  # no more rows came: the file ended by its age
+    assert w.rows_written == 30 and not list(tmp_path.glob("*.tmp"))
+    w.close()
+    assert w.files_written == 1 and read_rows(w.files).num_rows == 30
+
+
+def test_a_writer_process_that_dies_loses_rows_that_are_counted(codec: Codec, tmp_path, caplog):
+    facts = recorded_facts(codec, 60)
+    w = CaptureWriter(tmp_path, BatchBuilder(0.0), process=True).start()
+    for f in facts[:30]:
+        assert w.offer(*f)
+    poll_until(lambda: w.queue_depth == 0)
+    os.kill(w._out.proc.pid, signal.SIGKILL)
+    w._out.proc.wait(10)
+    with caplog.at_level(logging.ERROR, logger="kinspect.capture"):
+        for f in facts[30:]:
+            assert w.offer(*f)  # the event loop's side never fails or waits
+        w.close()
+    assert w.rows_accepted == 60 and w.rows_written == 0 and w.write_errors == 60
+    assert "the writer process" in caplog.text
+    assert not list(tmp_path.glob("*.parquet"))
+
+
+def test_a_terminal_interrupt_does_not_stop_the_writer_process(codec: Codec, tmp_path):
+    w = CaptureWriter(tmp_path, BatchBuilder(0.0), process=True).start()
+    facts = recorded_facts(codec, 40)
+    for f in facts[:20]:
+        w.offer(*f)
+    poll_until(lambda: w.queue_depth == 0)
+    os.kill(w._out.proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole process group
+    for f in facts[20:]:
+        w.offer(*f)
+    w.close()
+    assert w._out.proc.returncode == 0 and w.rows_written == 40 and w.write_errors == 0
+
+
+@pytest.mark.parametrize("value, expected", [(None, True), (False, False)])
+def test_the_config_chooses_the_writer_process(tmp_path, value, expected):
+    config = CaptureConfig(enabled=True, directory=str(tmp_path))
+    if value is not None:
+        config.writer_process = value
+    assert CaptureObserver.from_config(config).writer.process is expected
