@@ -92,25 +92,11 @@ class CaptureWriter:
         self._waiting_since: float | None = None  # when the thread saw the queue's oldest exchange
 
     # What the rows' maker counts: the sink's, or the writer process's as it last reported them.
-    @property
-    def rows_written(self) -> int:
-        return self._out.rows_written
-
-    @property
-    def row_errors(self) -> int:
-        return self._out.row_errors
-
-    @property
-    def write_errors(self) -> int:
-        return self._out.write_errors
-
-    @property
-    def files_written(self) -> int:
-        return self._out.files_written
-
-    @property
-    def files(self) -> list[Path]:
-        return self._out.files
+    rows_written = property(lambda self: self._out.rows_written)
+    row_errors = property(lambda self: self._out.row_errors)
+    write_errors = property(lambda self: self._out.write_errors)
+    files_written = property(lambda self: self._out.files_written)
+    files = property(lambda self: self._out.files)
 
     @property
     def builder(self) -> BatchBuilder:

@@ -27,6 +27,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 log = logging.getLogger("kinspect.capture")
@@ -61,65 +62,101 @@ def _read_exact(fd: int, n: int) -> bytes | None:
 class WriterProcess:
     """The proxy's end: starts the process, sends it batches, keeps the counters it reports.
 
-    Its counters are read like a ParquetSink's. Rows the process never accounted for (it
-    died, or could not be written to) are counted in write_errors.
+    Its counters are read like a ParquetSink's, summed over every process it started. A
+    process that dies is replaced at the next batch (at most once per RESTART_SECONDS; the
+    batches in between are lost); the rows a dead process never accounted for, and those
+    lost meanwhile, are counted in write_errors.
     """
 
-    def __init__(self, proc: subprocess.Popen) -> None:
-        self.proc = proc
-        self.rows_written = 0
-        self.row_errors = 0
-        self.files_written = 0
-        self.files: list[Path] = []
-        self._reported_write_errors = 0
-        self._sent = 0  # rows handed to the process
-        self._lost = 0  # rows it never took (a broken pipe) or never accounted for (it died)
-        self._broken = False
-        self._finished = False
-        self._reader = threading.Thread(target=self._read_reports, name="kinspect-capture-reports", daemon=True)
+    RESTART_SECONDS = 10.0
 
-    @property
-    def write_errors(self) -> int:
-        return self._reported_write_errors + self._lost
+    def __init__(self, settings: dict) -> None:
+        self.settings = settings
+        self.files: list[Path] = []
+        self.exit_codes: list[int] = []  # of every process that ended, in order
+        self.restarts = 0
+        self._ended = [0, 0, 0, 0]  # rows_written, row_errors, write_errors, files_written of ended processes
+        self._now = [0, 0, 0, 0]  # the same, as the running process last reported them
+        self._sent = 0  # rows handed to the running process
+        self._lost = 0  # rows no process took (none was running) or accounted for (it died)
+        self._started_at = 0.0
+        self._finished = False
+        self.proc: subprocess.Popen | None = None
+        self._reader: threading.Thread | None = None
+
+    rows_written = property(lambda self: self._ended[0] + self._now[0])
+    row_errors = property(lambda self: self._ended[1] + self._now[1])
+    write_errors = property(lambda self: self._ended[2] + self._now[2] + self._lost)
+    files_written = property(lambda self: self._ended[3] + self._now[3])
 
     @classmethod
     def start(cls, **settings) -> WriterProcess:
-        """Start the process (this Python, kinspect importable as here) and send it its settings."""
+        """Start the process (this Python, kinspect importable as here); returns once it is ready."""
+        self = cls(settings)
+        self._spawn()
+        return self
+
+    def _spawn(self) -> None:
         package_root = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+        self._started_at = time.monotonic()
         proc = subprocess.Popen([sys.executable, "-m", "kinspect.capture.writer_process"], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, env=env, close_fds=True)
-        self = cls(proc)
-        write_message(proc.stdin.fileno(), pickle.dumps(settings, protocol=5))
+        self.proc, self._sent, self._now = proc, 0, [0, 0, 0, 0]
+        write_message(proc.stdin.fileno(), pickle.dumps(self.settings, protocol=5))
         # Its first report says it is ready (pyarrow imported and warmed up): a proxy serves only then,
         # so that this start-up cost is never paid while clients wait.
         first = read_message(proc.stdout.fileno())
         if first is not None:
             self._take_report(first)
+        self._reader = threading.Thread(target=self._read_reports, args=(proc,), name="kinspect-capture-reports",
+                                        daemon=True)
         self._reader.start()
-        return self
 
     def add(self, facts: list) -> None:
-        """Send a batch (blocks while the pipe is full: the writer thread waits, never the event loop)."""
-        if self._broken:
-            self._lost += len(facts)
-            return
+        """Send a batch (blocks while the pipe is full: the writer thread waits, never the event loop).
+
+        A batch that finds the process dead goes to the one that replaces it, if one may start now.
+        """
+        for _ in range(2):
+            if self.proc is None and time.monotonic() - self._started_at >= self.RESTART_SECONDS:
+                self.restarts += 1
+                log.warning("capture: starting writer process number %d", self.restarts + 1)
+                self._spawn()
+            if self.proc is None:
+                break
+            try:
+                write_message(self.proc.stdin.fileno(), pickle.dumps(facts, protocol=5))
+                self._sent += len(facts)
+                return
+            except OSError:
+                self._ended_process(f"the writer process (pid {self.proc.pid}) takes no more rows")
+        self._lost += len(facts)
+
+    def _ended_process(self, why: str) -> None:
+        """The running process is gone: its counts become the ended ones', what it never accounted for is lost."""
+        proc = self.proc
         try:
-            write_message(self.proc.stdin.fileno(), pickle.dumps(facts, protocol=5))
-            self._sent += len(facts)
+            proc.stdin.close()
         except OSError:
-            self._broken = True
-            self._lost += len(facts)
-            log.error("capture: the writer process (pid %d) takes no more rows (exit code %s); further exchanges "
-                      "are counted as write errors", self.proc.pid, self.proc.poll())
+            pass
+        self.exit_codes.append(proc.wait())
+        self._reader.join()  # its last reports, up to the end of its output
+        if proc.returncode != 0:
+            log.error("capture: %s (exit code %s); rows it held are counted as write errors", why, proc.returncode)
+        unaccounted = self._sent - self._now[0] - self._now[1] - self._now[2]
+        self._lost += max(0, unaccounted)
+        self._ended = [e + n for e, n in zip(self._ended, self._now)]
+        self.proc, self._sent, self._now = None, 0, [0, 0, 0, 0]
 
     def tick(self) -> None:
         """The process keeps its own files' age."""
 
     def finish(self, timeout: float | None = 60.0) -> None:
         """End its input, and wait for it to write what it holds and exit."""
-        if self._finished:
+        if self._finished or self.proc is None:
+            self._finished = True
             return
         self._finished = True
         try:
@@ -131,27 +168,21 @@ class WriterProcess:
         except subprocess.TimeoutExpired:
             log.error("capture: the writer process did not finish within %s s; stopping it", timeout)
             self.proc.kill()
-            self.proc.wait()
-        self._reader.join(timeout)
-        if self.proc.returncode != 0:
-            log.error("capture: the writer process exited with code %s", self.proc.returncode)
-        unaccounted = self._sent - self.rows_written - self.row_errors - self._reported_write_errors
-        if unaccounted > 0:
-            self._lost += unaccounted
+        self._ended_process("the writer process ended")
 
-    def _read_reports(self) -> None:
-        fd = self.proc.stdout.fileno()
+    def _read_reports(self, proc: subprocess.Popen) -> None:
+        fd = proc.stdout.fileno()
         while True:
             message = read_message(fd)
             if message is None:
                 return
-            self._take_report(message)
+            if proc is self.proc:
+                self._take_report(message)
 
     def _take_report(self, message: bytes) -> None:
         rows_written, row_errors, write_errors, files_written, new_files = pickle.loads(message)
         self.files += [Path(f) for f in new_files]
-        self.rows_written, self.row_errors = rows_written, row_errors
-        self._reported_write_errors, self.files_written = write_errors, files_written
+        self._now = [rows_written, row_errors, write_errors, files_written]
 
 
 # ---------------------------------------------------------------------- the process itself

@@ -34,7 +34,7 @@ def _written(codec: Codec, directory, process: bool, **kw):
 def test_the_writer_process_writes_what_the_writer_thread_writes(codec: Codec, tmp_path):
     thread = _written(codec, tmp_path / "thread", False)
     process = _written(codec, tmp_path / "process", True, row_group_rows=40, max_file_bytes=30_000)
-    assert isinstance(process._out, WriterProcess) and process._out.proc.returncode == 0
+    assert isinstance(process._out, WriterProcess) and process._out.exit_codes == [0]
     assert process.rows_written == thread.rows_written == process.rows_accepted > 100
     assert process.row_errors == process.write_errors == process.rows_dropped == 0
     files = sorted((tmp_path / "process").iterdir())
@@ -66,9 +66,28 @@ def test_a_writer_process_that_dies_loses_rows_that_are_counted(codec: Codec, tm
         for f in facts[30:]:
             assert w.offer(*f)  # the event loop's side never fails or waits
         w.close()
+    # Killed before it wrote a file: its 30 rows are lost; so are the next 30, offered within
+    # RESTART_SECONDS of its start (no crash loop).
     assert w.rows_accepted == 60 and w.rows_written == 0 and w.write_errors == 60
-    assert "the writer process" in caplog.text
+    assert "the writer process" in caplog.text and w._out.exit_codes == [-signal.SIGKILL]
     assert not list(tmp_path.glob("*.parquet"))
+
+
+def test_a_writer_process_that_dies_is_replaced(codec: Codec, tmp_path):
+    facts = recorded_facts(codec, 60)
+    w = CaptureWriter(tmp_path, BatchBuilder(0.0), process=True).start()
+    w._out.RESTART_SECONDS = 0.0
+    for f in facts[:30]:
+        w.offer(*f)
+    poll_until(lambda: w.queue_depth == 0)
+    os.kill(w._out.proc.pid, signal.SIGKILL)
+    w._out.proc.wait(10)
+    for f in facts[30:]:
+        w.offer(*f)
+    w.close()
+    assert w._out.restarts == 1 and w._out.exit_codes == [-signal.SIGKILL, 0]
+    assert w.rows_written == 30 and w.write_errors == 30 and w.files_written == 1
+    assert read_rows(w.files).column("correlation_id").to_pylist() == [f[0][11] for f in facts[30:]]
 
 
 def test_a_terminal_interrupt_does_not_stop_the_writer_process(codec: Codec, tmp_path):
@@ -81,7 +100,7 @@ def test_a_terminal_interrupt_does_not_stop_the_writer_process(codec: Codec, tmp
     for f in facts[20:]:
         w.offer(*f)
     w.close()
-    assert w._out.proc.returncode == 0 and w.rows_written == 40 and w.write_errors == 0
+    assert w._out.exit_codes == [0] and w.rows_written == 40 and w.write_errors == 0
 
 
 @pytest.mark.parametrize("value, expected", [(None, True), (False, False)])
