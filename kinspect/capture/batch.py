@@ -56,8 +56,6 @@ class BatchBuilder:
     """
 
     def __init__(self, wall_offset: float, registry=None, versions: dict | None = None) -> None:
-        import pyarrow as pa
-
         if versions is not None:
             registry = None  # every request version the specs define, as versions_table() gave them
         elif registry is None:
@@ -67,14 +65,24 @@ class BatchBuilder:
         self.wall_offset = wall_offset
         self.registry = registry
         self._versions: dict = dict(versions or {})  # (api key, version) -> (flexible, first flexible version)
-        self.schema = arrow_schema()
-        self._pa = pa
-        self._types = {field.name: field.type for field in self.schema}
+        # pyarrow is imported at the first build: a proxy whose rows are built by the writer process
+        # makes a builder only to hand its settings on, and never loads pyarrow (about 40 MB).
+        self.schema = None
+        self._pa = None
+        self._types: dict = {}
         self._integer_fields = IntegerFieldColumns()  # its label tables grow with the apis seen
+
+    def _arrow(self):
+        import pyarrow as pa
+
+        self.schema = arrow_schema()
+        self._types = {field.name: field.type for field in self.schema}
+        self._pa = pa
+        return pa
 
     def build(self, facts: list[tuple]):
         """One pa.RecordBatch of the exchanges `facts` (raises on facts that are not EXCHANGE tuples)."""
-        pa = self._pa
+        pa = self._pa or self._arrow()
         types = self._types
         n = len(facts)
         fields = tuple(zip(*facts)) if n else ((),) * len(FIELDS)

@@ -47,7 +47,7 @@ class ParquetSink:
         self._file_started = 0.0  # monotonic time of the open file's first row
         self._batches: list = []  # record batches of the row group being gathered
         self._batched_rows = 0
-        self._schema = arrow_schema()
+        self._schema = None  # made when the first file is (pyarrow is imported only then)
         self._write_failed = False  # logged once; later failures are only counted
         self._file_rows = 0  # rows in the open file (lost with it if it cannot be finished)
 
@@ -98,6 +98,8 @@ class ParquetSink:
             import pyarrow as pa
             import pyarrow.parquet as pq
 
+            if self._schema is None:
+                self._schema = arrow_schema()
             if self._writer is None:
                 self._open(pq)
             # write_table releases the GIL while it encodes and compresses.

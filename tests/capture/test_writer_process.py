@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import subprocess
+import sys
 
 import pyarrow.parquet as pq
 import pytest
@@ -20,6 +22,7 @@ from kinspect.capture.writer_process import WriterProcess
 from kinspect.config import CaptureConfig
 from kinspect.protocol.codec import Codec
 from tests.capture.test_capture import FILE_NAME, read_rows, recorded_exchanges, recorded_facts
+from tests.support.paths import ROOT
 from tests.support.proxy_harness import poll_until
 
 
@@ -109,3 +112,18 @@ def test_the_config_chooses_the_writer_process(tmp_path, value, expected):
     if value is not None:
         config.writer_process = value
     assert CaptureObserver.from_config(config).writer.process is expected
+
+
+def test_a_proxy_whose_rows_the_writer_process_builds_never_loads_pyarrow(tmp_path):
+    """pyarrow is about 40 MB of the proxy's memory: with the writer process, only that process loads it."""
+    script = (
+        "import sys\n"
+        "from kinspect.capture.observer import CaptureObserver\n"
+        "from kinspect.protocol.codec import Codec\n"
+        f"o = CaptureObserver({str(tmp_path)!r}, Codec(), process=True).start()\n"
+        "o.close()\n"
+        "print(o.writer.files_written, o.writer._out.exit_codes, any(m.startswith('pyarrow') for m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["0", "[0]", "False"]
