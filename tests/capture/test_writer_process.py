@@ -25,6 +25,8 @@ from tests.capture.test_capture import FILE_NAME, read_rows, recorded_exchanges,
 from tests.support.paths import ROOT
 from tests.support.proxy_harness import poll_until
 
+pytestmark = pytest.mark.integration  # every test starts a writer process
+
 
 def _written(codec: Codec, directory, process: bool, **kw):
     observer = CaptureObserver(directory, codec, wall_offset=0.0, process=process, **kw).start()
