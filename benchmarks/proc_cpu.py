@@ -24,34 +24,6 @@ def cpu_seconds(pid: int | None) -> float | None:
         return None
 
 
-def tree_cpu_seconds(pid: int | None) -> float | None:
-    """CPU time of a process and of every descendant, live or exited (a Spark JVM's Python
-    workers are its descendants): user + system of each, plus what exited children left in
-    their parent's cutime/cstime."""
-    if pid is None:
-        return None
-    parents: dict[int, list[int]] = {}
-    times: dict[int, float] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rpartition(")")[2].split()
-        except OSError:
-            continue  # ended meanwhile
-        parents.setdefault(int(fields[1]), []).append(int(entry))
-        times[int(entry)] = sum(int(x) for x in fields[11:15]) / CLK_TCK
-    if pid not in times:
-        return None
-    total, todo = 0.0, [pid]
-    while todo:
-        current = todo.pop()
-        total += times.get(current, 0.0)
-        todo += parents.get(current, [])
-    return total
-
-
 def descendants(pid: int) -> list[int]:
     """The live processes started by pid, and by them (kinspect's capture writer process, say)."""
     children: dict[int, list[int]] = {}
@@ -68,6 +40,25 @@ def descendants(pid: int) -> list[int]:
         found.append(current)
         todo += children.get(current, [])
     return found
+
+
+def tree_cpu_seconds(pid: int | None) -> float | None:
+    """CPU time of a process and of every live descendant (a Spark JVM's Python workers are its
+    descendants): user + system of each, plus what exited children left in their parent's
+    cutime/cstime."""
+    if pid is None:
+        return None
+    total = 0.0
+    for process in (pid, *descendants(pid)):
+        try:
+            with open(f"/proc/{process}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+        except OSError:
+            if process == pid:
+                return None
+            continue  # ended meanwhile
+        total += sum(int(x) for x in fields[11:15]) / CLK_TCK
+    return total
 
 
 def user_system_seconds(pid: int | None) -> tuple[float, float] | None:

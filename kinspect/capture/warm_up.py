@@ -16,9 +16,8 @@ from kinspect.capture.batch import BatchBuilder
 from kinspect.capture.facts import FactsTaker
 from kinspect.capture.schema import arrow_schema
 from kinspect.protocol.codec import Codec
+from kinspect.protocol.specs.api_keys import API_VERSIONS
 from kinspect.session import ConnectionInfo, Exchange, Session
-
-API_VERSIONS = 18
 
 
 def _exchange(codec: Codec) -> Exchange:
