@@ -102,6 +102,29 @@ def create_topic(bootstrap: str) -> None:
             raise
 
 
+def diagnosis(rig: RewriteRig, consumer, delivered: list, consumed: list, fatal: list, failed: list) -> str:
+    """What a failed wait for 'every delivered record consumed' saw: enough to tell the client's,
+    the broker's and kinspect's parts apart from CI output alone."""
+    from confluent_kafka import TopicPartition
+
+    missing = sorted(set(delivered) - set(consumed))
+    lines = [f"{len(missing)} delivered records not consumed (e.g. {missing[:3]}); "
+             f"{len(delivered)} delivered, {len(consumed)} consumed ({len(set(consumed))} distinct)",
+             f"fatal: {fatal[:2]}; failed: {collections.Counter(failed).most_common(3)}"]
+    try:
+        tps = [TopicPartition(TOPIC, p) for p in (0, 1)]
+        positions = {tp.partition: tp.offset for tp in consumer.position(tps)}
+        marks = {p: consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=5) for p in (0, 1)}
+        lines.append(f"consumer positions {positions}, watermarks {marks}")
+    except Exception as exc:  # the diagnosis must not hide the failure it describes
+        lines.append(f"consumer state unavailable: {exc!r}")
+    problems = collections.Counter(p.kind for p in rig.proxy.events_of(Problem))
+    requests = collections.Counter(e.api_key for e in rig.proxy.events_of(Request))
+    lines.append(f"kinspect problems {dict(problems)}, requests by api key {dict(requests)}, "
+                 f"in flight {rig.proxy.run(lambda: rig.proxy.server.inflight())}")
+    return "\n".join(lines)
+
+
 @pytest.mark.parametrize("idempotence", [False, True])
 def test_broker_restart_during_produce_and_consume(tmp_path, codec: Codec, idempotence: bool):
     from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -176,7 +199,12 @@ def test_broker_restart_during_produce_and_consume(tmp_path, codec: Codec, idemp
                     producer.poll(0.5)  # raises (or serves error_cb with) the fatal error's cause
                 except KafkaException as cause:
                     fatal.append(str(cause))
-            poll_until(lambda: set(delivered) <= set(consumed), 30)
+            try:
+                poll_until(lambda: set(delivered) <= set(consumed), 30)
+            except AssertionError:
+                stop.set()  # the consumer's own calls wait while another thread polls it
+                reader.join(10)
+                raise AssertionError(diagnosis(rig, consumer, delivered, consumed, fatal, failed)) from None
         finally:
             stop.set()
             reader.join(10)
