@@ -40,6 +40,7 @@ from proc_cpu import cpu_seconds, tree_cpu_seconds  # noqa: E402  (benchmarks/ i
 from kinspect.analyze.inputs import SMALL_CAPTURE_CONF, SMALL_ROWS  # noqa: E402
 from kinspect.analyze.job import analyze  # noqa: E402
 from kinspect.analyze.scan import DRIVER_ROWS  # noqa: E402
+from kinspect.capture.columns import trimmed_histograms  # noqa: E402  (the writer's own layout of the lists)
 
 # api key, name (None: unknown to the specs), lowest and highest version, first flexible version, weight
 APIS = ((0, "Produce", 3, 12, 9, 30), (1, "Fetch", 4, 17, 12, 30), (3, "Metadata", 1, 13, 9, 6),
@@ -176,14 +177,13 @@ def generate(rows: int, seed: int, first_row: int):
     z_len = np.minimum(np.maximum(u_len + rng.integers(-1, 2, values), 1), most[owner])
     hist_u = np.bincount(owner * 10 + u_len - 1, minlength=m * 10).astype(np.int32)
     hist_z = np.bincount(owner * 10 + z_len - 1, minlength=m * 10).astype(np.int32)
-    tens = pa.array(np.arange(0, m * 10 + 1, 10, dtype=np.int32))
     cols["integer_fields"] = _lists(pa, np, lengths, schema.field("integer_fields").type, [
         _take(pa, [p[0] for p in INTEGER_PATHS], path), _take(pa, [p[1] for p in INTEGER_PATHS], path),
         _take(pa, [p[2] for p in INTEGER_PATHS], path), pa.array(count.astype(np.int32)),
         pa.array((count * width).astype(np.int64)),
         pa.array(np.bincount(owner, weights=u_len, minlength=m).astype(np.int64)),
         pa.array(np.bincount(owner, weights=z_len, minlength=m).astype(np.int64)),
-        pa.ListArray.from_arrays(tens, pa.array(hist_u)), pa.ListArray.from_arrays(tens, pa.array(hist_z))])
+        trimmed_histograms(pa, np, hist_u.reshape(m, 10)), trimmed_histograms(pa, np, hist_z.reshape(m, 10))])
     compact = (first_flex >= 0) & ~flexible
     cols["first_flexible_version"] = pa.array(first_flex.astype(np.int16), mask=first_flex < 0)
     cols["request_compact_size"] = pa.array((req_size - rng.integers(0, 8, n)).astype(np.int32), mask=~compact)

@@ -210,21 +210,20 @@ def tags(table: pa.Table) -> pa.Table:
 
 
 def _hist_columns(hists, prefix: str) -> dict[str, pa.Array]:
-    """Element i of every histogram list as column prefix<i+1> (null where a list is shorter)."""
-    lengths = pc.fill_null(pc.list_value_length(hists), 0).to_numpy()
+    """Element i of every histogram list as column prefix<i+1>, 0 where a list is shorter: schema
+    version 3 leaves each list's trailing zero counts out (versions 1 and 2 always wrote 10)."""
+    lengths = pc.fill_null(pc.list_value_length(hists), 0).to_numpy().astype(np.int64)
     flat = pc.list_flatten(hists).to_numpy()
-    if hists.null_count == 0 and (lengths == 10).all():  # the writer's lists: always 10 counts
+    if (lengths == 10).all():  # a version 1 or 2 file
         columns = np.ascontiguousarray(flat.reshape(-1, 10).T)  # one contiguous row per slot
         return {f"{prefix}{i + 1}": pa.array(columns[i]) for i in range(10)}
-    starts = np.zeros(len(lengths), np.int64)
-    np.cumsum(lengths[:-1], out=starts[1:])
-    values = pa.array(flat)
-    out = {}
-    for i in range(10):
-        present = lengths > i
-        at = pa.array(np.where(present, starts + i, 0), mask=~present)
-        out[f"{prefix}{i + 1}"] = pc.cast(values.take(at), _I64)
-    return out
+    # Scatter each count to (its place in its list, its list): one pass, whatever the lengths.
+    lists = np.repeat(np.arange(len(lengths)), lengths)
+    places = np.arange(len(flat)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    kept = places < 10
+    columns = np.zeros((10, len(lengths)), np.int64)
+    columns[places[kept], lists[kept]] = flat[kept]
+    return {f"{prefix}{i + 1}": pa.array(columns[i]) for i in range(10)}
 
 
 def integers(table: pa.Table) -> pa.Table:

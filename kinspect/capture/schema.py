@@ -8,7 +8,7 @@ SCHEMA_VERSION. Keys, values and headers of records are never captured.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: histograms without their trailing zero counts (2 and 1: always 10 counts)
 # Columns added after version 1, with the version that added them: files of older versions
 # lack them, and readers take them as null (scalars) or empty (lists).
 ADDED_IN = {
@@ -51,8 +51,9 @@ INTEGER_FIELD = (
     ("fixed_bytes", "int64", "bytes the values take today (2, 4 or 8 each, or their KAFKA-9927 encoding's)"),
     ("uvarint_bytes", "int64", "bytes as unsigned varints (negatives as the type's two's complement)"),
     ("zigzag_bytes", "int64", "bytes as zig-zag signed varints"),
-    ("uvarint_hist", "list<int32>", "10 counts: values whose unsigned varint takes 1..10 bytes"),
-    ("zigzag_hist", "list<int32>", "10 counts: values whose zig-zag varint takes 1..10 bytes"),
+    ("uvarint_hist", "list<int32>", "counts of values whose unsigned varint takes 1, 2, ... bytes, up to the last "
+     "non-zero count (at most 10; schema versions 1 and 2: always 10)"),
+    ("zigzag_hist", "list<int32>", "the same for zig-zag varints"),
 )
 
 STRUCTS = {

@@ -353,8 +353,9 @@ def test_malformed_file_through_spark_filesystems(spark, tmp_path, monkeypatch):
 
 
 def test_histograms_of_any_length():
-    """Integer fields' varint histograms: the writer's lists of 10 counts take a fast path; shorter
-    or null lists (which Spark read as null past their end) take the general one. Both agree."""
+    """Integer fields' varint histograms: lists of 10 counts (schema versions 1 and 2) take a fast
+    path; shorter ones (version 3 leaves trailing zero counts out) and null lists take the general
+    one, where a count past a list's end is 0. Both agree."""
     from kinspect.analyze.partials import _hist_columns
 
     full = pa.array([[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], [10, 20, 30, 40, 50, 60, 70, 80, 90, 100]],
@@ -362,8 +363,9 @@ def test_histograms_of_any_length():
     fast = _hist_columns(full, "u")
     assert [fast[f"u{i}"].to_pylist() for i in (1, 5, 10)] == [[1, 10], [5, 50], [10, 100]]
     ragged = _hist_columns(pa.array([[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], [4, 5], None], pa.list_(pa.int32())), "z")
-    assert [ragged[f"z{i}"].to_pylist() for i in (1, 2, 3, 10)] == [[1, 4, None], [2, 5, None], [3, None, None],
-                                                                   [10, None, None]]
+    assert [ragged[f"z{i}"].to_pylist() for i in (1, 2, 3, 10)] == [[1, 4, 0], [2, 5, 0], [3, 0, 0], [10, 0, 0]]
+    trimmed = _hist_columns(pa.array([[], [0, 3], [7]], pa.list_(pa.int32())), "u")
+    assert [trimmed[f"u{i}"].to_pylist() for i in range(1, 11)] == [[0, 0, 7], [0, 3, 0]] + [[0, 0, 0]] * 8
     chunked = _hist_columns(pa.chunked_array([full.slice(1), full.slice(0, 1)]), "u")
     assert chunked["u2"].to_pylist() == [20, 2]
 

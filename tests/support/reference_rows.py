@@ -13,6 +13,7 @@ from collections import Counter
 
 from tests.support.field_walk import PlanCache, walk_body
 from kinspect.capture.schema import SCHEMA_VERSION
+from tests.support.sample_data import trimmed
 from kinspect.protocol.codec import Codec, response_header_version
 from kinspect.protocol.error_codes import error_name
 from kinspect.protocol.errors import DecodeError
@@ -236,6 +237,6 @@ def _integer_fields(location: str, side: _Side) -> list[dict]:
         return []
     return [
         {"location": location, "path": path, "type": t, "count": n, "fixed_bytes": fixed, "uvarint_bytes": u,
-         "zigzag_bytes": z, "uvarint_hist": uh, "zigzag_hist": zh}
+         "zigzag_bytes": z, "uvarint_hist": trimmed(uh), "zigzag_hist": trimmed(zh)}
         for path, (t, n, fixed, u, z, uh, zh) in side.walk.integers.items()
     ]

@@ -67,7 +67,15 @@ def _integer_field(rnd: random.Random, location: str, path: str, kind: str, bits
         zbytes += z
     return {"location": location, "path": path, "type": kind, "count": len(values),
             "fixed_bytes": len(values) * bits // 8, "uvarint_bytes": ubytes, "zigzag_bytes": zbytes,
-            "uvarint_hist": uhist, "zigzag_hist": zhist}
+            "uvarint_hist": trimmed(uhist), "zigzag_hist": trimmed(zhist)}
+
+
+def trimmed(counts: list[int]) -> list[int]:
+    """A histogram as schema version 3 writes it: without its trailing zero counts."""
+    end = len(counts)
+    while end and counts[end - 1] == 0:
+        end -= 1
+    return counts[:end]
 
 
 def _value(rnd: random.Random, bits: int) -> int:
@@ -199,7 +207,13 @@ def write_captures(out_dir: Path, rows: int, files: int = 3, seed: int = 1, dist
                                        str(schema_version).encode()})
     rnd = random.Random(seed)
     base_rows = min(rows, distinct) if distinct else rows
-    base = pa.Table.from_pylist([exchange(rnd, i) for i in range(base_rows)], schema=schema)
+    generated = [exchange(rnd, i) for i in range(base_rows)]
+    if schema_version < 3 or not v2:  # the layout before version 3: histograms of always 10 counts
+        for row in generated:
+            for field in row["integer_fields"]:
+                for name in ("uvarint_hist", "zigzag_hist"):
+                    field[name] = field[name] + [0] * (10 - len(field[name]))
+    base = pa.Table.from_pylist(generated, schema=schema)
     if schema_version != SCHEMA_VERSION:
         base = base.set_column(0, "schema_version", pa.array([schema_version] * base_rows, pa.int16()))
     out_dir.mkdir(parents=True, exist_ok=True)
