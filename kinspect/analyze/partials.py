@@ -217,13 +217,20 @@ def _hist_columns(hists, prefix: str) -> dict[str, pa.Array]:
     if (lengths == 10).all():  # a version 1 or 2 file
         columns = np.ascontiguousarray(flat.reshape(-1, 10).T)  # one contiguous row per slot
         return {f"{prefix}{i + 1}": pa.array(columns[i]) for i in range(10)}
-    # Scatter each count to (its place in its list, its list): one pass, whatever the lengths.
-    lists = np.repeat(np.arange(len(lengths)), lengths)
-    places = np.arange(len(flat)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    kept = places < 10
-    columns = np.zeros((10, len(lengths)), np.int64)
-    columns[places[kept], lists[kept]] = flat[kept]
-    return {f"{prefix}{i + 1}": pa.array(columns[i]) for i in range(10)}
+    # Most lists hold one to three counts: a slot no list reaches is one shared array of zeros.
+    starts = np.cumsum(lengths) - lengths
+    zeros = None
+    out = {}
+    for i in range(10):
+        reached = lengths > i
+        if reached.any():
+            column = np.zeros(len(lengths), flat.dtype)
+            column[reached] = flat[starts[reached] + i]
+            out[f"{prefix}{i + 1}"] = pa.array(column)
+        else:
+            zeros = zeros if zeros is not None else pa.array(np.zeros(len(lengths), flat.dtype))
+            out[f"{prefix}{i + 1}"] = zeros
+    return out
 
 
 def integers(table: pa.Table) -> pa.Table:
