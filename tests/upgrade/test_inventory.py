@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from kinspect.analyze.inputs import check_capture_file
 from kinspect.capture.facts import FactsTaker
 from kinspect.capture.batch import BatchBuilder
-from kinspect.capture.schema import ADDED_IN, METADATA_VERSION_KEY, arrow_schema
+from kinspect.capture.schema import ADDED_IN, METADATA_VERSION_KEY, SCHEMA_VERSION, arrow_schema
 from kinspect.cli.main import main
 from kinspect.observers.inventory import METRIC_NAMES, InventoryObserver
 from kinspect.observers.metrics import MetricsObserver
@@ -196,7 +196,7 @@ def test_capture_rows_carry_software_and_magics_and_rebuild_the_same_inventory(r
     assert {r["client_software_name"] for r in rows} == {None, "kafka-python", "confluent-kafka-python"}
     schema = arrow_schema()
     table = pa.Table.from_pylist(rows, schema=schema)
-    assert table.schema.metadata[METADATA_VERSION_KEY] == b"2"
+    assert table.schema.metadata[METADATA_VERSION_KEY] == str(SCHEMA_VERSION).encode()
     rebuilt = Inventory.from_rows(table.to_pylist(), codec.registry.api_name)
     targets = [load_target(t) for t in TARGETS]
     live = {(c["software_name"], c["software_version"], tuple(c["client_ids"]), c["host"]):
@@ -206,7 +206,7 @@ def test_capture_rows_carry_software_and_magics_and_rebuild_the_same_inventory(r
     assert again == live
 
 
-def _write(rows: list, path: Path, version: int = 2) -> Path:
+def _write(rows: list, path: Path, version: int = SCHEMA_VERSION) -> Path:
     schema = arrow_schema()
     table = pa.Table.from_pylist(rows, schema=schema)
     if version == 1:
