@@ -18,6 +18,7 @@ from kinspect.protocol.errors import DecodeError, EncodeError
 from kinspect.protocol.framing.framer import DEFAULT_MAX_FRAME_BYTES
 from kinspect.protocol.codec.rendering import render_struct
 from kinspect.session import ConnectionInfo, Plan, Problem, Request, Response, Session, SessionConfig
+from kinspect.session.events import frame_bytes
 from kinspect.session.replay import replay
 
 
@@ -115,7 +116,7 @@ def problem_record(codec: Codec, problem: Problem, acks_zero: dict, roundtrip: b
 def request_record(event: Request, roundtrip: bool, stats: DecodeStats, offset: int | None = None) -> dict:
     """The JSON record of a request event (offset: where the frame is, if not the event's stream offset)."""
     stats.frames += 1
-    codec, frame, header = event.codec, event.frame, event.header
+    codec, frame, header = event.codec, frame_bytes(event.frame), event.header
     record = {"direction": "request", "offset": event.offset if offset is None else offset, "size": event.size}
     try:
         record.update(

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from kinspect.protocol.codec import Codec, RequestHeader
 from kinspect.protocol.errors import DecodeError
+from kinspect.protocol.framing.pieces import FramePieces
 from kinspect.protocol.codec.scan_result import ScanResult
 
 
@@ -27,6 +28,11 @@ class ConnectionInfo:
     client_id: str | None = None
     client_software_name: str | None = None  # KIP-511, from ApiVersions v3+ (sanitized)
     client_software_version: str | None = None
+
+
+def frame_bytes(frame) -> bytes:
+    """An event's frame as bytes: a large Produce request's FramePieces (see Plan) joined."""
+    return frame.join() if type(frame) is FramePieces else frame
 
 
 class _Lazy:
@@ -57,7 +63,7 @@ class _Lazy:
                 f"the {self.size}-byte frame was larger than the inspection limit; only its header was kept",
                 api_key=self.api_key, version=self.api_version,
             )
-        return self.frame
+        return frame_bytes(self.frame)
 
 
 @dataclass(slots=True, eq=False)
@@ -73,7 +79,7 @@ class Request(_Lazy):
     header_tag_bytes: int  # bytes of the header's tag section (count included); 0 below header v2
     header_tags: tuple  # (tag, data size) of each tagged field of the header
     size: int  # frame size, without the 4-byte size prefix
-    frame: bytes  # the whole frame when complete, else its head
+    frame: bytes  # the whole frame when complete (a large Produce: its FramePieces), else its head
     complete: bool
     codec: Codec = field(repr=False)
     expects_response: bool = True

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Callable, Protocol
 
-from kinspect.protocol.specs.api_keys import API_VERSIONS, SASL_HANDSHAKE
-from kinspect.protocol.framing.stream import HOLD, KEEP_HEAD, KEEP_WHOLE
+from kinspect.protocol.specs.api_keys import API_VERSIONS, PRODUCE, SASL_HANDSHAKE
+from kinspect.protocol.framing.stream import HOLD, KEEP_HEAD, KEEP_PIECES, KEEP_WHOLE
 
 BodyPredicate = Callable[[int, int, str], bool]  # (api key, version, "request"/"response") -> keep the body
 
@@ -52,6 +52,10 @@ class Plan:
         mode = self._requests.get(key)
         if mode is None:
             mode = KEEP_WHOLE if self._wants_body(api_key, version, "request") else KEEP_HEAD
+            if mode == KEEP_WHOLE and api_key == PRODUCE:
+                # Its record batches make a Produce request large, and only their headers are read:
+                # the scanner reads it in the pieces it came in, never joined (FramePieces).
+                mode = KEEP_PIECES
             if len(self._requests) < 4096:  # versions a client invents must not grow the cache forever
                 self._requests[key] = mode
         return mode

@@ -38,6 +38,7 @@ from kinspect.protocol.wire.peek import leading_error_code, produce_acks
 from kinspect.session.client_software import FIRST_SOFTWARE_VERSION, software_of
 from kinspect.session.facts import RequestHeaders, response_header_facts
 from kinspect.session.events import ConnectionInfo, Exchange, Problem, Request, Response
+from kinspect.protocol.framing.pieces import FramePieces
 from kinspect.protocol.framing.stream import HOLD, KEEP_WHOLE, FrameStream
 from kinspect.session.plan import Plan
 
@@ -49,6 +50,10 @@ SLIM_ENTRIES_PER_LIMIT = 64  # in-flight entries without facts kept per inspect.
 _PREFIX = struct.Struct(">hhi")
 _CORRELATION = struct.Struct(">i")
 _RAW = object()  # the ticket of a raw SASL token
+# What the session reads of a request that came in pieces (a large Produce; see Plan): its
+# header and Produce's Acks, in the first bytes unless its ClientId or TransactionalId is long
+# (then the pieces are joined).
+_PIECES_HEAD = 4096
 
 
 @dataclass
@@ -214,7 +219,11 @@ class Session:
             except Exception as exc:  # noqa: BLE001 (a bug in inspection must not stop pairing)
                 self._inspection_failed("request", exc, now, events)
         elif api_key == PRODUCE and self._known(api_key, version, "request"):
-            expects_response = self._acks(frame, version) != 0
+            head = frame.head(_PIECES_HEAD) if type(frame) is FramePieces else frame
+            acks = self._acks(head, version)
+            if acks is None and head is not frame and len(head) < size:
+                acks = self._acks(frame.join(), version)
+            expects_response = acks != 0
         if not expects_response:
             self._acks_zero.append(correlation_id)
             if request is not None:
@@ -264,8 +273,17 @@ class Session:
         api_key, version, correlation_id = prefix
         codec = self.codec
         known, name, _, _, header_version = self._spec_facts(api_key, version)
+        head = frame
+        if type(frame) is FramePieces:  # read where it lies by the scanner; the session reads its head
+            head = frame.head(_PIECES_HEAD)
         try:
-            header, tag_bytes, tags = self._headers.read(frame, api_key, version, correlation_id, header_version)
+            try:
+                header, tag_bytes, tags = self._headers.read(head, api_key, version, correlation_id, header_version)
+            except DecodeError:
+                if head is frame or len(head) == size:
+                    raise
+                head = frame.join()  # a header longer than the head
+                header, tag_bytes, tags = self._headers.read(head, api_key, version, correlation_id, header_version)
         except DecodeError as exc:
             # No api named: what the prefix says cannot be trusted when the header does not read.
             events.append(self._problem(now, "decode_error", "request", str(exc), size=size, offset=offset))
@@ -281,7 +299,10 @@ class Session:
         mechanism = None
         if known is not None:
             if api_key == PRODUCE:
-                acks = produce_acks(frame, header.size, version, version in known.flexible_versions)
+                flexible = version in known.flexible_versions
+                acks = produce_acks(head, header.size, version, flexible)
+                if acks is None and head is not frame and len(head) < size:  # a long TransactionalId
+                    acks = produce_acks(frame.join(), header.size, version, flexible)
                 request.expects_response = acks != 0
             elif api_key == SASL_HANDSHAKE and version == 0:
                 try:

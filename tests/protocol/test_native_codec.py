@@ -16,6 +16,7 @@ from kinspect.protocol.codec import codegen
 from kinspect.protocol.codec.codec import _DECODE_FAILURES, Codec, CompiledStruct, _compile
 from kinspect.protocol.wire.primitives import Malformed
 from kinspect.protocol.codec.scan_result import ScanResult
+from kinspect.protocol.framing.pieces import FramePieces
 from kinspect.protocol.specs.model import parse_message
 from kinspect.protocol.codec.wire_program import PURE_PYTHON_ENV, build_program, native_available
 from tests.spec_values import struct_value
@@ -144,6 +145,14 @@ def scan_state(r: ScanResult) -> tuple:
             r.int_slots, None if r.int_stats is None else list(r.int_stats), dict(r.topic_partitions), r.compact_delta)
 
 
+def as_pieces(buf: bytes, rng: random.Random) -> FramePieces:
+    """buf cut at random places into bytes, memoryview and bytearray pieces, some of them empty."""
+    cuts = sorted(rng.sample(range(len(buf) + 1), min(len(buf) + 1, rng.randint(1, 6)))) if buf else []
+    bounds = [0, *cuts, len(buf)]
+    kinds = (bytes, memoryview, bytearray)
+    return FramePieces(rng.choice(kinds)(buf[a:b]) for a, b in zip(bounds, bounds[1:]))
+
+
 def fresh_result(compiled: CompiledStruct) -> ScanResult:
     """An empty ScanResult with the integer slots of the struct, as CompiledStruct.scan prepares it."""
     result = ScanResult()
@@ -196,6 +205,7 @@ class Harness:
             c_end = self.native.scan(buf, pos, c_result)
         except Malformed:
             c_end = None
+        self.agree_in_pieces(buf, pos, c_end, c_result)
         assert (py_end is None) == (c_end is None), (
             f"{self.compiled.label}: reference scan {'fails' if py_end is None else 'succeeds'}, C scan "
             f"{'fails' if c_end is None else 'succeeds'} on {buf.hex()} at {pos}"
@@ -204,6 +214,22 @@ class Harness:
             assert c_end == py_end
             same(scan_state(c_result), scan_state(py_result))
             assert c_result.finish().to_dict() == py_result.finish().to_dict()
+
+    def agree_in_pieces(self, buf: bytes, pos: int, c_end, c_result: ScanResult) -> None:
+        """The C scan of the same bytes cut into pieces (as FrameStream hands a large frame: bytes,
+        memoryviews, a bytearray, empty ones included) ends, fails and finds exactly as of the whole."""
+        rng = random.Random(buf)
+        for _ in range(3):
+            pieces = as_pieces(buf, rng)
+            result = fresh_result(self.compiled)
+            result.source = pieces
+            try:
+                end = self.native.scan(pieces, pos, result)
+            except Malformed:
+                end = None
+            assert end == c_end, f"{self.compiled.label}: in pieces {end}, whole {c_end}, on {buf.hex()} at {pos}"
+            if end is not None:
+                same(scan_state(result), scan_state(c_result))
 
     def exercise(self, data, value: dict) -> None:
         encoded = bytes(self.compiled.encode(value))

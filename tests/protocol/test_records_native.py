@@ -11,6 +11,7 @@ from __future__ import annotations
 import array
 import gc
 import os
+import random
 import struct
 import sys
 import tracemalloc
@@ -24,6 +25,7 @@ from kinspect.protocol import records as records_module
 from kinspect.protocol.codec import Codec
 from kinspect.protocol.codec.codec import _compile
 from kinspect.protocol.codec.runtime import summarize_spans_python
+from kinspect.protocol.framing.pieces import FramePieces
 from kinspect.protocol.records import BatchSummary, RecordsError, RecordsSummary, summarize_records_python
 from kinspect.protocol.codec.scan_result import ScanResult
 from kinspect.protocol.codec.wire_program import PURE_PYTHON_ENV
@@ -430,6 +432,15 @@ def _scan_records_agree(compiled, reference, frame: bytes, fields: list) -> None
     assert py_result.record_spans == result.record_spans
     py_result.source = frame
     assert result.finish().to_dict() == py_result.finish().to_dict()
+    # The same frame in pieces (as FrameStream hands a large one): the batch headers are read where
+    # they lie, a header cut between two pieces included; the scan and its summaries are the same.
+    rng = random.Random(len(frame))
+    for _ in range(6):
+        cuts = sorted(rng.sample(range(len(frame) + 1), min(len(frame) + 1, 5)))
+        pieces = FramePieces(frame[a:b] for a, b in zip([0, *cuts], [*cuts, len(frame)]))
+        in_pieces = compiled.scan(pieces)
+        assert in_pieces.source is pieces and in_pieces.record_spans == result.record_spans
+        assert in_pieces.finish().to_dict() == result.to_dict()
 
 
 _CODEC = Codec()
@@ -497,6 +508,23 @@ def _same_summaries(ours: list, ref: list) -> None:
             assert a is None
         else:
             assert_same_summary(a, b)
+
+
+def test_summaries_of_a_frame_in_pieces_cut_anywhere():
+    """summarize_spans over pieces: every cut through the mixed set's batch headers (and one
+    cut in two places at once) gives the summaries of the contiguous bytes; so does the
+    reference, which joins the pieces."""
+    data = mixed_record_set()
+    spans = [len(data)]  # one span: start 0, the whole set
+    whole: list = []
+    _wire.summarize_spans(data, spans, whole)
+    for cut in range(len(data) + 1):
+        for pieces in (FramePieces((data[:cut], data[cut:])),
+                       FramePieces((data[:cut], b"", memoryview(data)[cut:cut + 7], bytearray(data[cut + 7:])))):
+            for fn in (_wire.summarize_spans, summarize_spans_python):
+                into: list = []
+                fn(pieces, spans, into)
+                _same_summaries(into, whole)
 
 
 def test_scan_result_records_are_lazy_and_follow_their_buffer():

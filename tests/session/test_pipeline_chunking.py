@@ -17,6 +17,7 @@ from kinspect.offline_decode import decode_conversation
 from kinspect.protocol.codec import Codec
 from kinspect.session import ConnectionInfo, Exchange, Plan, Problem, Request, Response, Session, SessionConfig
 from kinspect.session.address_rewrite import AddressRewrite, NodeMap
+from kinspect.session.events import frame_bytes
 from kinspect.session.replay import frame_ends, replay
 from tests.support.paths import TRAFFIC
 
@@ -36,11 +37,11 @@ def _rewriting_session(codec: Codec, inspect_max_bytes: int = 1024 * 1024) -> Se
 def _fact(event) -> tuple:
     if isinstance(event, Request):
         return ("Request", event.offset, event.api_key, event.api_version, event.correlation_id, event.size,
-                event.header_size, event.header_tag_bytes, event.header_tags, event.complete, event.frame,
+                event.header_size, event.header_tag_bytes, event.header_tags, event.complete, frame_bytes(event.frame),
                 event.expects_response)
     if isinstance(event, Response):
         return ("Response", event.offset, event.api_key, event.api_version, event.correlation_id, event.size,
-                event.header_version, event.header_size, event.header_tags, event.complete, event.frame)
+                event.header_version, event.header_size, event.header_tags, event.complete, frame_bytes(event.frame))
     if isinstance(event, Exchange):
         return ("Exchange", event.request.correlation_id, event.response and event.response.correlation_id)
     return ("Problem", event.kind, event.direction, event.size, event.offset)

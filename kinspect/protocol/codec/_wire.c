@@ -110,8 +110,107 @@ static int truncated(const char *what)
     return fail("truncated: the bytes end inside %s", what);
 }
 
+/* A frame scanned where it lies, in the reads that brought it (FrameStream gathers a large
+ * frame as its reads instead of joining them): `start` is each piece's offset in the frame. */
 typedef struct {
     const unsigned char *p;
+    Py_ssize_t start, n;
+} Piece;
+
+#define SCRATCH_INLINE 64
+
+typedef struct {
+    Piece *v;
+    Py_buffer *views;
+    Py_ssize_t count, last;     /* last: the piece the previous read was in (reads mostly go forward) */
+    unsigned char *scratch;     /* a read that straddles pieces is copied here */
+    Py_ssize_t scratch_n;
+    unsigned char inline_scratch[SCRATCH_INLINE];
+} Pieces;
+
+/* k contiguous bytes at frame offset pos (pos + k <= the frame's length): a pointer into the
+ * piece that holds them, else a copy in the scratch buffer, valid until the next such copy.
+ * NULL (MemoryError) only when a straddling read is longer than any before. */
+static const unsigned char *piece_at(Pieces *pc, Py_ssize_t pos, Py_ssize_t k)
+{
+    Py_ssize_t i = pc->last;
+    Piece *v = pc->v;
+    while (pos < v[i].start)
+        i--;
+    while (pos >= v[i].start + v[i].n && i + 1 < pc->count)
+        i++;
+    pc->last = i;
+    Py_ssize_t off = pos - v[i].start;
+    if (off + k <= v[i].n)
+        return v[i].p + off;
+    if (k > pc->scratch_n) {
+        unsigned char *bigger = PyMem_Malloc((size_t)k);
+        if (bigger == NULL) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        if (pc->scratch != pc->inline_scratch)
+            PyMem_Free(pc->scratch);
+        pc->scratch = bigger;
+        pc->scratch_n = k;
+    }
+    Py_ssize_t done = 0;
+    while (done < k) {
+        Py_ssize_t take = v[i].n - off;
+        if (take > k - done)
+            take = k - done;
+        memcpy(pc->scratch + done, v[i].p + off, (size_t)take);
+        done += take;
+        i++, off = 0;
+    }
+    return pc->scratch;
+}
+
+/* The piece table of a tuple of bytes-like pieces; -1 (an exception set) for anything else. */
+static int pieces_open(PyObject *tuple, Pieces *pc, Py_ssize_t *total)
+{
+    Py_ssize_t count = PyTuple_GET_SIZE(tuple);
+    memset(pc, 0, sizeof *pc);
+    pc->scratch = pc->inline_scratch;
+    pc->scratch_n = SCRATCH_INLINE;
+    if (count == 0) {
+        PyErr_SetString(PyExc_ValueError, "a frame in pieces needs at least one piece");
+        return -1;
+    }
+    pc->v = PyMem_Calloc((size_t)count, sizeof(Piece));
+    pc->views = PyMem_Calloc((size_t)count, sizeof(Py_buffer));
+    if (pc->v == NULL || pc->views == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_ssize_t start = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(tuple, i), &pc->views[i], PyBUF_SIMPLE) < 0)
+            return -1;
+        pc->count = i + 1; /* views[0..count) are held: pieces_close releases them */
+        pc->v[i].p = (const unsigned char *)pc->views[i].buf;
+        pc->v[i].start = start;
+        pc->v[i].n = pc->views[i].len;
+        start += pc->views[i].len;
+    }
+    *total = start;
+    return 0;
+}
+
+static void pieces_close(Pieces *pc)
+{
+    for (Py_ssize_t i = 0; i < pc->count; i++)
+        PyBuffer_Release(&pc->views[i]);
+    PyMem_Free(pc->views);
+    PyMem_Free(pc->v);
+    if (pc->scratch != pc->inline_scratch)
+        PyMem_Free(pc->scratch);
+    pc->views = NULL, pc->v = NULL, pc->count = 0;
+}
+
+typedef struct {
+    const unsigned char *p;     /* the frame, when it is one piece (pc NULL) */
+    Pieces *pc;
     Py_ssize_t n;               /* len(buf) */
     PyObject *buf;
     /* scan only */
@@ -125,17 +224,19 @@ typedef struct {
     int inner;
 } Ctx;
 
+/* k bytes at pos: where the scanner reads, whether the frame is one buffer or pieces. */
+#define AT(c, pos, k) ((c)->pc == NULL ? (c)->p + (pos) : piece_at((c)->pc, (pos), (k)))
+
 /* An unsigned varint of at most `bits` bits (as primitives.read_uvarint). */
 static int read_uvarint(const Ctx *c, Py_ssize_t *ppos, Py_ssize_t L, int bits, uint64_t *out)
 {
     Py_ssize_t pos = *ppos;
-    const unsigned char *p = c->p;
     int limit = bits == 16 ? 3 : (bits == 32 ? 5 : 10);
     uint64_t v = 0;
     for (int i = 0; i < limit; i++) {
         if (pos + i >= L)
             return truncated("a varint");
-        unsigned b = p[pos + i];
+        unsigned b = *AT(c, pos + i, 1);
         if (i == 9) { /* 64 bits only: this byte holds bit 63 */
             if (b & 0x80)
                 break;
@@ -164,7 +265,7 @@ static inline int read_length(const Ctx *c, Py_ssize_t *ppos, Py_ssize_t L, int 
     if (compact) {
         if (pos >= L)
             return truncated("a length");
-        unsigned b = c->p[pos];
+        unsigned b = *AT(c, pos, 1);
         if (b < 128) {
             *n = (long long)b - 1;
             *ppos = pos + 1;
@@ -179,13 +280,13 @@ static inline int read_length(const Ctx *c, Py_ssize_t *ppos, Py_ssize_t L, int 
     if (wide) {
         if (L - pos < 4)
             return truncated("a length");
-        *n = (int32_t)be32(c->p + pos);
+        *n = (int32_t)be32(AT(c, pos, 4));
         *ppos = pos + 4;
     }
     else {
         if (L - pos < 2)
             return truncated("a length");
-        *n = (int16_t)be16(c->p + pos);
+        *n = (int16_t)be16(AT(c, pos, 2));
         *ppos = pos + 2;
     }
     return 0;
@@ -294,7 +395,7 @@ static int read_encoded(const Ctx *c, const Field *f, Py_ssize_t *ppos, Py_ssize
         Py_ssize_t size = f->bits / 8;
         if (L - pos < size)
             return truncated("a fixed-width integer");
-        const unsigned char *q = c->p + pos;
+        const unsigned char *q = AT(c, pos, size); /* at most 8 bytes: never NULL */
         *out = f->bits == 16 ? (long long)(int16_t)be16(q)
              : f->bits == 32 ? (long long)(int32_t)be32(q) : (long long)(int64_t)be64(q);
         *ppos = pos + size;
@@ -849,10 +950,12 @@ static int legacy_batch(const unsigned char *p, Py_ssize_t pos, Py_ssize_t avail
     return *out == NULL ? -1 : 0;
 }
 
-/* The RecordsSummary of the n bytes at p. NULL with err->offset >= 0 when they are not a
- * record set (no exception set: the caller raises RecordsError or records None), NULL with
- * err->offset == -1 and an exception set for a Python error (memory). records_init first. */
-static PyObject *summarize_bytes(const unsigned char *p, Py_ssize_t n, RecErr *err)
+/* The RecordsSummary of the n bytes at p, or (pc not NULL) at frame offset `base` of a frame
+ * in pieces, whose batch headers are read where they lie. NULL with err->offset >= 0 when
+ * they are not a record set (no exception set: the caller raises RecordsError or records
+ * None), NULL with err->offset == -1 and an exception set for a Python error (memory).
+ * records_init first. */
+static PyObject *summarize_bytes(const unsigned char *p, Pieces *pc, Py_ssize_t base, Py_ssize_t n, RecErr *err)
 {
     PyObject *inline_items[16];
     PyObject **items = inline_items;
@@ -863,7 +966,9 @@ static PyObject *summarize_bytes(const unsigned char *p, Py_ssize_t n, RecErr *e
 
     while (pos < n) {
         Py_ssize_t remaining = n - pos;
-        const unsigned char *q = p + pos;
+        /* Nothing past a batch's first REC_V2_HEADER bytes is read (v2_batch, legacy_batch). */
+        const unsigned char *q = pc == NULL ? p + pos
+                                 : piece_at(pc, base + pos, remaining < REC_V2_HEADER ? remaining : REC_V2_HEADER);
         if (remaining < REC_OVERHEAD) {
             truncated_bytes = remaining;
             break;
@@ -1031,7 +1136,7 @@ static PyObject *wire_summarize_records(PyObject *module, PyObject *const *args,
         goto done;
     }
     RecErr err;
-    result = summarize_bytes(p + start, stop - start, &err);
+    result = summarize_bytes(p + start, NULL, 0, stop - start, &err);
     if (result == NULL && err.offset >= 0)
         raise_records_error(&err);
 done:
@@ -1086,8 +1191,8 @@ static PyObject *wire_summarize_spans(PyObject *module, PyObject *const *args, P
         return NULL;
     }
     PyObject *source = args[0], *spans = args[1], *into = args[2];
-    if (!PyBytes_Check(source) || !PyList_Check(spans) || !PyList_Check(into)) {
-        PyErr_SetString(PyExc_TypeError, "summarize_spans(source, spans, into): bytes, list, list");
+    if (!(PyBytes_Check(source) || PyTuple_Check(source)) || !PyList_Check(spans) || !PyList_Check(into)) {
+        PyErr_SetString(PyExc_TypeError, "summarize_spans(source, spans, into): bytes or a tuple of pieces, list, list");
         return NULL;
     }
     Py_ssize_t first = 0;
@@ -1099,33 +1204,50 @@ static PyObject *wire_summarize_spans(PyObject *module, PyObject *const *args, P
     }
     if (records_init() < 0)
         return NULL;
-    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(source);
-    Py_ssize_t size = PyBytes_GET_SIZE(source);
+    const unsigned char *p = NULL;
+    Py_ssize_t size;
+    Pieces pieces, *pc = NULL;
+    if (PyTuple_Check(source)) { /* the frame in pieces that the scan read (see run_scan) */
+        if (pieces_open(source, &pieces, &size) < 0) {
+            pieces_close(&pieces);
+            return NULL;
+        }
+        pc = &pieces;
+    }
+    else {
+        p = (const unsigned char *)PyBytes_AS_STRING(source);
+        size = PyBytes_GET_SIZE(source);
+    }
+    PyObject *ok = NULL;
     for (Py_ssize_t i = first; i < PyList_GET_SIZE(spans); i++) {
         PyObject *span = new_ref(PyList_GET_ITEM(spans, i));
         Py_ssize_t start, n;
         int rc = span_parts(span, &start, &n);
         Py_DECREF(span);
         if (rc < 0)
-            return NULL;
+            goto done;
         if (start > size || n > size - start) {
             PyErr_Format(PyExc_ValueError, "records span of %zd bytes at %zd does not fit the %zd bytes", n, start,
                          size);
-            return NULL;
+            goto done;
         }
         RecErr err;
-        PyObject *s = summarize_bytes(p + start, n, &err);
+        PyObject *s = pc == NULL ? summarize_bytes(p + start, NULL, 0, n, &err) : summarize_bytes(NULL, pc, start, n, &err);
         if (s == NULL) {
             if (err.offset < 0)
-                return NULL; /* a Python error (memory): not a RecordsError */
+                goto done; /* a Python error (memory): not a RecordsError */
             s = new_ref(Py_None);
         }
         rc = PyList_Append(into, s);
         Py_DECREF(s);
         if (rc < 0)
-            return NULL;
+            goto done;
     }
-    Py_RETURN_NONE;
+    ok = new_ref(Py_None);
+done:
+    if (pc != NULL)
+        pieces_close(pc);
+    return ok;
 }
 
 /* ------------------------------------------------------------------ scanning */
@@ -1154,9 +1276,16 @@ static int count_error(Ctx *c, long long code)
     return rc;
 }
 
+/* The UTF-8 string of n bytes at pos (pieces: copied when it straddles two). */
+static PyObject *utf8_at(const Ctx *c, Py_ssize_t pos, Py_ssize_t n)
+{
+    const unsigned char *q = AT(c, pos, n);
+    return q == NULL ? NULL : utf8(q, n);
+}
+
 static int add_topic(Ctx *c, Py_ssize_t pos, long long n)
 {
-    PyObject *s = utf8(c->p + pos, (Py_ssize_t)n);
+    PyObject *s = utf8_at(c, pos, (Py_ssize_t)n);
     if (s == NULL)
         return -1;
     int rc = PySet_Add(c->topics, s);
@@ -1240,7 +1369,7 @@ static int list_topic(Ctx *c, PyObject *name)
 /* A struct's topic and the partitions it names: topic_partitions[name] += parts. */
 static int add_topic_partitions(Ctx *c, Py_ssize_t pos, Py_ssize_t n, long long parts)
 {
-    PyObject *name = utf8(c->p + pos, n);
+    PyObject *name = utf8_at(c, pos, n);
     if (name == NULL)
         return -1;
     PyObject *old = PyDict_GetItemWithError(c->tparts, name); /* borrowed */
@@ -1327,14 +1456,14 @@ static int scan_value(Ctx *c, const Field *f, Py_ssize_t *ppos, Roles *roles)
         if (L - pos < size)
             return truncated("a fixed-width field");
         if (f->is_error && !c->inner) { /* int16 only (checked when compiling) */
-            int16_t code = (int16_t)be16(c->p + pos);
+            int16_t code = (int16_t)be16(AT(c, pos, 2));
             if (code && count_error(c, code) < 0)
                 return -1;
         }
         if (f->slot >= 0 && c->istats != NULL) {
             long long *s = c->istats + f->slot;
             s[0] += 1;
-            count_value(s, f, fixed_int(kind, c->p + pos));
+            count_value(s, f, fixed_int(kind, AT(c, pos, size)));
         }
         *ppos = pos + size;
         return 0;
@@ -1359,7 +1488,7 @@ static int scan_value(Ctx *c, const Field *f, Py_ssize_t *ppos, Roles *roles)
             if (!c->inner && add_topic(c, pos, n) < 0)
                 return -1;
             if (c->inner) { /* the reference decodes it all the same: invalid UTF-8 fails here too */
-                PyObject *t = utf8(c->p + pos, (Py_ssize_t)n);
+                PyObject *t = utf8_at(c, pos, (Py_ssize_t)n);
                 if (t == NULL)
                     return -1;
                 Py_DECREF(t);
@@ -1381,7 +1510,7 @@ static int scan_value(Ctx *c, const Field *f, Py_ssize_t *ppos, Roles *roles)
             if (pos >= L)
                 return truncated("a struct marker");
             *ppos = pos + 1;
-            if (c->p[pos] >= 128)
+            if (*AT(c, pos, 1) >= 128)
                 return 0;
         }
         return scan_struct(c, f->sub, ppos);
@@ -1408,7 +1537,7 @@ static int scan_value(Ctx *c, const Field *f, Py_ssize_t *ppos, Roles *roles)
                 Py_ssize_t w = FIXED_SIZE[elem];
                 s[0] += 1; /* the field was there, even empty */
                 for (long long i = 0; i < n; i++)
-                    count_value(s, f, fixed_int(elem, c->p + pos + (Py_ssize_t)i * w));
+                    count_value(s, f, fixed_int(elem, AT(c, pos + (Py_ssize_t)i * w, w)));
             }
             *ppos = pos + (Py_ssize_t)n * FIXED_SIZE[elem];
             return 0;
@@ -1430,7 +1559,7 @@ static int scan_value(Ctx *c, const Field *f, Py_ssize_t *ppos, Roles *roles)
             if (check_null(m, 0, what) < 0 || check_blob(m, *ppos, L, what) < 0)
                 return -1;
             if (topic) {
-                PyObject *name = utf8(c->p + *ppos, (Py_ssize_t)m);
+                PyObject *name = utf8_at(c, *ppos, (Py_ssize_t)m);
                 if (name == NULL)
                     return -1;
                 int rc = (!c->inner && PySet_Add(c->topics, name) < 0) || list_topic(c, name) < 0 ? -1 : 0;
@@ -1470,7 +1599,7 @@ static int scan_struct(Ctx *c, const SProg *sp, Py_ssize_t *ppos)
         Py_ssize_t pos = *ppos;
         if (pos >= c->n)
             return truncated("a tag section");
-        if (c->p[pos] == 0) {
+        if (*AT(c, pos, 1) == 0) {
             *ppos = pos + 1;
             if (!c->inner)
                 c->empty++;
@@ -1892,12 +2021,32 @@ static int flush_counters(Ctx *c)
 static PyObject *run_scan(ProgramObject *prog, PyObject *buf, PyObject *posobj, PyObject *result)
 {
     Py_ssize_t pos;
-    if (get_buffer(buf, posobj, &pos) < 0)
-        return NULL;
+    Pieces pieces;
     Ctx c;
     memset(&c, 0, sizeof c);
-    c.p = (const unsigned char *)PyBytes_AS_STRING(buf);
-    c.n = PyBytes_GET_SIZE(buf);
+    if (PyTuple_Check(buf)) { /* a frame in the pieces it arrived in: read where it lies */
+        pos = 0;
+        if (posobj != NULL) {
+            pos = PyLong_AsSsize_t(posobj);
+            if (pos == -1 && PyErr_Occurred())
+                return NULL;
+            if (pos < 0) {
+                PyErr_SetString(PyExc_ValueError, "pos must not be negative");
+                return NULL;
+            }
+        }
+        if (pieces_open(buf, &pieces, &c.n) < 0) {
+            pieces_close(&pieces);
+            return NULL;
+        }
+        c.pc = &pieces;
+    }
+    else {
+        if (get_buffer(buf, posobj, &pos) < 0)
+            return NULL;
+        c.p = (const unsigned char *)PyBytes_AS_STRING(buf);
+        c.n = PyBytes_GET_SIZE(buf);
+    }
     c.buf = buf;
     c.result = result;
     PyObject *out = NULL, *stats = NULL;
@@ -1954,6 +2103,8 @@ static PyObject *run_scan(ProgramObject *prog, PyObject *buf, PyObject *posobj, 
     }
     out = PyLong_FromSsize_t(pos);
 done:
+    if (c.pc != NULL)
+        pieces_close(c.pc);
     if (have_view)
         PyBuffer_Release(&view);
     Py_XDECREF(stats);

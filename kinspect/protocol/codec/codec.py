@@ -154,8 +154,17 @@ class CompiledStruct:
         it are counted in result.trailing_bytes. With integers=False the result gets no
         integer counters (int_stats None): the capture's facts, which the metrics do not need.
         """
+        size = None
         if type(buf) is not bytes:
-            buf = bytes(buf)
+            if isinstance(buf, tuple):  # a FramePieces: the C scanner reads it in place
+                if self._program is None:
+                    buf = b"".join(buf)
+                else:
+                    size = sum(len(piece) for piece in buf)
+            else:
+                buf = bytes(buf)
+        if size is None:
+            size = len(buf)
         if self._scan is None:
             self._scan = _compile(
                 codegen.generate_scanner(self.spec.struct, self.version, self.flexible, self.label,
@@ -174,11 +183,11 @@ class CompiledStruct:
         try:
             end = self._scan(buf, pos, result)
         except _DECODE_FAILURES as exc:
-            raise self.diagnose(buf, pos, exc) from None
-        if end != len(buf):
+            raise self.diagnose(b"".join(buf) if type(buf) is not bytes else buf, pos, exc) from None
+        if end != size:
             if whole:
-                raise self._error(f"{len(buf) - end} trailing bytes after the message", offset=end)
-            result.trailing_bytes = len(buf) - end
+                raise self._error(f"{size - end} trailing bytes after the message", offset=end)
+            result.trailing_bytes = size - end
         return result
 
 

@@ -182,6 +182,8 @@ def summarize_spans_python(source: bytes, spans: list, into: list, first: int = 
     # Imported here: records.py is optional for decoding but needed for summaries.
     from kinspect.protocol.records import RecordsError, summarize_records_python
 
+    if isinstance(source, tuple):  # a FramePieces: the reference reads it joined
+        source = b"".join(source)
     view = memoryview(source)
     size = len(view)
     append = into.append

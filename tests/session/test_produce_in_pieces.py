@@ -1,0 +1,89 @@
+"""A large Produce request that spans reads reaches the observers in the pieces it came in, and
+reads as the same request: header, acks, scan (record batches included) and decode.
+
+The session keeps Produce requests with KEEP_PIECES (kinspect.session.plan): the C scanner
+reads them where they lie, so the request is never joined for the metrics' scan. Whatever
+reads them whole (a decode) joins them once.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+
+import pytest
+
+from kinspect.protocol.codec import Codec
+from kinspect.protocol.framing.pieces import FramePieces
+from kinspect.protocol.framing.stream import KEEP_PIECES, FrameStream
+from kinspect.session import ConnectionInfo, Plan, Request, Session, SessionConfig
+from kinspect.session.events import frame_bytes
+from tests.support.proxy_harness import record_batch
+
+CODEC = Codec()
+
+
+def _produce(version: int, acks: int, client_id: str = "pieces", transactional_id: str | None = None) -> bytes:
+    """A framed Produce request of ~300 KB: three partitions of a few record batches each."""
+    batches = [record_batch([bytes([i]) * 3000 for _ in range(30)]) for i in range(3)]
+    body = {"TransactionalId": transactional_id, "Acks": acks, "TimeoutMs": 1000,
+            "TopicData": [{"Name": "orders", "PartitionData": [{"Index": p, "Records": b"".join(batches)}
+                                                               for p in range(3)]}]}
+    frame = CODEC.encode_request({"RequestApiKey": 0, "RequestApiVersion": version, "CorrelationId": 7,
+                                  "ClientId": client_id}, body)
+    return struct.pack(">i", len(frame)) + frame
+
+
+def _requests(data: bytes, read: int) -> list[Request]:
+    session = Session(CODEC, ConnectionInfo(1, "c:1", "b:1"), SessionConfig(inspect_max_bytes=1 << 21), Plan(True))
+    events = []
+    for i in range(0, len(data), read):
+        events += session.client_data(data[i:i + read], 1.0).events
+    return [e for e in events if type(e) is Request]
+
+
+@pytest.mark.parametrize("version, acks, client_id, transactional_id", [
+    (9, 1, "pieces", None), (9, 0, "pieces", None), (3, -1, "pieces", "tx"),
+    (9, 0, "c" * 6000, "t" * 5000),  # a header and a TransactionalId longer than the session's head
+])
+def test_a_produce_request_in_pieces_reads_as_the_whole_one(version, acks, client_id, transactional_id):
+    data = _produce(version, acks, client_id, transactional_id)
+    (whole,) = _requests(data, len(data))  # one read: plain bytes
+    (pieces,) = _requests(data, 64 * 1024)  # reads of 64 KiB: pieces
+    assert type(whole.frame) is bytes and type(pieces.frame) is FramePieces
+    assert frame_bytes(pieces.frame) == whole.frame == data[4:]
+    assert pieces.header == whole.header and pieces.header.client_id == client_id
+    assert pieces.expects_response == whole.expects_response == (acks != 0)
+    scanned, expected = pieces.scan(), whole.scan()
+    assert scanned.source is pieces.frame  # read in place, not from a joined copy
+    assert scanned.to_dict() == expected.to_dict() and len(scanned.records[0].batches) == 3
+    assert pieces.decode().body == whole.decode().body
+
+
+def test_small_reads_are_joined():
+    """Pieces are handed over only when they average PIECES_MIN_BYTES: a request that came in
+    small reads is joined once, as any frame kept whole."""
+    data = _produce(9, 1)
+    (request,) = _requests(data, 1000)
+    assert type(request.frame) is bytes and request.frame == data[4:]
+
+
+def test_the_stream_hands_over_its_buffer_and_views_of_bytes_reads():
+    """The first piece is the stream's own buffer (a new one takes its place) and the last a view of
+    the read it ended in; reads that are not bytes are copied, as the caller may reuse them."""
+    payload = random.Random(1).randbytes(200_000)
+    data = struct.pack(">i", len(payload)) + payload
+    stream = FrameStream(lambda first, size: (KEEP_PIECES, None), 1 << 21, 1 << 21)
+    reused = bytearray(50_000)
+    frames = []
+    for i in range(0, len(data), 50_000):
+        chunk = data[i:i + 50_000]
+        if i == 50_000:
+            reused[:len(chunk)] = chunk
+            chunk = reused
+        frames += stream.feed(chunk)[1]
+        reused[:] = bytes(len(reused))
+    (frame,) = frames
+    assert type(frame[2]) is FramePieces and frame[2].join() == payload
+    assert type(frame[2][0]) is memoryview and type(frame[2][1]) is bytes
+    assert stream.buffered == 0
