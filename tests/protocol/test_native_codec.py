@@ -422,15 +422,21 @@ def test_no_reference_leaks():
     raw = bytes(h.compiled.encode(body))
     bad = [raw[:n] for n in range(0, len(raw), 7)] + [raw[:-1] + b"\x01\x05\x00"]
 
+    rng = random.Random(5)
+    in_pieces = [as_pieces(raw, rng) for _ in range(4)] + [FramePieces(raw[i:i + 1] for i in range(len(raw)))]
+    bad_pieces = [as_pieces(b, rng) for b in bad]
+
     def run(times: int) -> None:
         for _ in range(times):
             h.native.decode(raw, 0)
             h.native.scan(raw, 0, fresh_result(h.compiled))
-            for b in bad:
+            for pieces in in_pieces:  # straddling reads use the scratch buffer, grown for the topic names
+                h.native.scan(pieces, 0, fresh_result(h.compiled))
+            for b in bad + bad_pieces:
                 for fn in (lambda: h.native.decode(b, 0), lambda: h.native.scan(b, 0, fresh_result(h.compiled))):
                     try:
                         fn()
-                    except Malformed:
+                    except (Malformed, TypeError):  # decode takes bytes only
                         pass
 
     run(50)
@@ -443,3 +449,25 @@ def test_no_reference_leaks():
     finally:
         tracemalloc.stop()
     assert grown < 20_000, f"{grown} bytes still allocated after 300 rounds"
+
+
+def test_pieces_are_released_after_every_scan():
+    """The buffers of a frame in pieces are released whether the scan succeeds or fails: a bytearray
+    piece can be resized afterwards (it cannot while a view of it is held)."""
+    h = harness((0, "request", 9))
+    raw = bytes(h.compiled.encode({"TransactionalId": None, "Acks": 1, "TimeoutMs": 5, "TopicData": [
+        {"Name": "t" * 100, "PartitionData": [{"Index": 0, "Records": None}]}]}))
+    for frame in (raw, raw[:-3], raw[:20]):
+        first, rest = bytearray(frame[:15]), frame[15:]
+        try:
+            h.native.scan(FramePieces((first, rest)), 0, fresh_result(h.compiled))
+        except Malformed:
+            assert frame != raw
+        first.extend(b"x")  # BufferError if a view were still held
+        into: list = []
+        _wire.summarize_spans(FramePieces((first, rest)), [len(rest)], into)
+        first.extend(b"y")
+    with pytest.raises(TypeError):
+        h.native.scan(FramePieces((raw, 3)), 0, fresh_result(h.compiled))  # not a buffer
+    with pytest.raises(ValueError):
+        h.native.scan(FramePieces(()), 0, fresh_result(h.compiled))
