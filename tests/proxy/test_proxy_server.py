@@ -10,7 +10,7 @@ from kinspect.proxy.observers import Dispatcher
 from tests.support.event_log import EventLog
 from kinspect.proxy.problem_log import ProblemLog
 from kinspect.proxy.server import ProxyServer
-from kinspect.protocol.framing.stream import KEEP_HEAD, KEEP_WHOLE, HOLD
+from kinspect.protocol.framing.stream import HOLD, KEEP_HEAD, KEEP_PIECES, KEEP_WHOLE
 
 
 def _server(overrides: dict, observers=()) -> ProxyServer:
@@ -31,7 +31,7 @@ def test_bodies_are_kept_only_when_an_observer_reads_them():
         def on_event(self, event):
             pass
 
-    assert _server(PASSTHROUGH, [Unknown()]).plan.request_mode(0, 9) == KEEP_WHOLE
+    assert _server(PASSTHROUGH, [Unknown()]).plan.request_mode(0, 9) == KEEP_PIECES  # Produce: whole, in its reads
 
     class Picky:  # an observer that says per frame kind
         def wants_body(self, api_key, version, direction):
@@ -41,7 +41,7 @@ def test_bodies_are_kept_only_when_an_observer_reads_them():
             pass
 
     picky = _server(PASSTHROUGH, [ProblemLog(), Picky()]).plan
-    assert picky.request_mode(0, 9) == KEEP_WHOLE and picky.response_mode(0, 9) == KEEP_HEAD
+    assert picky.request_mode(0, 9) == KEEP_PIECES and picky.response_mode(0, 9) == KEEP_HEAD
 
 
 def test_rewrite_mode_holds_only_responses_that_carry_addresses():
