@@ -14,10 +14,6 @@ class FramePieces(tuple):
 
     __slots__ = ()
 
-    @property
-    def nbytes(self) -> int:
-        return sum(len(piece) for piece in self)
-
     def join(self) -> bytes:
         return b"".join(self)
 
