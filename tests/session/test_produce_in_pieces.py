@@ -68,9 +68,9 @@ def test_small_reads_are_joined():
     assert type(request.frame) is bytes and request.frame == data[4:]
 
 
-def test_the_stream_hands_over_its_buffer_and_views_of_bytes_reads():
-    """The first piece is the stream's own buffer (a new one takes its place) and the last a view of
-    the read it ended in; reads that are not bytes are copied, as the caller may reuse them."""
+def test_the_stream_hands_over_views_of_bytes_reads_and_copies_of_others():
+    """A frame in pieces is views of the bytes reads it began and ended in and the reads between;
+    a read that is not bytes is copied, as the caller may reuse it. Nothing is joined."""
     payload = random.Random(1).randbytes(200_000)
     data = struct.pack(">i", len(payload)) + payload
     stream = FrameStream(lambda first, size: (KEEP_PIECES, None), 1 << 21, 1 << 21)
@@ -85,5 +85,21 @@ def test_the_stream_hands_over_its_buffer_and_views_of_bytes_reads():
         reused[:] = bytes(len(reused))
     (frame,) = frames
     assert type(frame[2]) is FramePieces and frame[2].join() == payload
-    assert type(frame[2][0]) is memoryview and type(frame[2][1]) is bytes
+    first, copied = frame[2][0], frame[2][1]
+    assert type(first) is memoryview and first.obj is not None and type(first.obj) is bytes  # a view, not a copy
+    assert type(copied) is bytes  # the reused bytearray read, copied
     assert stream.buffered == 0
+
+
+def test_a_frame_begun_in_the_buffer_hands_the_buffer_over():
+    """A frame whose first bytes came with the end of another in a read that was not bytes starts in
+    the stream's buffer: that buffer goes with the frame, and a new one takes its place."""
+    payload = random.Random(2).randbytes(100_000)
+    data = struct.pack(">i", len(payload)) + payload
+    stream = FrameStream(lambda first, size: (KEEP_PIECES, None), 1 << 21, 1 << 21)
+    frames = stream.feed(bytearray(data[:30_000]))[1]  # not bytes: its part is copied to the buffer
+    for i in range(30_000, len(data), 30_000):
+        frames += stream.feed(data[i:i + 30_000])[1]
+    (frame,) = frames
+    assert type(frame[2][0].obj) is bytearray and frame[2].join() == payload
+    assert stream.buffered == 0 and stream.feed(data[:8])[1] == [] and stream.buffered == 8

@@ -43,6 +43,11 @@ DECIDING_BYTES = 8  # of a frame's own bytes, what `plan` is given (fewer if the
 _SIZE = struct.Struct(">i")
 
 
+def _immutable(data) -> bool:
+    """Whether a read's bytes can never change: bytes, or a view of bytes (a part of a read)."""
+    return type(data) is bytes or (type(data) is memoryview and type(data.obj) is bytes)
+
+
 class FrameStream:
     """One direction of one connection; `feed(data)` returns (forward, frames).
 
@@ -121,14 +126,21 @@ class FrameStream:
                 self._forwarded += n
             return forward, []
         view = memoryview(data)
-        if mode == KEEP_PIECES and size >= self.pieces_min_bytes * (len(parts) + 2):
-            # The frame as it came: the buffer (handed over, a new one takes its place), the reads
-            # between, and the head of this read (a view when it is bytes, which nothing changes).
-            first, self._buffer = self._buffer, bytearray()
-            last = view[:need] if type(data) is bytes else bytes(view[:need])
-            frame = FramePieces((memoryview(first)[4:], *parts, last))
+        buffer = self._buffer
+        # The frame's first bytes: in the buffer, or (a KEEP_PIECES frame begun in a bytes read)
+        # parts[0], a view of that read (see feed).
+        first, rest = (memoryview(buffer)[4:], parts) if buffer else (parts[0][4:], parts[1:])
+        if mode == KEEP_PIECES and size >= self.pieces_min_bytes * (len(rest) + 2):
+            # The frame as it came: its first bytes (a buffer is handed over, a new one takes its
+            # place), the reads between, and the head of this read (a view when nothing changes it).
+            if buffer:
+                self._buffer = bytearray()
+            last = view[:need] if _immutable(data) else bytes(view[:need])
+            frame = FramePieces((first, *rest, last))
         else:
-            frame = b"".join((memoryview(self._buffer)[4:], *parts, view[:need]))
+            frame = b"".join((first, *rest, view[:need]))
+            if buffer:
+                first.release()  # the buffer is cleared below
         offset = self._buffer_offset
         frames = [(offset, size, frame, True, self._ticket, mode)]
         if forward is not None:
@@ -274,7 +286,13 @@ class FrameStream:
                 del buf[:pos]
         else:
             if pos < end:
-                buf += view[pos:]
+                if mode == KEEP_PIECES and self._parts == [] and _immutable(data):
+                    # A frame to hand over in pieces begins in this read, which nothing changes: its
+                    # part is kept as a view (not copied to the buffer), the first of its pieces.
+                    self._parts.append(memoryview(data)[pos:])
+                    self._parts_bytes = end - pos
+                else:
+                    buf += view[pos:]
             view.release()
         self._buffer_offset = base + pos
         return forward, frames
