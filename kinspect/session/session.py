@@ -56,6 +56,22 @@ _RAW = object()  # the ticket of a raw SASL token
 _PIECES_HEAD = 4096
 
 
+def _head(frame) -> bytes:
+    """A request's bytes for the session's own reads: the frame, or a FramePieces' first bytes."""
+    return frame.head(_PIECES_HEAD) if type(frame) is FramePieces else frame
+
+
+def _produce_acks(frame, body_offset: int, version: int, flexible: bool) -> int | None:
+    """produce_acks of a request that may be in pieces: read from its head, joined only when a
+    long TransactionalId puts the Acks past it."""
+    if type(frame) is FramePieces:
+        acks = produce_acks(frame.head(_PIECES_HEAD), body_offset, version, flexible)
+        if acks is not None:
+            return acks
+        frame = frame.join()
+    return produce_acks(frame, body_offset, version, flexible)
+
+
 @dataclass
 class SessionConfig:
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES  # larger sizes are reported (Kafka's socket.request.max.bytes)
@@ -219,11 +235,7 @@ class Session:
             except Exception as exc:  # noqa: BLE001 (a bug in inspection must not stop pairing)
                 self._inspection_failed("request", exc, now, events)
         elif api_key == PRODUCE and self._known(api_key, version, "request"):
-            head = frame.head(_PIECES_HEAD) if type(frame) is FramePieces else frame
-            acks = self._acks(head, version)
-            if acks is None and head is not frame and len(head) < size:
-                acks = self._acks(frame.join(), version)
-            expects_response = acks != 0
+            expects_response = self._acks(frame, version) != 0
         if not expects_response:
             self._acks_zero.append(correlation_id)
             if request is not None:
@@ -260,22 +272,21 @@ class Session:
                     f"more than {limit} requests in flight: forgot correlation id {dropped.correlation_id}",
                     api_key=dropped.api_key, api_version=dropped.api_version))
 
-    def _acks(self, frame: bytes, version: int) -> int | None:
-        """A Produce's acks while this direction is not inspected (pairing needs it); None if it cannot be read."""
+    def _acks(self, frame, version: int) -> int | None:
+        """A Produce's acks while this direction is not inspected (pairing needs it); None if it cannot be read
+        (a header longer than a FramePieces' head included)."""
         try:
-            header = self.codec.decode_request_header(frame)
+            header = self.codec.decode_request_header(_head(frame))
         except Exception:  # noqa: BLE001 (inspection is broken here: pair as if a response will come)
             return None
-        return produce_acks(frame, header.size, version, self.codec.is_flexible(PRODUCE, "request", version))
+        return _produce_acks(frame, header.size, version, self.codec.is_flexible(PRODUCE, "request", version))
 
     def _inspect_request(self, offset, size, frame, complete, prefix, now, events):
         """The request's facts: its header, its event, whether it expects a response, a SASL mechanism."""
         api_key, version, correlation_id = prefix
         codec = self.codec
         known, name, _, _, header_version = self._spec_facts(api_key, version)
-        head = frame
-        if type(frame) is FramePieces:  # read where it lies by the scanner; the session reads its head
-            head = frame.head(_PIECES_HEAD)
+        head = _head(frame)  # a FramePieces is read in place by the scanner; the session reads its head
         try:
             try:
                 header, tag_bytes, tags = self._headers.read(head, api_key, version, correlation_id, header_version)
@@ -299,10 +310,7 @@ class Session:
         mechanism = None
         if known is not None:
             if api_key == PRODUCE:
-                flexible = version in known.flexible_versions
-                acks = produce_acks(head, header.size, version, flexible)
-                if acks is None and head is not frame and len(head) < size:  # a long TransactionalId
-                    acks = produce_acks(frame.join(), header.size, version, flexible)
+                acks = _produce_acks(frame, header.size, version, version in known.flexible_versions)
                 request.expects_response = acks != 0
             elif api_key == SASL_HANDSHAKE and version == 0:
                 try:

@@ -1914,12 +1914,8 @@ static void program_dealloc(ProgramObject *self)
     PyObject_Free(self);
 }
 
-static int get_buffer(PyObject *buf, PyObject *posobj, Py_ssize_t *pos)
+static int get_pos(PyObject *posobj, Py_ssize_t *pos)
 {
-    if (!PyBytes_Check(buf)) {
-        PyErr_Format(PyExc_TypeError, "buf must be bytes, not %.100s", Py_TYPE(buf)->tp_name);
-        return -1;
-    }
     if (posobj == NULL) {
         *pos = 0;
         return 0;
@@ -1932,6 +1928,15 @@ static int get_buffer(PyObject *buf, PyObject *posobj, Py_ssize_t *pos)
         return -1;
     }
     return 0;
+}
+
+static int get_buffer(PyObject *buf, PyObject *posobj, Py_ssize_t *pos)
+{
+    if (!PyBytes_Check(buf)) {
+        PyErr_Format(PyExc_TypeError, "buf must be bytes, not %.100s", Py_TYPE(buf)->tp_name);
+        return -1;
+    }
+    return get_pos(posobj, pos);
 }
 
 static PyObject *run_decode(ProgramObject *prog, PyObject *buf, PyObject *posobj)
@@ -2025,16 +2030,8 @@ static PyObject *run_scan(ProgramObject *prog, PyObject *buf, PyObject *posobj, 
     Ctx c;
     memset(&c, 0, sizeof c);
     if (PyTuple_Check(buf)) { /* a frame in the pieces it arrived in: read where it lies */
-        pos = 0;
-        if (posobj != NULL) {
-            pos = PyLong_AsSsize_t(posobj);
-            if (pos == -1 && PyErr_Occurred())
-                return NULL;
-            if (pos < 0) {
-                PyErr_SetString(PyExc_ValueError, "pos must not be negative");
-                return NULL;
-            }
-        }
+        if (get_pos(posobj, &pos) < 0)
+            return NULL;
         if (pieces_open(buf, &pieces, &c.n) < 0) {
             pieces_close(&pieces);
             return NULL;

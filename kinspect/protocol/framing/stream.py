@@ -111,7 +111,8 @@ class FrameStream:
 
     def _gather(self, data) -> tuple[list | None, list]:
         """feed() while a frame kept whole is under way: the read is kept as it is, and once the frame is
-        complete its bytes are joined in one copy; what follows it is framed as usual."""
+        complete its bytes are joined in one copy (KEEP_PIECES: handed over as they are); what follows
+        it is framed as usual."""
         size, mode = self._size, self._mode
         parts = self._parts
         need = 4 + size - len(self._buffer) - self._parts_bytes  # bytes of the frame still to come
