@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import random
 import struct
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from kinspect.protocol.codec import codegen
 from kinspect.protocol.codec.codec import _DECODE_FAILURES, Codec, CompiledStruct, _compile
 from kinspect.protocol.wire.primitives import Malformed
+from kinspect.protocol.errors import DecodeError
 from kinspect.protocol.codec.scan_result import ScanResult
 from kinspect.protocol.framing.pieces import FramePieces
 from kinspect.protocol.specs.model import parse_message
@@ -206,6 +208,7 @@ class Harness:
         except Malformed:
             c_end = None
         self.agree_in_pieces(buf, pos, c_end, c_result)
+        self.agree_fresh(buf, pos, c_end, c_result)
         assert (py_end is None) == (c_end is None), (
             f"{self.compiled.label}: reference scan {'fails' if py_end is None else 'succeeds'}, C scan "
             f"{'fails' if c_end is None else 'succeeds'} on {buf.hex()} at {pos}"
@@ -230,6 +233,29 @@ class Harness:
             assert end == c_end, f"{self.compiled.label}: in pieces {end}, whole {c_end}, on {buf.hex()} at {pos}"
             if end is not None:
                 same(scan_state(result), scan_state(c_result))
+            self.agree_fresh(pieces, pos, c_end, c_result)
+
+    def agree_fresh(self, buf, pos: int, c_end, c_result: ScanResult) -> None:
+        """scan_fresh (a new result built in C, as Codec.scan_request makes it) fails where scan fails and
+        otherwise holds, slot by slot, what scan then finish() leave in a ScanResult() (trailing bytes too)."""
+        compiled = self.compiled
+        template = compiled._zero_stats if compiled.int_slots else None
+        try:
+            fresh = self.native.scan_fresh(buf, pos, template, compiled.int_slots)
+        except Malformed:
+            fresh = None
+        whole = b"".join(buf) if isinstance(buf, tuple) else buf
+        assert (fresh is None) == (c_end is None), f"{compiled.label}: scan_fresh and scan disagree on {whole.hex()} at {pos}"
+        if fresh is None:
+            return
+        assert type(fresh) is ScanResult and fresh.source is buf
+        expected = copy.copy(c_result)
+        expected.empty_counter, expected.int_stats = list(c_result.empty_counter), copy.copy(c_result.int_stats)
+        expected.finish()
+        expected.trailing_bytes = len(whole) - c_end  # what scan(whole=False) sets
+        same(scan_state(fresh), scan_state(expected))
+        assert fresh.trailing_bytes == expected.trailing_bytes
+        assert fresh.to_dict() == expected.to_dict()
 
     def exercise(self, data, value: dict) -> None:
         encoded = bytes(self.compiled.encode(value))
@@ -430,10 +456,13 @@ def test_no_reference_leaks():
         for _ in range(times):
             h.native.decode(raw, 0)
             h.native.scan(raw, 0, fresh_result(h.compiled))
+            h.native.scan_fresh(raw, 0, h.compiled._zero_stats, h.compiled.int_slots)
+            h.native.scan_fresh(in_pieces[0], 0, None, ())
             for pieces in in_pieces:  # straddling reads use the scratch buffer, grown for the topic names
                 h.native.scan(pieces, 0, fresh_result(h.compiled))
             for b in bad + bad_pieces:
-                for fn in (lambda: h.native.decode(b, 0), lambda: h.native.scan(b, 0, fresh_result(h.compiled))):
+                for fn in (lambda: h.native.decode(b, 0), lambda: h.native.scan(b, 0, fresh_result(h.compiled)),
+                           lambda: h.native.scan_fresh(b, 0, h.compiled._zero_stats, h.compiled.int_slots)):
                     try:
                         fn()
                     except (Malformed, TypeError):  # decode takes bytes only
@@ -449,6 +478,28 @@ def test_no_reference_leaks():
     finally:
         tracemalloc.stop()
     assert grown < 20_000, f"{grown} bytes still allocated after 300 rounds"
+
+
+def test_scan_fresh_fills_every_slot_as_the_python_path():
+    """A result built in C has every ScanResult slot set as ScanResult(), scan and finish() leave it, with
+    and without integer facts; the fast path is on whenever the extension is built."""
+    if _wire is None:
+        pytest.fail(_MISSING)
+    assert _wire.SCAN_RESULT_FAST_PATH == 1
+    compiled = CODEC.body(3, "response", 12)
+    raw = bytes(compiled.encode({"Brokers": [], "Topics": [{"Name": "t", "TopicId": uuid.UUID(int=0), "ErrorCode": 3,
+                                 "Partitions": []}], "_unknown_tagged_fields": [(4, b"xyz")]})) + b"\x00\x01"
+    for integers in (True, False):
+        python = compiled.scan(raw, 0, whole=False, integers=integers).finish()
+        fresh = compiled.scan_fresh(raw, 0, integers)
+        assert type(fresh) is ScanResult and fresh is not python
+        for name in ScanResult.__slots__:
+            a, b = getattr(fresh, name), getattr(python, name)
+            assert a == b and type(a) is type(b), f"{name}: {a!r} != {b!r}"
+        assert fresh.trailing_bytes == 2 and fresh.error_codes == {3: 1} and fresh.source is raw
+        assert (fresh.int_stats is None) is (not integers)
+    with pytest.raises(DecodeError):
+        compiled.scan_fresh(raw[:9], 0, True)
 
 
 def test_pieces_are_released_after_every_scan():

@@ -14,6 +14,7 @@ import struct
 import pytest
 
 from kinspect.protocol.codec import Codec
+from kinspect.protocol.codec.wire_program import native_available
 from kinspect.protocol.framing.pieces import FramePieces
 from kinspect.protocol.framing.stream import KEEP_PIECES, FrameStream
 from kinspect.session import ConnectionInfo, Plan, Request, Session, SessionConfig
@@ -55,7 +56,8 @@ def test_a_produce_request_in_pieces_reads_as_the_whole_one(version, acks, clien
     assert pieces.header == whole.header and pieces.header.client_id == client_id
     assert pieces.expects_response == whole.expects_response == (acks != 0)
     scanned, expected = pieces.scan(), whole.scan()
-    assert scanned.source is pieces.frame  # read in place, not from a joined copy
+    if native_available():  # the C scanner reads in place; the pure-Python one joins the pieces first
+        assert scanned.source is pieces.frame
     assert scanned.to_dict() == expected.to_dict() and len(scanned.records[0].batches) == 3
     assert pieces.decode().body == whole.decode().body
 

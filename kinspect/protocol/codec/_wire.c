@@ -2023,32 +2023,66 @@ static int flush_counters(Ctx *c)
     return rc;
 }
 
-static PyObject *run_scan(ProgramObject *prog, PyObject *buf, PyObject *posobj, PyObject *result)
+/* The scan proper: the struct at buf[pos:] into c's sinks (c->errors ... set by the caller), the
+ * integer counters into stats (an array('q'), or None: none gathered). 0 with *end set, or -1. */
+static int scan_core(ProgramObject *prog, Ctx *c, PyObject *buf, PyObject *posobj, PyObject *stats, Py_ssize_t *end)
 {
     Py_ssize_t pos;
     Pieces pieces;
-    Ctx c;
-    memset(&c, 0, sizeof c);
+    Py_buffer view;
+    int have_view = 0, rc = -1;
     if (PyTuple_Check(buf)) { /* a frame in the pieces it arrived in: read where it lies */
         if (get_pos(posobj, &pos) < 0)
-            return NULL;
-        if (pieces_open(buf, &pieces, &c.n) < 0) {
+            return -1;
+        if (pieces_open(buf, &pieces, &c->n) < 0) {
             pieces_close(&pieces);
-            return NULL;
+            return -1;
         }
-        c.pc = &pieces;
+        c->pc = &pieces;
     }
     else {
         if (get_buffer(buf, posobj, &pos) < 0)
-            return NULL;
-        c.p = (const unsigned char *)PyBytes_AS_STRING(buf);
-        c.n = PyBytes_GET_SIZE(buf);
+            return -1;
+        c->p = (const unsigned char *)PyBytes_AS_STRING(buf);
+        c->n = PyBytes_GET_SIZE(buf);
     }
-    c.buf = buf;
+    c->buf = buf;
+    /* The counters are written in place (a writable buffer of int64); a result without them
+     * (int_stats None: not prepared by CompiledStruct.scan) gathers no integer facts. */
+    if (prog->nstats > 0 && stats != Py_None) {
+        if (PyObject_GetBuffer(stats, &view, PyBUF_WRITABLE | PyBUF_FORMAT) < 0)
+            goto done;
+        have_view = 1;
+        if (view.itemsize != 8 || view.format == NULL || (strcmp(view.format, "q") != 0 && strcmp(view.format, "l") != 0)
+            || view.len < prog->nstats * 8) {
+            PyErr_Format(PyExc_TypeError, "result.int_stats must be an array('q') of at least %zd counters",
+                         prog->nstats);
+            goto done;
+        }
+        c->istats = (long long *)view.buf;
+    }
+    rc = scan_struct(c, prog->root, &pos);
+    if (rc == 0 && pos > c->n) { /* cannot happen: every step is checked; kept as in the reference */
+        fail("the message ends %zd bytes early", pos - c->n);
+        rc = -1;
+    }
+    *end = pos;
+done:
+    if (c->pc != NULL)
+        pieces_close(c->pc);
+    c->pc = NULL;
+    if (have_view)
+        PyBuffer_Release(&view);
+    return rc;
+}
+
+static PyObject *run_scan(ProgramObject *prog, PyObject *buf, PyObject *posobj, PyObject *result)
+{
+    Py_ssize_t pos = 0;
+    Ctx c;
+    memset(&c, 0, sizeof c);
     c.result = result;
     PyObject *out = NULL, *stats = NULL;
-    Py_buffer view;
-    int have_view = 0;
     c.errors = PyObject_GetAttr(result, S_error_codes);
     c.topics = c.errors ? PyObject_GetAttr(result, S_topics) : NULL;
     c.spans = c.topics ? PyObject_GetAttr(result, S_record_spans) : NULL;
@@ -2062,27 +2096,9 @@ static PyObject *run_scan(ProgramObject *prog, PyObject *buf, PyObject *posobj, 
                                          "and a dict topic_partitions");
         goto done;
     }
-    /* The counters are written in place (a writable buffer of int64); a result without them
-     * (int_stats None: not prepared by CompiledStruct.scan) gathers no integer facts. */
-    if (prog->nstats > 0 && stats != Py_None) {
-        if (PyObject_GetBuffer(stats, &view, PyBUF_WRITABLE | PyBUF_FORMAT) < 0)
-            goto done;
-        have_view = 1;
-        if (view.itemsize != 8 || view.format == NULL || (strcmp(view.format, "q") != 0 && strcmp(view.format, "l") != 0)
-            || view.len < prog->nstats * 8) {
-            PyErr_Format(PyExc_TypeError, "result.int_stats must be an array('q') of at least %zd counters",
-                         prog->nstats);
-            goto done;
-        }
-        c.istats = (long long *)view.buf;
-    }
-    int rc = scan_struct(&c, prog->root, &pos);
+    int rc = scan_core(prog, &c, buf, posobj, stats, &pos);
     if (flush_counters(&c) < 0 || rc < 0)
         goto done;
-    if (pos > c.n) { /* cannot happen: every step is checked; kept as in the reference */
-        fail("the message ends %zd bytes early", pos - c.n);
-        goto done;
-    }
     if (prog->root->grows) { /* result.compact_delta = (result.compact_delta or 0) + delta */
         PyObject *old = PyObject_GetAttr(result, S_compact_delta);
         if (old == NULL)
@@ -2100,10 +2116,6 @@ static PyObject *run_scan(ProgramObject *prog, PyObject *buf, PyObject *posobj, 
     }
     out = PyLong_FromSsize_t(pos);
 done:
-    if (c.pc != NULL)
-        pieces_close(c.pc);
-    if (have_view)
-        PyBuffer_Release(&view);
     Py_XDECREF(stats);
     Py_XDECREF(c.errors);
     Py_XDECREF(c.topics);
@@ -2111,6 +2123,155 @@ done:
     Py_XDECREF(c.tagged);
     Py_XDECREF(c.tparts);
     return out;
+}
+
+/* ------------------------------------------------------------------ fresh results
+ *
+ * Codec.scan_request/scan_response want a new, finished ScanResult per frame. Built here, its
+ * slots are written directly (the offsets of ScanResult's member descriptors, found once as
+ * UUID's are): no __init__ call and no attribute lookups, which cost as much as the scan of a
+ * small body. Its slots must be exactly RESULT_SLOTS; otherwise the fast path stays off and
+ * CompiledStruct.scan_fresh builds the result in Python. */
+
+enum { R_TRAILING, R_SECTIONS, R_SECTION_BYTES, R_EMPTY, R_TAGGED, R_ERRORS, R_TOPICS, R_SPANS, R_SOURCE,
+       R_SUMMARIES, R_INT_SLOTS, R_INT_STATS, R_TPARTS, R_COMPACT, R_COUNT };
+static const char *const RESULT_SLOTS[R_COUNT] = {
+    "trailing_bytes", "tag_sections", "tag_section_bytes", "empty_counter", "tagged_fields", "error_codes",
+    "topics", "record_spans", "source", "_summaries", "int_slots", "int_stats", "topic_partitions",
+    "compact_delta",
+};
+static PyTypeObject *ResultType;     /* kinspect.protocol.codec.scan_result.ScanResult, NULL: no fast path */
+static Py_ssize_t result_off[R_COUNT];
+#define RSLOT(obj, i) (*(PyObject **)((char *)(obj) + result_off[i]))
+
+static void find_result_slots(void)
+{
+    PyObject *mod = PyImport_ImportModule("kinspect.protocol.codec.scan_result");
+    PyObject *cls = mod ? PyObject_GetAttrString(mod, "ScanResult") : NULL;
+    Py_XDECREF(mod);
+    if (cls == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    PyTypeObject *tp = (PyTypeObject *)cls;
+    PyObject *slots = PyType_Check(cls) ? PyDict_GetItemString(tp->tp_dict, "__slots__") : NULL; /* borrowed */
+    if (slots == NULL || !PyTuple_Check(slots) || PyTuple_GET_SIZE(slots) != R_COUNT
+        || tp->tp_alloc != PyType_GenericAlloc || tp->tp_base != &PyBaseObject_Type) {
+        Py_DECREF(cls);
+        return;
+    }
+    for (int i = 0; i < R_COUNT; i++) {
+        PyObject *descr = PyDict_GetItemString(tp->tp_dict, RESULT_SLOTS[i]); /* borrowed */
+        if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
+            Py_DECREF(cls);
+            return;
+        }
+        PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
+        if (m->type != T_OBJECT_EX || (m->flags & READONLY) || m->offset <= 0
+            || m->offset + (Py_ssize_t)sizeof(PyObject *) > tp->tp_basicsize) {
+            Py_DECREF(cls);
+            return;
+        }
+        result_off[i] = m->offset;
+    }
+    ResultType = tp; /* keeps the reference */
+}
+
+/* A new ScanResult as ScanResult() makes it, with source = buf and, when stats_template is an
+ * array, int_slots and a copy of the template as int_stats. */
+static PyObject *new_result(PyObject *buf, PyObject *stats_template, PyObject *int_slots)
+{
+    PyObject *r = ResultType->tp_alloc(ResultType, 0);
+    if (r == NULL)
+        return NULL;
+    PyObject *zero = PyLong_FromLong(0);
+    PyObject *counter = PyList_New(1);
+    if (counter != NULL) {
+        Py_INCREF(zero);
+        PyList_SET_ITEM(counter, 0, zero);
+    }
+    RSLOT(r, R_TRAILING) = zero;
+    Py_INCREF(zero);
+    RSLOT(r, R_SECTIONS) = zero;
+    Py_INCREF(zero);
+    RSLOT(r, R_SECTION_BYTES) = zero;
+    RSLOT(r, R_EMPTY) = counter;
+    RSLOT(r, R_TAGGED) = PyList_New(0);
+    RSLOT(r, R_ERRORS) = PyDict_New();
+    RSLOT(r, R_TOPICS) = PySet_New(NULL);
+    RSLOT(r, R_SPANS) = PyList_New(0);
+    Py_INCREF(buf);
+    RSLOT(r, R_SOURCE) = buf;
+    RSLOT(r, R_SUMMARIES) = PyList_New(0);
+    if (stats_template == Py_None) {
+        RSLOT(r, R_INT_SLOTS) = PyTuple_New(0);
+        Py_INCREF(Py_None);
+        RSLOT(r, R_INT_STATS) = Py_None;
+    }
+    else {
+        Py_INCREF(int_slots);
+        RSLOT(r, R_INT_SLOTS) = int_slots;
+        RSLOT(r, R_INT_STATS) = PySequence_GetSlice(stats_template, 0, PY_SSIZE_T_MAX); /* a copy: one memcpy */
+    }
+    RSLOT(r, R_TPARTS) = PyDict_New();
+    Py_INCREF(Py_None);
+    RSLOT(r, R_COMPACT) = Py_None;
+    for (int i = 0; i < R_COUNT; i++) {
+        if (RSLOT(r, i) == NULL) { /* an allocation failed: the slots set so far go with r */
+            Py_DECREF(r);
+            return NULL;
+        }
+    }
+    return r;
+}
+
+/* Replace slot i of r by a new int (the old value is the shared 0). */
+static int set_count(PyObject *r, int i, long long value)
+{
+    PyObject *v = PyLong_FromLongLong(value);
+    if (v == NULL)
+        return -1;
+    Py_SETREF(RSLOT(r, i), v);
+    return 0;
+}
+
+/* scan_fresh(buf, pos, stats_template, int_slots): see program_methods. */
+static PyObject *run_scan_fresh(ProgramObject *prog, PyObject *buf, PyObject *posobj, PyObject *stats_template,
+                                PyObject *int_slots)
+{
+    if (ResultType == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "scan_fresh: ScanResult's slots were not found (SCAN_RESULT_FAST_PATH is 0)");
+        return NULL;
+    }
+    if (!PyBytes_Check(buf) && !PyTuple_Check(buf)) {
+        PyErr_SetString(PyExc_TypeError, "scan_fresh: buf must be bytes or a tuple of pieces");
+        return NULL;
+    }
+    PyObject *r = new_result(buf, stats_template, int_slots);
+    if (r == NULL)
+        return NULL;
+    Ctx c;
+    memset(&c, 0, sizeof c);
+    c.result = r;
+    c.errors = RSLOT(r, R_ERRORS); /* borrowed: r holds them */
+    c.topics = RSLOT(r, R_TOPICS);
+    c.spans = RSLOT(r, R_SPANS);
+    c.tagged = RSLOT(r, R_TAGGED);
+    c.tparts = RSLOT(r, R_TPARTS);
+    Py_ssize_t end = 0;
+    if (scan_core(prog, &c, buf, posobj, RSLOT(r, R_INT_STATS), &end) < 0) {
+        Py_DECREF(r);
+        return NULL;
+    }
+    /* finish(): each empty tag section (one byte) counts as a section and a byte */
+    if ((c.sections + c.empty && (set_count(r, R_SECTIONS, c.sections + c.empty) < 0
+                                  || set_count(r, R_SECTION_BYTES, c.section_bytes + c.empty) < 0))
+        || (c.n > end && set_count(r, R_TRAILING, c.n - end) < 0)
+        || (prog->root->grows && set_count(r, R_COMPACT, c.compact) < 0)) {
+        Py_DECREF(r);
+        return NULL;
+    }
+    return r;
 }
 
 static PyObject *program_decode(ProgramObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -2131,11 +2292,24 @@ static PyObject *program_scan(ProgramObject *self, PyObject *const *args, Py_ssi
     return run_scan(self, args[0], args[1], args[2]);
 }
 
+static PyObject *program_scan_fresh(ProgramObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "scan_fresh(buf, pos, stats_template, int_slots)");
+        return NULL;
+    }
+    return run_scan_fresh(self, args[0], args[1], args[2], args[3]);
+}
+
 static PyMethodDef program_methods[] = {
     {"decode", (PyCFunction)(void (*)(void))program_decode, METH_FASTCALL,
      "decode(buf, pos=0) -> (dict, new_pos): the struct at buf[pos:] (buf must be bytes)."},
     {"scan", (PyCFunction)(void (*)(void))program_scan, METH_FASTCALL,
      "scan(buf, pos, result) -> new_pos: walk the struct, filling a ScanResult."},
+    {"scan_fresh", (PyCFunction)(void (*)(void))program_scan_fresh, METH_FASTCALL,
+     "scan_fresh(buf, pos, stats_template, int_slots) -> ScanResult: walk the struct into a new, finished\n"
+     "result (trailing_bytes: the bytes after it; source: buf). stats_template: None (no integer facts) or\n"
+     "the zeroed array('q') whose copy becomes int_stats, with int_slots. buf: bytes or a tuple of pieces."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -2312,6 +2486,7 @@ PyMODINIT_FUNC PyInit__wire(void)
     if (SafeUnknown == NULL)
         goto fail;
     find_uuid_slots();
+    find_result_slots();
 #define INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) goto fail
     INTERN(UnknownKey, "_unknown_tagged_fields");
     INTERN(S_error_codes, "error_codes");
@@ -2333,7 +2508,8 @@ PyMODINIT_FUNC PyInit__wire(void)
         Py_DECREF(&ProgramType);
         goto fail;
     }
-    if (PyModule_AddIntConstant(m, "UUID_FAST_PATH", uuid_int_off >= 0) < 0)
+    if (PyModule_AddIntConstant(m, "UUID_FAST_PATH", uuid_int_off >= 0) < 0
+        || PyModule_AddIntConstant(m, "SCAN_RESULT_FAST_PATH", ResultType != NULL) < 0)
         goto fail;
     return m;
 fail:

@@ -88,7 +88,10 @@ class CompiledStruct:
             self._program = native.compile_program(build_program(spec.struct, version, flexible, self.compact_target))
             self.decode_fast = self._program.decode
             self._scan = self._program.scan
+            # A new, finished ScanResult per call built in C (Codec.scan_request/scan_response).
+            self._scan_fresh = self._program.scan_fresh if native.SCAN_RESULT_FAST_PATH else None
         else:
+            self._scan_fresh = None
             self._program = None
             self.decode_fast = self.decode_python
 
@@ -189,6 +192,17 @@ class CompiledStruct:
                 raise self._error(f"{size - end} trailing bytes after the message", offset=end)
             result.trailing_bytes = size - end
         return result
+
+    def scan_fresh(self, buf, pos: int, integers: bool) -> ScanResult:
+        """A new, finished ScanResult of the message at buf[pos:] (the bytes after it in trailing_bytes):
+        scan(buf, pos, whole=False, integers=integers).finish(), in one C call when the C scanner is built."""
+        fresh = self._scan_fresh
+        if fresh is None or (type(buf) is not bytes and not isinstance(buf, tuple)):
+            return self.scan(buf, pos, whole=False, integers=integers).finish()
+        try:
+            return fresh(buf, pos, self._zero_stats if integers and self.int_slots else None, self.int_slots)
+        except _DECODE_FAILURES as exc:
+            raise self.diagnose(b"".join(buf) if type(buf) is not bytes else buf, pos, exc) from None
 
 
 def _reason(exc: BaseException) -> str:
@@ -379,10 +393,8 @@ class Codec:
     def scan_request(self, frame: bytes, header: RequestHeader | None = None) -> ScanResult:
         """Header tag sections and body facts of a request (see ScanResult)."""
         header = header or self.decode_request_header(frame)
-        result = ScanResult()
-        self.body(header.api_key, "request", header.api_version).scan(frame, header.size, result, whole=False,
-                                                                       integers=self.integer_facts)
-        return result.finish()
+        return self.body(header.api_key, "request", header.api_version).scan_fresh(frame, header.size,
+                                                                                 self.integer_facts)
 
     def scan_response(self, frame: bytes, api_key: int, api_version: int, header_end: int | None = None) -> ScanResult:
         """Header tag sections and body facts of a response. header_end: where the caller read the response
@@ -392,9 +404,7 @@ class Codec:
         if header_end is None:
             hv = self.response_header_version(api_key, api_version)
             _, header_end = self.header("ResponseHeader", hv).decode(frame, 0, whole=False)
-        result = ScanResult()
-        compiled.scan(frame, header_end, result, whole=False, integers=self.integer_facts)
-        return result.finish()
+        return compiled.scan_fresh(frame, header_end, self.integer_facts)
 
 
 def correlation_id_of_response(frame: bytes) -> int:
