@@ -5,7 +5,8 @@
 One request/response pair of each small-request workload of bench_proxy (ApiVersions v3,
 Metadata v12, Produce v9 acks=1 with one 100-byte record, Fetch v12 of 5 such records) is
 recorded once from a real Tansu broker. Each pair is then fed, one request and its response
-at a time (correlation ids renumbered), through a `Relay` whose transports are stubs (their
+at a time (correlation ids renumbered; each Produce response with its own BaseOffset, as
+live), through a `Relay` whose transports are stubs (their
 write() only counts), with the observers of one config, built by `kinspect.app`:
   relay      the relay alone: every session marked unframed (what uvloop's callers pay)
   problems   `--no-metrics`: the session and the problem log
@@ -89,6 +90,30 @@ class _Transport:
         return ("127.0.0.1", 1) if key == "peername" else None
 
 
+def _responses(request: bytes, response: bytes, total: int) -> list[bytes]:
+    """`total` copies of a recorded response numbered 0..total-1 (correlation ids), each as a real broker
+    would send it: a Produce response names the offset its records got, so no two are alike (the metrics'
+    memo of repeated bodies must miss them here as it does live); the other workloads' answers repeat."""
+    from kinspect.protocol.codec import Codec
+
+    codec = Codec()
+    decoded = codec.decode_request(request[4:])
+    if decoded.header.api_key != 0:  # not Produce
+        return [response[:4] + i.to_bytes(4, "big") + response[8:] for i in range(total)]
+    api_version = decoded.header.api_version
+    answer = codec.decode_response(response[4:], 0, api_version)
+    body = codec.body(0, "response", api_version)
+    header = response[8 : 4 + answer.header_size]  # after the correlation id: the header's tag section
+    out = []
+    for i in range(total):
+        for topic in answer.body["Responses"]:
+            for partition in topic["PartitionResponses"]:
+                partition["BaseOffset"] = i
+        frame = i.to_bytes(4, "big") + header + bytes(body.encode(answer.body))
+        out.append(len(frame).to_bytes(4, "big") + frame)
+    return out
+
+
 async def _cell(config_name: str, pair: tuple[bytes, bytes], requests: int) -> float:
     """CPU µs per request of one fresh relay with this config's observers."""
     import time
@@ -118,7 +143,7 @@ async def _cell(config_name: str, pair: tuple[bytes, bytes], requests: int) -> f
     request, response = pair
     total = WARMUP + requests
     reqs = [request[:8] + i.to_bytes(4, "big") + request[12:] for i in range(total)]
-    resps = [response[:4] + i.to_bytes(4, "big") + response[8:] for i in range(total)]
+    resps = _responses(request, response, total)
     client, broker = relay.client, relay.broker
     try:
         for i in range(WARMUP):
