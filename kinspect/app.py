@@ -89,8 +89,8 @@ class App:
             host, port = parse_address(self.config.metrics.listen, "metrics.listen")
             try:
                 clients = self.inventory.clients_json if self.inventory is not None else None
-                self.endpoints = await HttpEndpoints(self.metrics.registry, readiness_of(self.server), clients).start(
-                    host, port)
+                self.endpoints = await HttpEndpoints(self.metrics.registry, readiness_of(self.server), clients,
+                                                     self.server.settle).start(host, port)
             except OSError as exc:
                 raise OSError(exc.errno, f"cannot listen on {host}:{port} (metrics.listen): {exc.strerror or exc}") \
                     from None

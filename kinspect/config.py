@@ -47,6 +47,7 @@ class InspectConfig:
     inspect_max_bytes: int = 1024 * 1024  # frames above this are inspected by their header only
     max_inflight: int = 1000  # unanswered requests tracked per connection
     request_timeout: float = 300.0  # seconds an unanswered request is tracked
+    batch_delay_ms: float = 2.0  # a forwarded read waits up to this long to be inspected with others (0: at once)
 
 
 @dataclass

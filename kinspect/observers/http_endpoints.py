@@ -5,7 +5,9 @@ One request per connection (the response says Connection: close); GET and HEAD o
 the process runs, /readyz answers 200 when `ready()` says so (the proxy's listeners are
 serving and the latest attempt to reach a broker did not fail) and 503 otherwise, with the
 reason in the body; /clients (when given a `clients()`) answers the client inventory as
-JSON (kinspect/observers/inventory.py); any other path is a 404.
+JSON (kinspect/observers/inventory.py); any other path is a 404. `settle()`, when given, is
+called before /metrics and /clients are rendered: the proxy inspects the reads still waiting
+for their batch, so that a scrape counts every byte forwarded before it.
 """
 
 from __future__ import annotations
@@ -40,8 +42,9 @@ class HttpEndpoints:
     """The HTTP server; `start(host, port)` binds (port 0 picks a free one, see `.port`), `close()` stops."""
 
     def __init__(self, registry: CollectorRegistry, ready: Callable[[], tuple[bool, str] | bool] | None = None,
-                 clients: Callable[[], bytes] | None = None) -> None:
+                 clients: Callable[[], bytes] | None = None, settle: Callable[[], None] | None = None) -> None:
         self.registry = registry
+        self.settle = settle
         self.ready = ready or (lambda: True)
         self.clients = clients
         self.port: int | None = None
@@ -100,6 +103,11 @@ class HttpEndpoints:
         path = target.split("?", 1)[0]
         if method not in ("GET", "HEAD"):
             return 405, _TEXT, b"method not allowed\n", method
+        if self.settle is not None and (path == "/metrics" or path == "/clients"):
+            try:
+                self.settle()
+            except Exception:  # the counts are a batch behind; the scrape still answers
+                log.exception("inspecting the waiting reads before %s failed", path)
         if path == "/metrics":
             try:
                 return 200, CONTENT_TYPE_LATEST, generate_latest(self.registry), method

@@ -62,6 +62,9 @@ class Relay:
         self.session = session
         self.dispatcher = dispatcher
         self.transforms = session.transform is not None  # broker bytes go out as the session says
+        # Where forwarded reads wait to be inspected in a batch (None: inspected at once). Rewrite
+        # mode inspects at once: a response is changed before it is sent, so its request must be read.
+        self.queue = None if self.transforms else getattr(server, "inspection_queue", None)
         self.client = _Side(self, "client")
         self.broker = _Side(self, "broker")
         self.closed = asyncio.get_running_loop().create_future()
@@ -96,7 +99,7 @@ class Relay:
 
     def data(self, side: _Side, data: bytes) -> None:
         # Every read of every connection comes here: written for that (one dict update, one
-        # write, one session call, one dispatch).
+        # write, then the read is inspected: queued for a batch, or at once in rewrite mode).
         session = self.session
         if side is self.client:
             self.bytes_in["client"] += len(data)
@@ -111,11 +114,7 @@ class Relay:
                     self.bytes_out["broker"] += len(data)
             if not session.client_framed:
                 return
-            try:
-                events = session.client_data(data, self._clock()).events
-            except Exception:  # nothing the session raises may reach the event loop
-                self._session_failed("client", None)
-                return
+            from_client = True
         else:
             self.bytes_in["broker"] += len(data)
             if self.transforms:
@@ -127,11 +126,27 @@ class Relay:
                 self.bytes_out["client"] += len(data)
             if not session.broker_framed:
                 return
-            try:
-                events = session.broker_data(data, self._clock()).events
-            except Exception:
-                self._session_failed("broker", None)
-                return
+            from_client = False
+        if self.queue is not None:
+            self.queue.add(self, from_client, data, self._clock())
+        else:
+            self.inspect(from_client, data, self._clock())
+
+    def inspect(self, from_client: bool, data, now: float) -> None:
+        """Hand a read that was forwarded to the session, and its events to the observers."""
+        session = self.session
+        try:
+            if from_client:
+                if not session.client_framed:  # framing was lost since the read was queued
+                    return
+                events = session.client_data(data, now).events
+            else:
+                if not session.broker_framed:
+                    return
+                events = session.broker_data(data, now).events
+        except Exception:  # nothing the session raises may reach the event loop
+            self._session_failed("client" if from_client else "broker", None)
+            return
         if session.failures != self._failures:
             self._count_failures()
         if events:
@@ -225,6 +240,8 @@ class Relay:
 
     def _finish(self) -> None:
         if not self.closed.done():
+            if self.queue is not None:
+                self.queue.flush()  # this connection's reads are inspected before its end is reported
             self.closed.set_result(None)
             events = self.session.close(self._clock())
             if events:

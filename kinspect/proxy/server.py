@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from kinspect.config import Config
 from kinspect.protocol.codec import Codec
 from kinspect.proxy.observers import Dispatcher
+from kinspect.proxy.inspection_queue import InspectionQueue
 from kinspect.proxy.log_limit import RateLimitedLog
 from kinspect.proxy.relay import Relay
 from kinspect.proxy.stats import ServerStats
@@ -46,6 +47,12 @@ class ProxyServer:
         self.codec = codec
         self.dispatcher = dispatcher or Dispatcher()
         self.rewrite = config.proxy.mode == "rewrite"
+        delay = config.inspect.batch_delay_ms
+        if not delay >= 0:
+            raise ValueError(f"inspect.batch_delay_ms must be 0 or more, not {delay!r}")
+        # Forwarded reads wait here to be inspected in batches (see inspection_queue); rewrite mode
+        # changes responses as they pass, so it inspects every read at once.
+        self.inspection_queue = InspectionQueue(delay / 1000) if delay > 0 and not self.rewrite else None
         self.session_config = SessionConfig(
             max_frame_bytes=config.inspect.max_frame_bytes, inspect_max_bytes=config.inspect.inspect_max_bytes,
             max_inflight=config.inspect.max_inflight, request_timeout=config.inspect.request_timeout,
@@ -313,6 +320,7 @@ class ProxyServer:
     async def _sweep(self) -> None:
         while True:
             await asyncio.sleep(5.0)
+            self.settle()  # a response waiting to be inspected must not time its request out
             now = time.monotonic()  # the clock the relays stamp events with
             for relay in list(self.relays):
                 events = relay.session.sweep(now)
@@ -321,7 +329,13 @@ class ProxyServer:
 
     # ------------------------------------------------------------------ stopping
 
+    def settle(self) -> None:
+        """Inspect every read forwarded so far (before a scrape, a sweep, a shutdown's count)."""
+        if self.inspection_queue is not None:
+            self.inspection_queue.flush()
+
     def inflight(self) -> int:
+        self.settle()  # requests forwarded but not yet inspected are in flight too
         return sum(relay.session.inflight for relay in self.relays)
 
     async def shutdown(self, grace: float | None = None) -> None:

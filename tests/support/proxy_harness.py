@@ -135,9 +135,11 @@ class ProxyHarness:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def run(self, fn: Callable, *args, timeout: float = 30.0):
-        """Run a plain function on the proxy's loop (where kinspect's objects may be touched)."""
+        """Run a plain function on the proxy's loop (where kinspect's objects may be touched), after the
+        reads forwarded so far are inspected, as a scrape of /metrics settles them (inspect.batch_delay_ms)."""
 
         async def _call():
+            self.server.settle()
             return fn(*args)
 
         return self.call(_call(), timeout)
