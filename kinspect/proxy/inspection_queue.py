@@ -16,7 +16,10 @@ from __future__ import annotations
 import asyncio
 
 DEFAULT_MAX_READS = 64  # a batch's inspection stays well under a millisecond of the loop's time
-DEFAULT_MAX_BYTES = 4 * 1024 * 1024  # reads held (not copied) before they are inspected
+# Reads held (not copied) before they are inspected. A bulk read (uvloop reads up to 256 KiB)
+# is inspected at once: its cost is per byte, which a batch does not lower, and holding many
+# would only grow the memory in use.
+DEFAULT_MAX_BYTES = 256 * 1024
 
 
 class InspectionQueue:
