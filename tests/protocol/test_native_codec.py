@@ -256,6 +256,10 @@ class Harness:
         same(scan_state(fresh), scan_state(expected))
         assert fresh.trailing_bytes == expected.trailing_bytes
         assert fresh.to_dict() == expected.to_dict()
+        # summarize: the records are summarized by the call (ScanResult.records then only reads them)
+        eager = self.native.scan_fresh(buf, pos, template, compiled.int_slots, True)
+        assert len(eager._summaries) == len(eager.record_spans)
+        same(scan_state(eager), scan_state(expected))
 
     def exercise(self, data, value: dict) -> None:
         encoded = bytes(self.compiled.encode(value))
@@ -457,7 +461,7 @@ def test_no_reference_leaks():
             h.native.decode(raw, 0)
             h.native.scan(raw, 0, fresh_result(h.compiled))
             h.native.scan_fresh(raw, 0, h.compiled._zero_stats, h.compiled.int_slots)
-            h.native.scan_fresh(in_pieces[0], 0, None, ())
+            h.native.scan_fresh(in_pieces[0], 0, None, (), True)
             for pieces in in_pieces:  # straddling reads use the scratch buffer, grown for the topic names
                 h.native.scan(pieces, 0, fresh_result(h.compiled))
             for b in bad + bad_pieces:

@@ -2235,9 +2235,11 @@ static int set_count(PyObject *r, int i, long long value)
     return 0;
 }
 
-/* scan_fresh(buf, pos, stats_template, int_slots): see program_methods. */
+static PyObject *wire_summarize_spans(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+
+/* scan_fresh(buf, pos, stats_template, int_slots, summarize): see program_methods. */
 static PyObject *run_scan_fresh(ProgramObject *prog, PyObject *buf, PyObject *posobj, PyObject *stats_template,
-                                PyObject *int_slots)
+                                PyObject *int_slots, int summarize)
 {
     if (ResultType == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "scan_fresh: ScanResult's slots were not found (SCAN_RESULT_FAST_PATH is 0)");
@@ -2271,6 +2273,15 @@ static PyObject *run_scan_fresh(ProgramObject *prog, PyObject *buf, PyObject *po
         Py_DECREF(r);
         return NULL;
     }
+    if (summarize && PyList_GET_SIZE(RSLOT(r, R_SPANS)) > 0) { /* what ScanResult.records would do on first use */
+        PyObject *args[3] = {buf, RSLOT(r, R_SPANS), RSLOT(r, R_SUMMARIES)};
+        PyObject *done = wire_summarize_spans(NULL, args, 3);
+        if (done == NULL) {
+            Py_DECREF(r);
+            return NULL;
+        }
+        Py_DECREF(done);
+    }
     return r;
 }
 
@@ -2294,11 +2305,14 @@ static PyObject *program_scan(ProgramObject *self, PyObject *const *args, Py_ssi
 
 static PyObject *program_scan_fresh(ProgramObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "scan_fresh(buf, pos, stats_template, int_slots)");
+    if (nargs < 4 || nargs > 5) {
+        PyErr_SetString(PyExc_TypeError, "scan_fresh(buf, pos, stats_template, int_slots, summarize=False)");
         return NULL;
     }
-    return run_scan_fresh(self, args[0], args[1], args[2], args[3]);
+    int summarize = nargs > 4 ? PyObject_IsTrue(args[4]) : 0;
+    if (summarize < 0)
+        return NULL;
+    return run_scan_fresh(self, args[0], args[1], args[2], args[3], summarize);
 }
 
 static PyMethodDef program_methods[] = {
@@ -2307,9 +2321,10 @@ static PyMethodDef program_methods[] = {
     {"scan", (PyCFunction)(void (*)(void))program_scan, METH_FASTCALL,
      "scan(buf, pos, result) -> new_pos: walk the struct, filling a ScanResult."},
     {"scan_fresh", (PyCFunction)(void (*)(void))program_scan_fresh, METH_FASTCALL,
-     "scan_fresh(buf, pos, stats_template, int_slots) -> ScanResult: walk the struct into a new, finished\n"
-     "result (trailing_bytes: the bytes after it; source: buf). stats_template: None (no integer facts) or\n"
-     "the zeroed array('q') whose copy becomes int_stats, with int_slots. buf: bytes or a tuple of pieces."},
+     "scan_fresh(buf, pos, stats_template, int_slots, summarize=False) -> ScanResult: walk the struct into a\n"
+     "new, finished result (trailing_bytes: the bytes after it; source: buf). stats_template: None (no integer\n"
+     "facts) or the zeroed array('q') whose copy becomes int_stats, with int_slots. summarize: its records\n"
+     "spans are summarized at once (as ScanResult.records does on first use). buf: bytes or a tuple of pieces."},
     {NULL, NULL, 0, NULL},
 };
 

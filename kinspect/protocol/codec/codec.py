@@ -193,14 +193,16 @@ class CompiledStruct:
             result.trailing_bytes = size - end
         return result
 
-    def scan_fresh(self, buf, pos: int, integers: bool) -> ScanResult:
+    def scan_fresh(self, buf, pos: int, integers: bool, summarize: bool = False) -> ScanResult:
         """A new, finished ScanResult of the message at buf[pos:] (the bytes after it in trailing_bytes):
-        scan(buf, pos, whole=False, integers=integers).finish(), in one C call when the C scanner is built."""
+        scan(buf, pos, whole=False, integers=integers).finish(), in one C call when the C scanner is built;
+        with summarize, its records summarized at once (what .records does on first use)."""
         fresh = self._scan_fresh
         if fresh is None or (type(buf) is not bytes and not isinstance(buf, tuple)):
             return self.scan(buf, pos, whole=False, integers=integers).finish()
         try:
-            return fresh(buf, pos, self._zero_stats if integers and self.int_slots else None, self.int_slots)
+            return fresh(buf, pos, self._zero_stats if integers and self.int_slots else None, self.int_slots,
+                         summarize)
         except _DECODE_FAILURES as exc:
             raise self.diagnose(b"".join(buf) if type(buf) is not bytes else buf, pos, exc) from None
 
@@ -393,8 +395,10 @@ class Codec:
     def scan_request(self, frame: bytes, header: RequestHeader | None = None) -> ScanResult:
         """Header tag sections and body facts of a request (see ScanResult)."""
         header = header or self.decode_request_header(frame)
+        # Summarized at once: every reader of a request's records (metrics, inventory, capture) reads
+        # them all; a response's (a Fetch's record sets) are summarized only if someone asks.
         return self.body(header.api_key, "request", header.api_version).scan_fresh(frame, header.size,
-                                                                                 self.integer_facts)
+                                                                                 self.integer_facts, True)
 
     def scan_response(self, frame: bytes, api_key: int, api_version: int, header_end: int | None = None) -> ScanResult:
         """Header tag sections and body facts of a response. header_end: where the caller read the response
