@@ -19,7 +19,7 @@ specs alone, such as whether the version is flexible). Its fields, by index (FIE
     response_header_tags, RESPONSE_SIDE          (the response's nine are None without one)
 
     SIDE = a str (why the body has no facts: not inspected, unknown api, decode error)
-           or SCAN, the facts of the event's scan:
+           or SCAN, the facts of the event's scan (ScanResult.frozen()):
     SCAN = (tag_section_bytes, tagged_fields, compact_delta, int_slots, int_stats,
             topic_partitions, error_codes, RECORDS)
     RECORDS = per records field, None (not a record set) or a tuple of its batches'
@@ -40,12 +40,6 @@ ms holding the GIL, a few per second under load) a large part of the capture's c
 from __future__ import annotations
 
 from kinspect.protocol.errors import DecodeError, UnknownApiError
-from kinspect.protocol.records import BatchSummary
-
-# What a row needs of a BatchSummary, by position (a summary is a tuple subclass, which the
-# collector always tracks: the facts hold plain tuples of these instead).
-_MAGIC, _COUNT, _COMPRESSION, _LENGTH = (BatchSummary._fields.index(name) for name in
-                                         ("magic", "record_count", "compression", "batch_length"))
 
 FIELDS = ("request_time", "latency", "connection_id", "client_address", "broker", "node_id", "client_id",
           "api_key", "api_name", "request_version", "request_header_version", "correlation_id",
@@ -73,12 +67,6 @@ def held_bytes(facts: tuple) -> int:
     return held
 
 
-def _records(summaries) -> tuple:
-    """RECORDS: per records field None (not a record set) or its batches' (magic, record count, compression, length)."""
-    return tuple([None if s is None else tuple([(b[_MAGIC], b[_COUNT], b[_COMPRESSION], b[_LENGTH]) for b in s[0]])
-                  for s in summaries])
-
-
 def _reason(event) -> str:
     """Why a direction has no SCAN: not inspected whole, or its scan's decode error."""
     if not event.complete:
@@ -103,21 +91,13 @@ class FactsTaker:
         self._sides: dict[tuple[int, int], tuple] = {}
 
     def _side(self, key: tuple[int, int], scan) -> tuple[tuple, int]:
-        """SCAN of a scan and the bytes it holds beside BASE_BYTES."""
+        """SCAN of a scan (ScanResult.frozen(), built in C) and the bytes it holds beside BASE_BYTES."""
         last = self._sides.get(key)
         if last is not None and last[0] is scan:
             return last[1], last[2]
-        stats, topics, tagged = scan.int_stats, scan.topic_partitions, scan.tagged_fields
-        held = 0
-        if stats is not None:
-            stats = stats.tobytes()  # bytes: untracked by the GC, unlike an array
-            held += len(stats)
-        if topics:
-            held += TOPIC_BYTES * len(topics)
-        codes = scan.error_codes
-        side = (scan.tag_section_bytes, tuple(tagged) if tagged else (), scan.compact_delta, scan.int_slots,
-                stats, tuple(topics.items()) if topics else (), tuple(codes.items()) if codes else (),
-                _records(scan.records) if scan.record_spans else ())
+        side = scan.frozen()
+        stats = side[4]
+        held = TOPIC_BYTES * len(side[5]) + (len(stats) if stats is not None else 0)
         if len(self._sides) < 4096 or key in self._sides:
             self._sides[key] = (scan, side, held)
         return side, held

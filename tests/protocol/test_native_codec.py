@@ -260,6 +260,10 @@ class Harness:
         eager = self.native.scan_fresh(buf, pos, template, compiled.int_slots, True)
         assert len(eager._summaries) == len(eager.record_spans)
         same(scan_state(eager), scan_state(expected))
+        # the capture's frozen facts: built in C, summarizing records not yet summarized, as in Python
+        lazy = self.native.scan_fresh(buf, pos, template, compiled.int_slots)
+        same(lazy.frozen(), expected.frozen_python())
+        same(eager.frozen(), eager.frozen_python())
 
     def exercise(self, data, value: dict) -> None:
         encoded = bytes(self.compiled.encode(value))
@@ -461,7 +465,8 @@ def test_no_reference_leaks():
             h.native.decode(raw, 0)
             h.native.scan(raw, 0, fresh_result(h.compiled))
             h.native.scan_fresh(raw, 0, h.compiled._zero_stats, h.compiled.int_slots)
-            h.native.scan_fresh(in_pieces[0], 0, None, (), True)
+            h.native.scan_fresh(in_pieces[0], 0, None, (), True).frozen()
+            h.native.scan_fresh(raw, 0, h.compiled._zero_stats, h.compiled.int_slots).frozen()
             for pieces in in_pieces:  # straddling reads use the scratch buffer, grown for the topic names
                 h.native.scan(pieces, 0, fresh_result(h.compiled))
             for b in bad + bad_pieces:

@@ -2303,6 +2303,158 @@ static PyObject *program_scan(ProgramObject *self, PyObject *const *args, Py_ssi
     return run_scan(self, args[0], args[1], args[2]);
 }
 
+/* ------------------------------------------------------------------ capture facts of a scan
+ *
+ * capture_side(result, fields): the SCAN tuple of kinspect.capture.facts, built from the
+ * result's slots (see FactsTaker._side, the reference, and the docstring of capture.facts):
+ * (tag_section_bytes, tuple(tagged_fields), compact_delta, int_slots, int_stats as bytes or
+ * None, tuple(topic_partitions.items()), tuple(error_codes.items()), RECORDS), where RECORDS
+ * has per records span None or a tuple of its batches' fields at the four indices `fields`
+ * (magic, record count, compression, batch length). Empty collections give (). */
+
+static PyObject *tuple_or_empty(PyObject *list) /* a list, a tuple of it; () when empty */
+{
+    return PyList_GET_SIZE(list) ? PyList_AsTuple(list) : PyTuple_New(0);
+}
+
+static PyObject *items_or_empty(PyObject *dict) /* a dict, a tuple of its (key, value) items; () when empty */
+{
+    Py_ssize_t n = PyDict_GET_SIZE(dict), pos = 0, i = 0;
+    PyObject *out = PyTuple_New(n), *key, *value;
+    if (out == NULL)
+        return NULL;
+    while (i < n && PyDict_Next(dict, &pos, &key, &value)) {
+        PyObject *item = PyTuple_Pack(2, key, value);
+        if (item == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, i++, item);
+    }
+    return out;
+}
+
+static PyObject *capture_records(PyObject *summaries, const Py_ssize_t fields[4])
+{
+    Py_ssize_t n = PyList_GET_SIZE(summaries);
+    PyObject *out = PyTuple_New(n);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        PyObject *summary = PyList_GET_ITEM(summaries, i), *batches, *entry;
+        if (summary == Py_None) {
+            PyTuple_SET_ITEM(out, i, new_ref(Py_None));
+            continue;
+        }
+        if (!PyTuple_Check(summary) || PyTuple_GET_SIZE(summary) < 1 || !PyTuple_Check(batches = PyTuple_GET_ITEM(summary, 0))) {
+            PyErr_SetString(PyExc_TypeError, "capture_side: a records summary must be a tuple whose first item is a tuple of batches");
+            Py_CLEAR(out);
+            break;
+        }
+        Py_ssize_t m = PyTuple_GET_SIZE(batches);
+        entry = PyTuple_New(m);
+        if (entry == NULL) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyTuple_SET_ITEM(out, i, entry);
+        for (Py_ssize_t j = 0; j < m; j++) {
+            PyObject *batch = PyTuple_GET_ITEM(batches, j);
+            if (!PyTuple_Check(batch) || PyTuple_GET_SIZE(batch) <= fields[0] || PyTuple_GET_SIZE(batch) <= fields[1]
+                || PyTuple_GET_SIZE(batch) <= fields[2] || PyTuple_GET_SIZE(batch) <= fields[3]) {
+                PyErr_SetString(PyExc_TypeError, "capture_side: a batch summary is too short for its fields");
+                Py_CLEAR(out);
+                break;
+            }
+            PyObject *facts = PyTuple_Pack(4, PyTuple_GET_ITEM(batch, fields[0]), PyTuple_GET_ITEM(batch, fields[1]),
+                                           PyTuple_GET_ITEM(batch, fields[2]), PyTuple_GET_ITEM(batch, fields[3]));
+            if (facts == NULL) {
+                Py_CLEAR(out);
+                break;
+            }
+            PyTuple_SET_ITEM(entry, j, facts);
+        }
+    }
+    return out;
+}
+
+static PyObject *wire_capture_side(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || ResultType == NULL || !PyObject_TypeCheck(args[0], ResultType) || !PyTuple_Check(args[1])
+        || PyTuple_GET_SIZE(args[1]) != 4) {
+        PyErr_SetString(PyExc_TypeError, "capture_side(result, fields): a ScanResult (SCAN_RESULT_FAST_PATH) and 4 "
+                                         "field indices");
+        return NULL;
+    }
+    PyObject *r = args[0];
+    Py_ssize_t fields[4];
+    for (int i = 0; i < 4; i++) {
+        fields[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(args[1], i));
+        if (fields[i] < 0) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "capture_side: field indices cannot be negative");
+            return NULL;
+        }
+    }
+    for (int i = 0; i < R_COUNT; i++) {
+        if (RSLOT(r, i) == NULL) {
+            PyErr_Format(PyExc_AttributeError, "capture_side: the result has no %s", RESULT_SLOTS[i]);
+            return NULL;
+        }
+    }
+    PyObject *tagged = RSLOT(r, R_TAGGED), *tparts = RSLOT(r, R_TPARTS), *errors = RSLOT(r, R_ERRORS);
+    PyObject *spans = RSLOT(r, R_SPANS), *stats = RSLOT(r, R_INT_STATS);
+    if (!PyList_Check(tagged) || !PyDict_Check(tparts) || !PyDict_Check(errors) || !PyList_Check(spans)) {
+        PyErr_SetString(PyExc_TypeError, "capture_side: the result's collections are not those a scan fills");
+        return NULL;
+    }
+    if (PyList_GET_SIZE(spans) > 0) { /* what ScanResult.records does: summarize the spans not yet summarized */
+        PyObject *summaries = RSLOT(r, R_SUMMARIES);
+        if (!PyList_Check(summaries) || PyList_GET_SIZE(summaries) < PyList_GET_SIZE(spans)) {
+            PyObject *done = PyObject_CallMethod(r, "settle", NULL);
+            if (done == NULL)
+                return NULL;
+            Py_DECREF(done);
+        }
+    }
+    PyObject *summaries = RSLOT(r, R_SUMMARIES);
+    if (!PyList_Check(summaries)) {
+        PyErr_SetString(PyExc_TypeError, "capture_side: the result's summaries are not a list");
+        return NULL;
+    }
+    PyObject *items[8] = {NULL};
+    items[0] = new_ref(RSLOT(r, R_SECTION_BYTES));
+    items[1] = tuple_or_empty(tagged);
+    items[2] = new_ref(RSLOT(r, R_COMPACT));
+    items[3] = new_ref(RSLOT(r, R_INT_SLOTS));
+    if (stats == Py_None)
+        items[4] = new_ref(Py_None);
+    else { /* bytes: untracked by the garbage collector, unlike the array */
+        Py_buffer view;
+        if (PyObject_GetBuffer(stats, &view, PyBUF_SIMPLE) == 0) {
+            items[4] = PyBytes_FromStringAndSize(view.buf, view.len);
+            PyBuffer_Release(&view);
+        }
+    }
+    items[5] = items_or_empty(tparts);
+    items[6] = items_or_empty(errors);
+    items[7] = PyList_GET_SIZE(spans) ? capture_records(summaries, fields) : PyTuple_New(0);
+    PyObject *out = NULL;
+    for (int i = 0; i < 8; i++) {
+        if (items[i] == NULL)
+            goto done;
+    }
+    out = PyTuple_New(8);
+    if (out != NULL) {
+        for (int i = 0; i < 8; i++) {
+            PyTuple_SET_ITEM(out, i, items[i]);
+            items[i] = NULL;
+        }
+    }
+done:
+    for (int i = 0; i < 8; i++)
+        Py_XDECREF(items[i]);
+    return out;
+}
+
 static PyObject *program_scan_fresh(ProgramObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs < 4 || nargs > 5) {
@@ -2435,6 +2587,11 @@ static PyMethodDef wire_methods[] = {
      "The C twin of kinspect.protocol.records.summarize_records_python, on data[start:end]\n"
      "(offsets relative to start): None for None, RecordsError for bytes that are not a\n"
      "record set, TypeError for what is not a bytes-like object."},
+    {"capture_side", (PyCFunction)(void (*)(void))wire_capture_side, METH_FASTCALL,
+     "capture_side(result, fields) -> tuple\n\n"
+     "The capture's SCAN tuple of a ScanResult (kinspect.capture.facts; FactsTaker._side is the\n"
+     "reference), its records summarized first where they are not; fields: the indices of magic,\n"
+     "record count, compression and batch length in a batch summary."},
     {"summarize_spans", (PyCFunction)(void (*)(void))wire_summarize_spans, METH_FASTCALL,
      "summarize_spans(source, spans, into, first=0) -> None\n\n"
      "For each `start << 32 | length` of spans[first:] (ScanResult.record_spans), append to the\n"

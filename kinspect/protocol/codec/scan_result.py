@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 _summarize_spans = None  # codec_runtime.spans_summarizer(), on first use
+_frozen_native = None  # the C extension's capture_side, False without it; on first use
 
 
 def _summarizer():
@@ -11,6 +12,24 @@ def _summarizer():
 
     _summarize_spans = spans_summarizer()
     return _summarize_spans
+
+
+def _freezer():
+    global _frozen_native
+    from kinspect.protocol.codec.wire_program import native_module
+
+    native = native_module()
+    _frozen_native = native.capture_side if native is not None and native.SCAN_RESULT_FAST_PATH else False
+    return _frozen_native
+
+
+def _batch_fields() -> tuple[int, int, int, int]:
+    from kinspect.protocol.records import BatchSummary
+
+    return tuple(BatchSummary._fields.index(name) for name in ("magic", "record_count", "compression", "batch_length"))
+
+
+_BATCH_FIELDS: tuple | None = None  # where frozen() finds a batch's magic, count, compression and length
 
 
 class ScanResult:
@@ -79,6 +98,38 @@ class ScanResult:
         if self.source is None:
             raise ValueError("ScanResult.source is not set: the records spans point into no buffer")
         (_summarize_spans or _summarizer())(self.source, self.record_spans, self._summaries, done)
+
+    def frozen(self) -> tuple:
+        """The scan's facts as one tuple of immutable values, which the garbage collector stops tracking
+        (what a capture keeps of a scan; see kinspect.capture.facts):
+
+        (tag_section_bytes, tagged_fields, compact_delta, int_slots, int_stats as bytes or None,
+        topic_partitions' (topic, partitions) items, error_codes' (code, count) items, and per records
+        field None or its batches' (magic, record_count, compression, batch_length)); an empty
+        collection is (). Built in C where the extension is; frozen_python() is the reference.
+        """
+        global _BATCH_FIELDS
+        native = _frozen_native if _frozen_native is not None else _freezer()
+        if native is False:
+            return self.frozen_python()
+        if _BATCH_FIELDS is None:
+            _BATCH_FIELDS = _batch_fields()
+        return native(self, _BATCH_FIELDS)
+
+    def frozen_python(self) -> tuple:
+        """frozen(), in Python."""
+        global _BATCH_FIELDS
+        if _BATCH_FIELDS is None:
+            _BATCH_FIELDS = _batch_fields()
+        magic, count, compression, length = _BATCH_FIELDS
+        stats, topics, tagged, codes = self.int_stats, self.topic_partitions, self.tagged_fields, self.error_codes
+        records = ()
+        if self.record_spans:
+            records = tuple([None if s is None else tuple([(b[magic], b[count], b[compression], b[length])
+                                                           for b in s[0]]) for s in self.records])
+        return (self.tag_section_bytes, tuple(tagged) if tagged else (), self.compact_delta, self.int_slots,
+                stats.tobytes() if stats is not None else None, tuple(topics.items()) if topics else (),
+                tuple(codes.items()) if codes else (), records)
 
     def finish(self) -> "ScanResult":
         """Fold the empty tag sections (one byte each) into the totals."""
