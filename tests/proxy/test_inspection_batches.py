@@ -85,7 +85,7 @@ def test_the_queue_inspects_a_lone_read_after_its_delay():
             await asyncio.sleep(0.001)
         assert seen == [("a", True, b"1", 1.0)]
         queue.add(_Reader("b", seen), True, b"2", 2.0)
-        queue.flush()  # flushing first cancels the timer: nothing is inspected twice
+        queue.flush()  # inspected now; the timer, when it fires, finds nothing to inspect twice
         await asyncio.sleep(0.02)
         assert [r[0] for r in seen] == ["a", "b"]
 
