@@ -26,6 +26,8 @@ WRITE_BUFFER_LOW = 256 * 1024
 class _Side(asyncio.Protocol):
     """One end of the relay; `peer` is the other end's transport."""
 
+    __slots__ = ("relay", "name", "transport")
+
     def __init__(self, relay: "Relay", name: str) -> None:
         self.relay = relay
         self.name = name
@@ -56,6 +58,10 @@ class _Side(asyncio.Protocol):
 class Relay:
     """A client<->broker pair of transports with a Session inspecting both directions."""
 
+    # Slots: every read touches the relay, and a slot is one load where a __dict__ is a lookup.
+    __slots__ = ("server", "upstreams", "session", "dispatcher", "transforms", "queue", "client", "broker", "closed",
+                 "client_bytes", "broker_bytes", "_eof", "_failures", "_clock", "_early", "_early_bytes")
+
     def __init__(self, server, session: Session, dispatcher: Dispatcher, upstreams: list[tuple[str, int]]) -> None:
         self.server = server
         self.upstreams = upstreams
@@ -68,8 +74,8 @@ class Relay:
         self.client = _Side(self, "client")
         self.broker = _Side(self, "broker")
         self.closed = asyncio.get_running_loop().create_future()
-        self.bytes_in = {"client": 0, "broker": 0}
-        self.bytes_out = {"client": 0, "broker": 0}
+        self.client_bytes = 0  # bytes received from the client
+        self.broker_bytes = 0  # bytes received from the broker
         self._eof = set()
         self._failures = 0  # the session's inspection failures already counted
         self._clock = time.monotonic
@@ -90,7 +96,7 @@ class Relay:
     def connected(self) -> None:
         early, self._early = self._early, None
         for chunk in early or ():
-            self._write(self.broker.transport, chunk, "broker")
+            self._write(self.broker.transport, chunk)
         if self.client.transport is not None and not self.client.transport.is_closing():
             self.client.transport.resume_reading()
 
@@ -102,7 +108,7 @@ class Relay:
         # write, then the read is inspected: queued for a batch, or at once in rewrite mode).
         session = self.session
         if side is self.client:
-            self.bytes_in["client"] += len(data)
+            self.client_bytes += len(data)
             if self._early is not None:
                 self._early.append(data)
                 self._early_bytes += len(data)
@@ -111,19 +117,17 @@ class Relay:
                 broker = self.broker.transport
                 if broker is not None and not broker.is_closing():
                     broker.write(data)
-                    self.bytes_out["broker"] += len(data)
             if not session.client_framed:
                 return
             from_client = True
         else:
-            self.bytes_in["broker"] += len(data)
+            self.broker_bytes += len(data)
             if self.transforms:
                 self._transformed(data)
                 return
             client = self.client.transport
             if client is not None and not client.is_closing():
                 client.write(data)
-                self.bytes_out["client"] += len(data)
             if not session.broker_framed:
                 return
             from_client = False
@@ -162,10 +166,10 @@ class Relay:
             self._session_failed("broker", data)
             return
         if forward is None:
-            self._write(client, data, "client")
+            self._write(client, data)
         else:
             for chunk in forward:
-                self._write(client, chunk, "client")
+                self._write(client, chunk)
         self._count_failures()
         if events:
             self.dispatcher.dispatch(events)
@@ -186,12 +190,11 @@ class Relay:
             self.session.broker_framed = False
             self.transforms = False  # what the session held is lost with it; the rest passes as read
             if unsent is not None:
-                self._write(self.client.transport, unsent, "client")
+                self._write(self.client.transport, unsent)
 
-    def _write(self, transport, data: bytes, to: str) -> None:
+    def _write(self, transport, data: bytes) -> None:
         if transport is not None and not transport.is_closing():
             transport.write(data)
-            self.bytes_out[to] += len(data)
 
     def _flush_held(self, side: _Side) -> None:
         """The broker's side ended: bytes the session held (a response cut short) go to the client as they are."""
@@ -199,7 +202,7 @@ class Relay:
             self.transforms = False
             unsent = self.session.broker_ended()
             if unsent:
-                self._write(self.client.transport, unsent, "client")
+                self._write(self.client.transport, unsent)
 
     def eof(self, side: _Side):
         """Half-close: pass the EOF on and keep the other direction open."""

@@ -212,8 +212,8 @@ class ProxyServer:
 
     def _closed(self, relay: Relay) -> None:
         self.relays.discard(relay)
-        for side, count in relay.bytes_in.items():
-            self.closed_bytes[side] += count
+        self.closed_bytes["client"] += relay.client_bytes
+        self.closed_bytes["broker"] += relay.broker_bytes
 
     def client_connected(self, relay: Relay) -> None:
         """Called by the relay once the client's transport is up: refuse, or reach the broker."""
@@ -293,8 +293,8 @@ class ProxyServer:
         relays = list(self.relays)
         sent = dict(self.closed_bytes)
         for relay in relays:
-            for side, count in relay.bytes_in.items():
-                sent[side] += count
+            sent["client"] += relay.client_bytes
+            sent["broker"] += relay.broker_bytes
         tasks = 0
         if self.loop is not None and not self.loop.is_closed():
             for _ in range(5):
