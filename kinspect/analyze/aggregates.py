@@ -16,12 +16,12 @@ computes once and collects as Arrow:
     errors      per error code
 
 All seven are computed in one Spark job of two stages: a task per piece of the captures
-reads it with pyarrow, each aggregate's columns in turn, groups them with Arrow's compiled
-kernels (kinspect.analyze.scan, kinspect.analyze.partials) and splits each aggregate's
+reads it with pyarrow, each aggregate's columns in turn, groups them with Arrow's and numpy's
+compiled kernels (kinspect.analyze.scan, .partials, .groups) and splits each aggregate's
 partial rows into buckets by key; Spark shuffles the buckets as opaque Arrow bytes, and a
 task per shuffle partition merges its buckets (sums, minima, maxima; kinspect.analyze.merge).
 No Python runs per row, and the JVM only moves bytes. A small local capture is read,
-grouped and merged by the same pyarrow code on the driver.
+grouped and merged by the same code on the driver.
 """
 
 from __future__ import annotations

@@ -321,6 +321,25 @@ def test_small_capture_without_spark_gives_the_same_tables(analyzed, generated):
 
 
 @pytest.mark.integration
+def test_row_groups_with_dictionaries_of_their_own_give_the_same_tables(analyzed, generated, tmp_path):
+    """Capture files of many small row groups, each with dictionaries of its own: the string
+    columns (nested ones too) are read as dictionaries, a row group at a time, and unified.
+    The same tables."""
+    result, _, _ = analyzed
+    dirs, _ = generated
+    copies = []
+    for directory in dirs:
+        copy = tmp_path / directory.name
+        copy.mkdir()
+        for file in sorted(directory.glob("capture-*.parquet")):
+            pq.write_table(pq.read_table(file), copy / file.name, row_group_size=300)
+        copies.append(copy)
+    assert pq.ParquetFile(copies[0] / "capture-00000.parquet").num_row_groups > 3
+    alone = compute(None, [str(c) for c in copies], top=TOP, targets=TARGETS)
+    assert alone.tables == result.tables
+
+
+@pytest.mark.integration
 def test_read_through_spark_filesystems_gives_the_same_tables(spark, analyzed, generated, monkeypatch):
     """The route of URIs that are not local files (s3a://, hdfs://...): Spark lists and reads each
     file's bytes through its Hadoop filesystems, and pyarrow reads them from memory. Taken here
@@ -353,21 +372,31 @@ def test_malformed_file_through_spark_filesystems(spark, tmp_path, monkeypatch):
 
 
 def test_histograms_of_any_length():
-    """Integer fields' varint histograms: lists of 10 counts (schema versions 1 and 2) take a fast
-    path; shorter ones (version 3 leaves trailing zero counts out) and null lists take the general
-    one, where a count past a list's end is 0. Both agree."""
-    from kinspect.analyze.partials import _hist_columns
+    """Integer fields' varint histograms, summed per group slot by slot: lists of 10 counts
+    (schema versions 1 and 2), shorter ones (version 3 leaves trailing zero counts out), empty
+    and null lists, where a count past a list's end is 0; chunked columns too."""
+    import numpy as np
 
-    full = pa.array([[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], [10, 20, 30, 40, 50, 60, 70, 80, 90, 100]],
-                    pa.list_(pa.int32()))
-    fast = _hist_columns(full, "u")
-    assert [fast[f"u{i}"].to_pylist() for i in (1, 5, 10)] == [[1, 10], [5, 50], [10, 100]]
-    ragged = _hist_columns(pa.array([[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], [4, 5], None], pa.list_(pa.int32())), "z")
-    assert [ragged[f"z{i}"].to_pylist() for i in (1, 2, 3, 10)] == [[1, 4, 0], [2, 5, 0], [3, 0, 0], [10, 0, 0]]
-    trimmed = _hist_columns(pa.array([[], [0, 3], [7]], pa.list_(pa.int32())), "u")
-    assert [trimmed[f"u{i}"].to_pylist() for i in range(1, 11)] == [[0, 0, 7], [0, 3, 0]] + [[0, 0, 0]] * 8
-    chunked = _hist_columns(pa.chunked_array([full.slice(1), full.slice(0, 1)]), "u")
-    assert chunked["u2"].to_pylist() == [20, 2]
+    from kinspect.analyze.groups import Groups
+    from kinspect.analyze.partials import _hist_sums
+
+    full = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+    lists = [full, [4, 5], None, [], [0, 3], [7], [10 * c for c in full]]
+    group_of = [0, 1, 0, 1, 0, 1, 0]
+
+    def want(lists, group_of):  # slot by slot, the groups in the order they first appear (Groups' ids)
+        order = list(dict.fromkeys(group_of))
+        return [[sum(h[i] for h, g in zip(lists, group_of) if g == group and h is not None and i < len(h))
+                 for group in order] for i in range(10)]
+
+    hists = pa.array(lists, pa.list_(pa.int32()))
+    sums = _hist_sums(Groups(np.array(group_of)), hists, "u")
+    assert [sums[f"u{i + 1}"].to_pylist() for i in range(10)] == want(lists, group_of)
+    assert want(lists, group_of)[2] == [33, 0]
+    rotated = _hist_sums(Groups(np.array(group_of[3:] + group_of[:3])),
+                         pa.chunked_array([hists.slice(3), hists.slice(0, 3)]), "z")
+    assert [rotated[f"z{i + 1}"].to_pylist() for i in range(10)] == want(lists[3:] + lists[:3],
+                                                                         group_of[3:] + group_of[:3])
 
 
 def test_equal_keys_share_a_bucket_in_every_task():
