@@ -1,4 +1,4 @@
-"""How each aggregate's partial rows are merged into the aggregate, by pyarrow, in Spark's tasks or on the driver.
+"""How each aggregate's partial rows are merged into the aggregate, by pyarrow and numpy, in Spark's tasks or on the driver.
 
 Spark's read tasks split their partial rows into buckets by a hash of the aggregate's keys;
 Spark shuffles the buckets (as opaque Arrow IPC bytes) and one task per bucket merges its
@@ -47,15 +47,18 @@ def aggregate_columns(name: str) -> list[str]:
 
 
 def merge_arrow(name: str, partials):
-    """Aggregate `name` from its partial rows (a pyarrow Table), merged by pyarrow."""
+    """Aggregate `name` from its partial rows (a pyarrow Table), grouped by their keys packed
+    into one integer per row (kinspect.analyze.groups)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    from kinspect.analyze.groups import Groups
+
     keys, values, zeros, named, _ = MERGES[name]
-    grouped = partials.group_by(list(keys), use_threads=False).aggregate([(c, op) for c, op in values.items()])
-    columns = {k: grouped[k] for k in keys}
+    groups = Groups.of([partials[k] for k in keys])
+    columns = {k: groups.keys(partials[k]) for k in keys}
     for column, op in values.items():
-        merged = grouped[f"{column}_{op}"]
+        merged = getattr(groups, op)(partials[column])
         columns[column] = pc.fill_null(merged, 0) if column in zeros else merged
     if named:
         columns["api"] = pc.coalesce(columns["api_name"],
