@@ -434,6 +434,8 @@ def partial_blobs(name: str, path: str, groups: list[int] | None, content: bytes
     table = pa.Table.from_batches(parts, schema=arrow_schema_of(name)) if parts else None
     if table is None or not table.num_rows:
         return blob_batch([], [], [])
+    if buckets == 1:
+        return blob_batch([name], [0], [ipc_bytes(table)])
     bucket = buckets_of(table, keys, buckets)
     order = np.argsort(bucket, kind="stable")
     ordered, sorted_buckets = table.take(pa.array(order)), bucket[order]

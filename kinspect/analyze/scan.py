@@ -115,7 +115,7 @@ def _local_pieces(paths: list[str], cores: int) -> tuple[list[tuple[str, list[in
 def reader(buckets: dict[str, int]):
     """The first mapInArrow function: scan pieces in; each aggregate's partial rows of each piece
     out, split into buckets by their keys (`buckets`: aggregate -> how many; BLOB_SCHEMA rows)."""
-    from kinspect.analyze.merge import MERGES
+    from kinspect.analyze.merge import BUCKET_KEYS
 
     def read(batches):
         from kinspect.analyze.partials import partial_blobs
@@ -124,7 +124,7 @@ def reader(buckets: dict[str, int]):
             for path, groups, content in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(),
                                              batch.column(2).to_pylist()):
                 for name, count in buckets.items():  # one aggregate's columns at a time: a piece's memory
-                    yield partial_blobs(name, path, groups, content, count, MERGES[name][0])
+                    yield partial_blobs(name, path, groups, content, count, BUCKET_KEYS[name])
     return read
 
 

@@ -421,6 +421,16 @@ def test_equal_keys_share_a_bucket_in_every_task():
     assert set(one) == set(range(8))
 
 
+def test_buckets_hash_a_subset_of_the_merge_keys():
+    """A bucket is hashed from some of the merge keys only: rows with equal merge keys then still
+    share a bucket."""
+    from kinspect.analyze.merge import BUCKET_KEYS, MERGES
+
+    assert BUCKET_KEYS.keys() == MERGES.keys()
+    for name, keys in BUCKET_KEYS.items():
+        assert keys and set(keys) <= set(MERGES[name][0]), name
+
+
 @pytest.mark.integration
 def test_generated_captures_cover_the_cases(analyzed):
     result, want, lines = analyzed
