@@ -30,6 +30,11 @@ def whole(array) -> pa.Array:
     return array
 
 
+def decoded(array) -> pa.Array:
+    """A dictionary array's values as a plain array (any other array as it is)."""
+    return array.cast(array.type.value_type) if pa.types.is_dictionary(array.type) else array
+
+
 def _dense(values: np.ndarray) -> tuple[np.ndarray, int]:
     """Codes 0..n-1 of the distinct values of an int64 array (by hash), and n."""
     encoded = pc.dictionary_encode(pa.array(values, _I64))
@@ -106,9 +111,8 @@ class Groups:
         return cls(pack(columns))
 
     def keys(self, array) -> pa.Array:
-        """A key column's value for each group (its first row's), strings decoded."""
-        taken = whole(array).take(pa.array(self.first))
-        return taken.cast(taken.type.value_type) if pa.types.is_dictionary(taken.type) else taken
+        """A key column's value for each group (its first row's); a dictionary stays one."""
+        return whole(array).take(pa.array(self.first))
 
     def size(self) -> pa.Array:
         """Rows per group (Spark's count(*))."""

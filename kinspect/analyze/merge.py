@@ -1,4 +1,4 @@
-"""How each aggregate's partial rows are merged into the aggregate, by pyarrow and numpy, in Spark's tasks or on the driver.
+"""How each aggregate's partial rows are merged into the aggregate (pyarrow, numpy), in Spark's tasks or on the driver.
 
 Spark's read tasks split their partial rows into buckets by a hash of the aggregate's keys;
 Spark shuffles the buckets (as opaque Arrow IPC bytes) and one task per bucket merges its
@@ -59,11 +59,11 @@ def merge_arrow(name: str, partials):
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from kinspect.analyze.groups import Groups
+    from kinspect.analyze.groups import Groups, decoded
 
     keys, values, zeros, named, _ = MERGES[name]
     groups = Groups.of([partials[k] for k in keys])
-    columns = {k: groups.keys(partials[k]) for k in keys}
+    columns = {k: decoded(groups.keys(partials[k])) for k in keys}
     for column, op in values.items():
         merged = getattr(groups, op)(partials[column])
         columns[column] = pc.fill_null(merged, 0) if column in zeros else merged
@@ -81,13 +81,14 @@ def merge_batches(batches):
     partials.BLOB_SCHEMA), each aggregate merged and out as (aggregate, Arrow IPC bytes)."""
     import pyarrow as pa
 
-    from kinspect.analyze.partials import from_ipc, ipc_bytes
+    from kinspect.analyze.partials import arrow_schema_of, from_ipc, ipc_bytes
 
     blobs: dict[str, list] = {}
     for batch in batches:
         for name, blob in zip(batch.column(0).to_pylist(), batch.column(2).to_pylist()):
             blobs.setdefault(name, []).append(blob)
     for name, parts in blobs.items():
-        partials = pa.concat_tables([from_ipc(blob) for blob in parts])
+        schema = arrow_schema_of(name)  # each bucket's rows came in their own narrowest types
+        partials = pa.concat_tables([from_ipc(blob).cast(schema) for blob in parts])
         yield pa.RecordBatch.from_pydict({"aggregate": pa.array([name], pa.string()),
                                           "data": pa.array([ipc_bytes(merge_arrow(name, partials))], pa.binary())})

@@ -415,10 +415,36 @@ def test_equal_keys_share_a_bucket_in_every_task():
     shuffled = keys[::-1][500:] + keys[::-1][:500]
     other_table = pa.concat_tables([table(shuffled[:300]), table(shuffled[300:])])  # chunked, other dictionaries
     other = buckets_of(other_table, ["client", "version", "flag"], 8)
+    # the client as a dictionary (how partial rows hold strings), in another order and with a value twice
+    names = sorted({r[0] for r in keys if r[0]}, reverse=True)
+    names.insert(3, names[0])
+    dictionary = pa.DictionaryArray.from_arrays(
+        pa.array([names.index(r[0]) if r[0] else None for r in keys], pa.int32()), pa.array(names))
+    encoded = buckets_of(table(keys).set_column(0, "client", dictionary), ["client", "version", "flag"], 8)
     first_bucket = {}
-    for key, bucket in list(zip(keys, one)) + list(zip(shuffled, other)):
+    for key, bucket in list(zip(keys, one)) + list(zip(shuffled, other)) + list(zip(keys, encoded)):
         assert first_bucket.setdefault(key, bucket) == bucket, key
     assert set(one) == set(range(8))
+
+
+def test_partial_rows_shrink_for_the_shuffle_and_widen_back():
+    """Partial rows cross Spark in their narrowest types (shrunk) and are cast back to the
+    partial schema's on arrival: every value comes back, at each type's edges and null."""
+    from kinspect.analyze.partials import arrow_schema_of, from_ipc, ipc_bytes, shrunk
+
+    schema = arrow_schema_of("errors")  # api_key int, api_name string, code int, name string, count, exchanges
+    edges = [None, 0, 127, -128, 128, -129, 32767, 32768, -(1 << 31), (1 << 31) - 1]
+    rows = len(edges)
+    names = pa.array([f"api-{i % 3}" if i % 4 else None for i in range(rows)])
+    table = pa.table({"api_key": pa.array(edges, pa.int32()), "api_name": names.cast(schema[1].type),
+                      "code": pa.array([5] * rows, pa.int32()),
+                      "name": pa.array([f"name-{i}" for i in range(rows)]).cast(schema[3].type),
+                      "count": pa.array(edges[:-1] + [1 << 40], pa.int64()),
+                      "exchanges": pa.array([None] * rows, pa.int64())}, schema=schema)
+    small = shrunk(table)
+    assert [small[c].type for c in ("api_key", "code", "exchanges")] == [pa.int32(), pa.int8(), pa.int8()]
+    assert small["api_name"].type.index_type == pa.int8() and small["count"].type == pa.int64()
+    assert from_ipc(ipc_bytes(small)).cast(schema).equals(table)
 
 
 def test_buckets_hash_a_subset_of_the_merge_keys():

@@ -1,4 +1,4 @@
-"""kinspect.analyze.groups (keys packed into one int64 per row) and the partial aggregates built on it, against plain Python."""
+"""kinspect.analyze.groups (keys packed into one int64 per row) and the partials built on it, against plain Python."""
 
 from __future__ import annotations
 
