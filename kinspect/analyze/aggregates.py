@@ -43,15 +43,46 @@ def compute(spark, scan, buckets: int) -> dict[str, pa.Table]:
     `buckets` by key as Arrow bytes, each bucket merged; collected on the driver."""
     from kinspect.analyze.scan import merger, reader
 
-    counts = {name: buckets if name in LARGE else 1 for name in MERGES}
-    merged = (scan.pieces.mapInArrow(reader(counts), BLOB_SCHEMA)
-              .repartition(buckets, "aggregate", "bucket")
+    merged = (scan.pieces.mapInArrow(reader(placement(buckets)), BLOB_SCHEMA)
+              .repartition(buckets, "bucket")
               .mapInArrow(merger(), MERGED_SCHEMA)
               .toArrow())
     parts: dict[str, list] = {name: [] for name in MERGES}
     for name, blob in zip(merged.column("aggregate").to_pylist(), merged.column("data").to_pylist()):
         parts[name].append(from_ipc(blob))
     return {name: _concat(name, tables) for name, tables in parts.items()}
+
+
+def placement(partitions: int) -> dict[str, list[int]]:
+    """Each aggregate's buckets, as the labels its partial rows carry (BLOB_SCHEMA's bucket):
+    Spark's shuffle sends a label to partition pmod(hash(label), partitions), and these are
+    chosen to spread the merges evenly: the large aggregates' bucket b to partition b, the
+    small ones' single bucket round the partitions. (Hashing (aggregate, bucket) instead put
+    four of the six values buckets of the 5M capture in one partition: one merging task took
+    most of the stage.) A label's partition only balances the work: rows with equal keys share
+    a bucket, so a label, whichever partition it goes to."""
+    labels = [_label(p, partitions) for p in range(partitions)]
+    small = [name for name in MERGES if name not in LARGE]
+    return {name: labels if name in LARGE else [labels[small.index(name) % partitions]] for name in MERGES}
+
+
+def _label(partition: int, partitions: int) -> int:
+    """The smallest int that Spark's hash partitioning sends to `partition`."""
+    return next(label for label in range(1 << 20) if _spark_hash(label) % partitions == partition)
+
+
+def _spark_hash(value: int, seed: int = 42) -> int:
+    """Spark's hash() of an int (Murmur3_x86_32.hashInt with Spark's seed), as a signed int."""
+    def rotated(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & 0xFFFFFFFF
+
+    k1 = rotated((value & 0xFFFFFFFF) * 0xCC9E2D51 & 0xFFFFFFFF, 15) * 0x1B873593 & 0xFFFFFFFF
+    h1 = (rotated(seed ^ k1, 13) * 5 + 0xE6546B64) & 0xFFFFFFFF
+    h1 ^= 4  # the length in bytes
+    h1 = (h1 ^ (h1 >> 16)) * 0x85EBCA6B & 0xFFFFFFFF
+    h1 = (h1 ^ (h1 >> 13)) * 0xC2B2AE35 & 0xFFFFFFFF
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 >= 1 << 31 else h1
 
 
 def _concat(name: str, tables: list) -> pa.Table:

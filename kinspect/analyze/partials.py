@@ -403,7 +403,7 @@ def buckets_of(table: pa.Table, keys, buckets: int) -> np.ndarray:
     return (combined % np.uint64(buckets)).astype(np.int32)
 
 
-# a task's partial rows of one aggregate and bucket, as an Arrow IPC stream
+# a task's partial rows of one aggregate and bucket (by the bucket's label), as an Arrow IPC stream
 BLOB_SCHEMA = "aggregate string, bucket int, data binary"
 
 
@@ -454,23 +454,22 @@ def blob_batch(names: list, buckets: list, blobs: list) -> pa.RecordBatch:
                                        "data": pa.array(blobs, pa.binary())})
 
 
-def partial_blobs(name: str, path: str, groups: list[int] | None, content: bytes | None, buckets: int,
+def partial_blobs(name: str, path: str, groups: list[int] | None, content: bytes | None, labels: list[int],
                   keys) -> pa.RecordBatch:
-    """Aggregate `name`'s partial rows of one piece, split into `buckets` by a hash of `keys`: a
-    record batch of (aggregate, bucket, Arrow IPC bytes of its rows), for Spark to shuffle by
-    bucket as opaque bytes (the merge is then pyarrow's, not a row-by-row aggregation in the JVM)."""
+    """Aggregate `name`'s partial rows of one piece, split into len(labels) buckets by a hash of
+    `keys`: a record batch of (aggregate, bucket's label, Arrow IPC bytes of its rows), for
+    Spark to shuffle by label as opaque bytes (the merge is then pyarrow's and numpy's, not a
+    row-by-row aggregation in the JVM)."""
     parts = list(partial_batches(name, path, groups, content))
     table = pa.Table.from_batches(parts, schema=arrow_schema_of(name)) if parts else None
     if table is None or not table.num_rows:
         return blob_batch([], [], [])
-    if buckets == 1:
-        return blob_batch([name], [0], [ipc_bytes(shrunk(table))])
-    bucket = buckets_of(table, keys, buckets)
+    if len(labels) == 1:
+        return blob_batch([name], labels, [ipc_bytes(shrunk(table))])
+    bucket = buckets_of(table, keys, len(labels))
     order = np.argsort(bucket, kind="stable")
     ordered, sorted_buckets = table.take(pa.array(order)), bucket[order]
     present = np.flatnonzero(np.diff(sorted_buckets, prepend=-1))  # where each bucket's rows start
     ends = np.append(present[1:], len(order))
     blobs = [ipc_bytes(shrunk(ordered.slice(start, end - start))) for start, end in zip(present, ends)]
-    return blob_batch([name] * len(blobs), sorted_buckets[present].tolist(), blobs)
-
-
+    return blob_batch([name] * len(blobs), [labels[b] for b in sorted_buckets[present]], blobs)

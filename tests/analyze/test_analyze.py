@@ -447,6 +447,34 @@ def test_partial_rows_shrink_for_the_shuffle_and_widen_back():
     assert from_ipc(ipc_bytes(small)).cast(schema).equals(table)
 
 
+@pytest.mark.integration
+def test_bucket_labels_land_on_their_partitions(spark):
+    """The merge's buckets are spread over the shuffle's partitions by their labels: this module's
+    copy of Spark's hash() of an int agrees with Spark's, and each large aggregate puts one
+    bucket in every partition."""
+    from pyspark.sql import functions as F
+
+    from kinspect.analyze.aggregates import LARGE, _spark_hash, placement
+
+    ints = [0, 1, -1, 42, 123456789, -(1 << 31), (1 << 31) - 1]
+    hashed = spark.createDataFrame([(i,) for i in ints], "i int").select(F.hash("i")).collect()
+    assert [row[0] for row in hashed] == [_spark_hash(i) for i in ints]
+    adaptive = spark.conf.get("spark.sql.adaptive.enabled")
+    spark.conf.set("spark.sql.adaptive.enabled", "false")  # partitions as planned, none coalesced
+    try:
+        for partitions in (1, 2, 6, 13):
+            labels = placement(partitions)
+            rows = [(name, label) for name, named in labels.items() for label in named]
+            where = {(r[0], r[1]): r[2] for r in spark.createDataFrame(rows, "aggregate string, bucket int")
+                     .repartition(partitions, "bucket").select("aggregate", "bucket", F.spark_partition_id())
+                     .collect()}
+            for name in LARGE:
+                assert [where[name, label] for label in labels[name]] == list(range(partitions))
+            assert {len(named) for name, named in labels.items() if name not in LARGE} == {1}
+    finally:
+        spark.conf.set("spark.sql.adaptive.enabled", adaptive)
+
+
 def test_buckets_hash_a_subset_of_the_merge_keys():
     """A bucket is hashed from some of the merge keys only: rows with equal merge keys then still
     share a bucket."""
