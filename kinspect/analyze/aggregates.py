@@ -86,9 +86,9 @@ def _spark_hash(value: int, seed: int = 42) -> int:
 
 
 def _concat(name: str, tables: list) -> pa.Table:
-    if tables:
-        return pa.concat_tables(tables)
-    return merge_arrow(name, arrow_schema_of(name).empty_table())  # no rows: the aggregate's empty table
+    """The merging tasks' rows of aggregate `name`, in its types (each came in its narrowest)."""
+    empty = merge_arrow(name, arrow_schema_of(name).empty_table())  # no rows: the aggregate's empty table
+    return pa.concat_tables([table.cast(empty.schema) for table in tables]) if tables else empty
 
 
 def on_driver(scan) -> dict:

@@ -53,9 +53,10 @@ def aggregate_columns(name: str) -> list[str]:
     return ["api"] + (["api_key"] if keep_key else []) + rest + list(values)
 
 
-def merge_arrow(name: str, partials):
+def merge_arrow(name: str, partials, decode: bool = True):
     """Aggregate `name` from its partial rows (a pyarrow Table), grouped by their keys packed
-    into one integer per row (kinspect.analyze.groups)."""
+    into one integer per row (kinspect.analyze.groups). Its strings are plain, or with
+    `decode` false left as dictionaries (what a merging task hands Spark)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -63,14 +64,16 @@ def merge_arrow(name: str, partials):
 
     keys, values, zeros, named, _ = MERGES[name]
     groups = Groups.of([partials[k] for k in keys])
-    columns = {k: decoded(groups.keys(partials[k])) for k in keys}
+    columns = {k: groups.keys(partials[k]) for k in keys}
     for column, op in values.items():
         merged = getattr(groups, op)(partials[column])
         columns[column] = pc.fill_null(merged, 0) if column in zeros else merged
-    if named:
-        columns["api"] = pc.coalesce(columns["api_name"],
-                                     pc.binary_join_element_wise("api_", pc.cast(columns["api_key"], pa.string()), ""))
-    return pa.table({c: columns[c] for c in aggregate_columns(name)})
+    if named:  # made once per distinct (api_key, api_name), a dictionary over the rows
+        apis = Groups.of([columns["api_key"], columns["api_name"]])
+        api_key = pc.cast(apis.keys(columns["api_key"]), pa.string())
+        api = pc.coalesce(decoded(apis.keys(columns["api_name"])), pc.binary_join_element_wise("api_", api_key, ""))
+        columns["api"] = pa.DictionaryArray.from_arrays(pa.array(apis.ids, pa.int32()), api)
+    return pa.table({c: decoded(columns[c]) if decode else columns[c] for c in aggregate_columns(name)})
 
 
 MERGED_SCHEMA = "aggregate string, data binary"  # a merging task's rows of one aggregate, as Arrow IPC
@@ -78,10 +81,11 @@ MERGED_SCHEMA = "aggregate string, data binary"  # a merging task's rows of one 
 
 def merge_batches(batches):
     """A merging task: partial rows of some aggregates' buckets in (record batches of
-    partials.BLOB_SCHEMA), each aggregate merged and out as (aggregate, Arrow IPC bytes)."""
+    partials.BLOB_SCHEMA), each aggregate merged and out as (aggregate, Arrow IPC bytes of its
+    rows in their narrowest types: aggregates.compute casts them back)."""
     import pyarrow as pa
 
-    from kinspect.analyze.partials import arrow_schema_of, from_ipc, ipc_bytes
+    from kinspect.analyze.partials import arrow_schema_of, from_ipc, ipc_bytes, shrunk
 
     blobs: dict[str, list] = {}
     for batch in batches:
@@ -91,4 +95,5 @@ def merge_batches(batches):
         schema = arrow_schema_of(name)  # each bucket's rows came in their own narrowest types
         partials = pa.concat_tables([from_ipc(blob).cast(schema) for blob in parts])
         yield pa.RecordBatch.from_pydict({"aggregate": pa.array([name], pa.string()),
-                                          "data": pa.array([ipc_bytes(merge_arrow(name, partials))], pa.binary())})
+                                          "data": pa.array([ipc_bytes(shrunk(merge_arrow(name, partials, False)))],
+                                                           pa.binary())})
