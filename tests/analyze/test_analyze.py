@@ -530,6 +530,21 @@ def test_percentiles_are_nearest_rank():
     assert got == want
 
 
+def test_percentile_order_packed_or_not():
+    """Rows sort by their keys' ranks, then v: packed into one int64 when they fit, by np.lexsort
+    when they do not (v spanning 2^62). Either way, the same sequence of keys and values."""
+    import numpy as np
+
+    from kinspect.analyze.tables import _order
+
+    rng = np.random.default_rng(5)
+    ranks = [rng.integers(0, 4, 3000), rng.integers(0, 50, 3000)]
+    for v in (rng.integers(-1000, 1000, 3000), rng.integers(-(1 << 62), 1 << 62, 3000)):
+        order = _order(ranks, v)
+        got = list(zip(ranks[0][order].tolist(), ranks[1][order].tolist(), v[order].tolist()))
+        assert got == sorted(zip(ranks[0].tolist(), ranks[1].tolist(), v.tolist()))
+
+
 # ----------------------------------------------------------------------------- what is written
 
 
