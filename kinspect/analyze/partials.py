@@ -330,24 +330,24 @@ def read_file(path: str, content: bytes | None):
         raise ValueError(f"{MALFORMED} {path}: {' '.join(str(exc).split())[:200]}") from None
 
 
-def partial_batches(name: str, path: str, groups: list[int] | None, content: bytes | None):
-    """Aggregate `name`'s partial rows of one piece (row groups `groups` of a file, or all of
-    them), as record batches: one per chunk of about CHUNK_ROWS rows, grouped at once."""
-    parquet = read_file(path, content)
+def partial_batches(name: str, parquet, path: str, groups: list[int] | None):
+    """Aggregate `name`'s partial rows of one piece (row groups `groups` of the ParquetFile
+    `parquet` read from `path`, or all of them), as record batches: one per chunk of about
+    CHUNK_ROWS rows, grouped at once."""
     present = set(parquet.schema_arrow.names)
     missing = [c for c in REQUIRED_COLUMNS if c in COLUMNS[name] and c not in present]
     if missing:
         raise ValueError(f"{MALFORMED} {path}: missing columns {', '.join(missing)}")
     wanted = [c for c in COLUMNS[name] if c in present]
     absent = [c for c in COLUMNS[name] if c not in present]  # optional (v2) columns of a v1 file: null
-    schema, full = arrow_schema_of(name), arrow_schema()
+    schema = arrow_schema_of(name)
     for chunk in _chunks(parquet.metadata, groups if groups is not None else range(parquet.num_row_groups)):
         # one row group at a time: each may have its own dictionaries, which Arrow cannot
         # read into one nested column at once (the string fields of a list<struct>)
         table = pa.concat_tables([parquet.read_row_group(group, columns=wanted, use_threads=False)
                                   for group in chunk])
         for column in absent:
-            table = table.append_column(column, pa.nulls(table.num_rows, full.field(column).type))
+            table = table.append_column(column, pa.nulls(table.num_rows, arrow_schema().field(column).type))
         if table.num_rows:
             yield from partial(name, table).cast(schema).to_batches()
 
@@ -370,7 +370,8 @@ def _chunks(metadata, groups):
 
 def on_driver(name: str, pieces: list) -> pa.Table:
     """Aggregate `name`'s partial rows of every piece, read in this process (a small capture)."""
-    batches = [batch for path, groups in pieces for batch in partial_batches(name, path, groups, None)]
+    batches = [batch for path, groups in pieces
+               for batch in partial_batches(name, read_file(path, None), path, groups)]
     return pa.Table.from_batches(batches, schema=arrow_schema_of(name))
 
 
@@ -443,7 +444,10 @@ def _narrowest(array) -> pa.Array:
 def shrunk(table: pa.Table) -> pa.Table:
     """Partial rows in the fewest bytes, for the shuffle (arrow_schema_of's types widen them
     back): most sums and counts fit in a byte or two, and Spark's JVM copies, compresses and
-    moves every byte several times (the 5M capture's partial rows: 400 -> 131 MB)."""
+    moves every byte several times (the 5M capture's partial rows: 400 -> 131 MB). A table
+    of a few rows stays as it is: a cast per column would cost more than its bytes."""
+    if table.num_rows < 1000:
+        return table
     return pa.table({column: _narrowest(table[column]) for column in table.column_names})
 
 
@@ -454,13 +458,13 @@ def blob_batch(names: list, buckets: list, blobs: list) -> pa.RecordBatch:
                                        "data": pa.array(blobs, pa.binary())})
 
 
-def partial_blobs(name: str, path: str, groups: list[int] | None, content: bytes | None, labels: list[int],
+def partial_blobs(name: str, parquet, path: str, groups: list[int] | None, labels: list[int],
                   keys) -> pa.RecordBatch:
-    """Aggregate `name`'s partial rows of one piece, split into len(labels) buckets by a hash of
-    `keys`: a record batch of (aggregate, bucket's label, Arrow IPC bytes of its rows), for
-    Spark to shuffle by label as opaque bytes (the merge is then pyarrow's and numpy's, not a
-    row-by-row aggregation in the JVM)."""
-    parts = list(partial_batches(name, path, groups, content))
+    """Aggregate `name`'s partial rows of one piece (as partial_batches takes it), split into
+    len(labels) buckets by a hash of `keys`: a record batch of (aggregate, bucket's label,
+    Arrow IPC bytes of its rows), for Spark to shuffle by label as opaque bytes (the merge is
+    then pyarrow's and numpy's, not a row-by-row aggregation in the JVM)."""
+    parts = list(partial_batches(name, parquet, path, groups))
     table = pa.Table.from_batches(parts, schema=arrow_schema_of(name)) if parts else None
     if table is None or not table.num_rows:
         return blob_batch([], [], [])

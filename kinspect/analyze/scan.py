@@ -119,13 +119,14 @@ def reader(buckets: dict[str, list[int]]):
     from kinspect.analyze.merge import BUCKET_KEYS
 
     def read(batches):
-        from kinspect.analyze.partials import partial_blobs
+        from kinspect.analyze.partials import partial_blobs, read_file
 
         for batch in batches:
             for path, groups, content in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(),
                                              batch.column(2).to_pylist()):
+                parquet = read_file(path, content)  # its footer parsed once for every aggregate
                 for name, labels in buckets.items():  # one aggregate's columns at a time: a piece's memory
-                    yield partial_blobs(name, path, groups, content, labels, BUCKET_KEYS[name])
+                    yield partial_blobs(name, parquet, path, groups, labels, BUCKET_KEYS[name])
     return read
 
 
