@@ -1,4 +1,4 @@
-"""How each aggregate's partial rows are merged into the aggregate, by pyarrow, in Spark's tasks or on the driver.
+"""How each aggregate's partial rows are merged into the aggregate (pyarrow, numpy), in Spark's tasks or on the driver.
 
 Spark's read tasks split their partial rows into buckets by a hash of the aggregate's keys;
 Spark shuffles the buckets (as opaque Arrow IPC bytes) and one task per bucket merges its
@@ -36,6 +36,13 @@ MERGES: dict[str, tuple[tuple[str, ...], dict[str, str], tuple[str, ...], bool, 
 }
 
 
+# name -> the keys a partial row's bucket is hashed from (partials.buckets_of): a few of its
+# merge keys, so rows with equal keys still meet, and enough to spread the rows over the
+# buckets; hashing fewer columns is cheaper (2.3M values partial rows: 133 -> 28 ms of CPU)
+BUCKET_KEYS: dict[str, tuple[str, ...]] = {name: keys for name, (keys, *_) in MERGES.items()}
+BUCKET_KEYS |= {"values": ("v",), "exchanges": ("client_id", "api_key", "version")}
+
+
 def aggregate_columns(name: str) -> list[str]:
     """The columns of aggregate `name`, in order: `api` first (where there is one), then the
     other keys, then the merged values."""
@@ -46,21 +53,27 @@ def aggregate_columns(name: str) -> list[str]:
     return ["api"] + (["api_key"] if keep_key else []) + rest + list(values)
 
 
-def merge_arrow(name: str, partials):
-    """Aggregate `name` from its partial rows (a pyarrow Table), merged by pyarrow."""
+def merge_arrow(name: str, partials, decode: bool = True):
+    """Aggregate `name` from its partial rows (a pyarrow Table), grouped by their keys packed
+    into one integer per row (kinspect.analyze.groups). Its strings are plain, or with
+    `decode` false left as dictionaries (what a merging task hands Spark)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    from kinspect.analyze.groups import Groups, decoded
+
     keys, values, zeros, named, _ = MERGES[name]
-    grouped = partials.group_by(list(keys), use_threads=False).aggregate([(c, op) for c, op in values.items()])
-    columns = {k: grouped[k] for k in keys}
+    groups = Groups.of([partials[k] for k in keys])
+    columns = {k: groups.keys(partials[k]) for k in keys}
     for column, op in values.items():
-        merged = grouped[f"{column}_{op}"]
+        merged = getattr(groups, op)(partials[column])
         columns[column] = pc.fill_null(merged, 0) if column in zeros else merged
-    if named:
-        columns["api"] = pc.coalesce(columns["api_name"],
-                                     pc.binary_join_element_wise("api_", pc.cast(columns["api_key"], pa.string()), ""))
-    return pa.table({c: columns[c] for c in aggregate_columns(name)})
+    if named:  # made once per distinct (api_key, api_name), a dictionary over the rows
+        apis = Groups.of([columns["api_key"], columns["api_name"]])
+        api_key = pc.cast(apis.keys(columns["api_key"]), pa.string())
+        api = pc.coalesce(decoded(apis.keys(columns["api_name"])), pc.binary_join_element_wise("api_", api_key, ""))
+        columns["api"] = pa.DictionaryArray.from_arrays(pa.array(apis.ids, pa.int32()), api)
+    return pa.table({c: decoded(columns[c]) if decode else columns[c] for c in aggregate_columns(name)})
 
 
 MERGED_SCHEMA = "aggregate string, data binary"  # a merging task's rows of one aggregate, as Arrow IPC
@@ -68,16 +81,19 @@ MERGED_SCHEMA = "aggregate string, data binary"  # a merging task's rows of one 
 
 def merge_batches(batches):
     """A merging task: partial rows of some aggregates' buckets in (record batches of
-    partials.BLOB_SCHEMA), each aggregate merged and out as (aggregate, Arrow IPC bytes)."""
+    partials.BLOB_SCHEMA), each aggregate merged and out as (aggregate, Arrow IPC bytes of its
+    rows in their narrowest types: aggregates.compute casts them back)."""
     import pyarrow as pa
 
-    from kinspect.analyze.partials import from_ipc, ipc_bytes
+    from kinspect.analyze.partials import arrow_schema_of, from_ipc, ipc_bytes, shrunk
 
     blobs: dict[str, list] = {}
     for batch in batches:
         for name, blob in zip(batch.column(0).to_pylist(), batch.column(2).to_pylist()):
             blobs.setdefault(name, []).append(blob)
     for name, parts in blobs.items():
-        partials = pa.concat_tables([from_ipc(blob) for blob in parts])
+        schema = arrow_schema_of(name)  # each bucket's rows came in their own narrowest types
+        partials = pa.concat_tables([from_ipc(blob).cast(schema) for blob in parts])
         yield pa.RecordBatch.from_pydict({"aggregate": pa.array([name], pa.string()),
-                                          "data": pa.array([ipc_bytes(merge_arrow(name, partials))], pa.binary())})
+                                          "data": pa.array([ipc_bytes(shrunk(merge_arrow(name, partials, False)))],
+                                                           pa.binary())})

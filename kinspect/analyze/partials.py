@@ -1,11 +1,12 @@
-"""Partial aggregates of one piece of capture rows, computed with Arrow's compiled kernels.
+"""Partial aggregates of one piece of capture rows, computed with Arrow's and numpy's compiled kernels.
 
 Every aggregate of kinspect.analyze.aggregates is computed in two steps: here, a Spark task
-reads its piece of the capture files with pyarrow (only the columns the aggregate needs),
-groups it with Arrow's hash aggregation and splits the partial rows into buckets by a hash
-of their keys (`partial_blobs`); Spark shuffles the buckets as Arrow IPC bytes and another
-task merges each (kinspect.analyze.merge). The driver does both for a small capture. No
-Python runs per row: list columns are flattened and grouped by Arrow, never looped over.
+reads its piece of the capture files with pyarrow (only the columns the aggregate needs,
+strings as dictionaries), groups it by its keys packed into one integer per row
+(kinspect.analyze.groups) and splits the partial rows into buckets by a hash of their keys
+(`partial_blobs`); Spark shuffles the buckets as Arrow IPC bytes and another task merges
+each (kinspect.analyze.merge). The driver does both for a small capture. No Python runs
+per row: list columns are flattened and grouped as whole arrays, never looped over.
 
 Each aggregate's function takes a pyarrow Table holding (at least) COLUMNS[name] and returns
 a Table of PARTIAL_SCHEMAS[name]: the aggregate's keys and its mergeable partial values.
@@ -17,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kinspect.analyze.groups import Groups, codes, decoded, pack, whole
 from kinspect.analyze.inputs import MALFORMED, REQUIRED_COLUMNS
 from kinspect.capture.schema import arrow_schema
 
@@ -66,33 +68,10 @@ _I32, _I64 = pa.int32(), pa.int64()
 CHUNK_ROWS = 500_000  # rows grouped at once by a task (scan.PIECE_ROWS: a local piece is one chunk)
 
 
-def _group(table: pa.Table, keys, aggregations) -> pa.Table:
-    """`table` grouped by `keys` (nulls form their own group), as Spark's groupBy does."""
-    return table.group_by(list(keys), use_threads=False).aggregate(list(aggregations))
-
-
-def _renamed(table: pa.Table, names: dict[str, str]) -> pa.Table:
-    return table.rename_columns([names.get(c, c) for c in table.column_names])
-
-
-def _flag(condition) -> pa.Array:
-    """1 where `condition` is true, 0 where false or null (Spark's count of when(condition))."""
-    return pc.cast(pc.fill_null(condition, False), _I64)
-
-
-def _where(condition, value) -> pa.Array:
-    """`value` where `condition` is true, null elsewhere (Spark's when(condition, value))."""
-    return pc.if_else(pc.fill_null(condition, False), pc.cast(value, _I64), pa.scalar(None, _I64))
-
-
-def _api(table: pa.Table) -> dict[str, pa.Array]:
-    return {"api_key": pc.cast(table["api_key"], _I32), "api_name": table["api_name"]}
-
-
 def _inline(table: pa.Table, column: str) -> tuple["_Fields", np.ndarray]:
     """The elements of a list<struct> column, and the row each came from (Spark's inline())."""
     lists = table[column]  # chunked (a chunk per row group): flattened per chunk, no copy of the whole
-    return _Fields(pc.list_flatten(lists)), pc.list_parent_indices(lists).to_numpy()
+    return _Fields(pc.list_flatten(lists)), pc.list_parent_indices(lists).to_numpy().astype(np.int64)
 
 
 class _Fields:
@@ -105,10 +84,22 @@ class _Fields:
         return pc.struct_field(self.elements, name)
 
 
+def _api_code(table: pa.Table) -> np.ndarray:
+    """Each row's (api_key, api_name) as one integer: a key column of the flattened aggregates,
+    taken per element without touching the names again."""
+    return pack([table["api_key"], table["api_name"]])
+
+
+def _api(table: pa.Table, rows) -> dict[str, pa.Array]:
+    """api_key and api_name of the capture rows `rows` (each group's first)."""
+    at = pa.array(rows)
+    return {"api_key": pc.cast(whole(table["api_key"]).take(at), _I32), "api_name": whole(table["api_name"]).take(at)}
+
+
 def _magic_mask(table: pa.Table) -> pa.Array:
     """The record-batch magic values seen (0, 1, 2) as a bit mask (bit m: magic m), 0 for none."""
     mask = np.zeros(table.num_rows, np.int64)
-    lists = table["record_magics"].combine_chunks()
+    lists = whole(table["record_magics"])
     magics = pc.list_flatten(lists).to_numpy(zero_copy_only=False)
     if len(magics):
         rows = pc.list_parent_indices(lists).to_numpy()
@@ -123,139 +114,173 @@ def exchanges(table: pa.Table) -> pa.Table:
     kip = pc.and_(pc.invert(table["flexible"]), pc.is_valid(table["first_flexible_version"]))
     kip_request = pc.and_(kip, pc.is_valid(table["request_compact_size"]))
     kip_response = pc.and_(pc.and_(kip, pc.is_valid(table["response_compact_size"])), has_response)
-    rows = pa.table({
-        "software": pc.fill_null(table["client_software_name"], "unknown"),
-        "software_version": table["client_software_version"], "client_id": table["client_id"], **_api(table),
-        "version": pc.cast(table["request_version"], _I32),
-        "response_version": pc.cast(pc.coalesce(table["response_version"], table["request_version"]), _I32),
-        "magic_mask": _magic_mask(table),
-        "first_flexible_version": pc.cast(table["first_flexible_version"], _I32), "flexible": table["flexible"],
-        "schema_version": pc.cast(table["schema_version"], _I32),
-        "t_us": pc.cast(pc.cast(table["request_time"], pa.timestamp("us", "UTC")), _I64),
-        "request_size": pc.cast(request_size, _I64), "response_size": pc.cast(response_size, _I64),
-        "has_response": _flag(has_response),
-        "request_decode_error": _flag(pc.is_valid(table["request_decode_error"])),
-        "response_decode_error": _flag(pc.is_valid(table["response_decode_error"])),
-        "not_inspected": _flag(pc.invert(table["request_inspected"])),
-        "kip_request": _flag(kip_request), "kip_request_bytes": _where(kip_request, request_size),
-        "kip_request_compact": _where(kip_request, table["request_compact_size"]),
-        "kip_response": _flag(kip_response), "kip_response_bytes": _where(kip_response, response_size),
-        "kip_response_compact": _where(kip_response, table["response_compact_size"]),
-    })
-    sums = {"request_size": "request_bytes", "response_size": "response_bytes", "has_response": "responses",
-            "request_decode_error": "request_decode_errors", "response_decode_error": "response_decode_errors",
-            "not_inspected": "requests_not_inspected", "kip_request": "kip_requests",
-            "kip_request_bytes": "kip_request_bytes", "kip_request_compact": "kip_request_compact",
-            "kip_response": "kip_responses", "kip_response_bytes": "kip_response_bytes",
-            "kip_response_compact": "kip_response_compact"}
-    grouped = _group(rows, EXCHANGE_KEYS, [("t_us", "min"), ("t_us", "max"),
-                                           ("request_size", "count", pc.CountOptions("all"))]
-                     + [(column, "sum") for column in sums])
-    names = {"t_us_min": "lo", "t_us_max": "hi", "request_size_count": "n"}
-    names |= {f"{column}_sum": name for column, name in sums.items()}
-    return _renamed(grouped, names)
+    response_version = pc.coalesce(table["response_version"], table["request_version"])
+    magic_mask = _magic_mask(table)
+    keys = [(table["client_software_name"], "unknown"), table["client_software_version"], table["client_id"],
+            table["api_key"], table["api_name"], table["request_version"], response_version, magic_mask,
+            table["first_flexible_version"], table["flexible"], table["schema_version"]]
+    groups = Groups.of(keys)
+    first = groups.keys
+    t_us = pc.cast(table["request_time"], pa.timestamp("us", "UTC"))
+    return pa.table({
+        "software": pc.fill_null(decoded(first(table["client_software_name"])), "unknown"),
+        "software_version": first(table["client_software_version"]), "client_id": first(table["client_id"]),
+        "api_key": first(table["api_key"]), "api_name": first(table["api_name"]),
+        "version": first(table["request_version"]), "response_version": first(response_version),
+        "magic_mask": first(magic_mask), "first_flexible_version": first(table["first_flexible_version"]),
+        "flexible": first(table["flexible"]), "schema_version": first(table["schema_version"]),
+        "lo": groups.min(t_us), "hi": groups.max(t_us), "n": groups.size(),
+        "request_bytes": groups.sum(request_size), "response_bytes": groups.sum(response_size),
+        "responses": groups.count(has_response),
+        "request_decode_errors": groups.count(pc.is_valid(table["request_decode_error"])),
+        "response_decode_errors": groups.count(pc.is_valid(table["response_decode_error"])),
+        "requests_not_inspected": groups.count(pc.invert(table["request_inspected"])),
+        "kip_requests": groups.count(kip_request), "kip_request_bytes": groups.sum(request_size, kip_request),
+        "kip_request_compact": groups.sum(table["request_compact_size"], kip_request),
+        "kip_responses": groups.count(kip_response), "kip_response_bytes": groups.sum(response_size, kip_response),
+        "kip_response_compact": groups.sum(table["response_compact_size"], kip_response)})
 
 
 def addresses(table: pa.Table) -> pa.Table:
-    rows = pa.table({"software": pc.fill_null(table["client_software_name"], "unknown"),
-                     "software_version": table["client_software_version"], "address": table["client_address"]})
-    return _group(rows, rows.column_names, [])
+    software = table["client_software_name"]
+    groups = Groups.of([(software, "unknown"), table["client_software_version"], table["client_address"]])
+    return pa.table({"software": pc.fill_null(decoded(groups.keys(software)), "unknown"),
+                     "software_version": groups.keys(table["client_software_version"]),
+                     "address": groups.keys(table["client_address"])})
 
 
 def values(table: pa.Table) -> pa.Table:
-    """Every request size, response size and latency, counted per distinct value."""
-    api = _api(table)
-    request_version = pc.cast(table["request_version"], _I32)
-    parts = [pa.table({**api, "direction": pa.array(np.full(table.num_rows, REQUEST, np.int8)),
-                       "version": request_version, "v": pc.cast(table["request_size"], _I64)})]
-    for direction, version, value in ((RESPONSE, pc.cast(pc.coalesce(table["response_version"],
-                                                                      table["request_version"]), _I32),
-                                       table["response_size"]),
-                                      (LATENCY, pa.nulls(table.num_rows, _I32), table["latency_us"])):
-        part = pa.table({**api, "direction": pa.array(np.full(table.num_rows, direction, np.int8)),
-                         "version": version, "v": pc.cast(value, _I64)})
-        parts.append(part.filter(pc.is_valid(part["v"])))
+    """Every request size, response size and latency, counted per distinct value: the three
+    sides' (api, direction, version, value) packed into one int64 each, counted by Arrow, and
+    unpacked (a value range too wide to pack is grouped the general way)."""
+    api = Groups.of([table["api_key"], table["api_name"]])
+    request_version = whole(table["request_version"])
+    sides = ((REQUEST, request_version, whole(table["request_size"])),
+             (RESPONSE, whole(pc.coalesce(table["response_version"], table["request_version"])),
+              whole(table["response_size"])),
+             (LATENCY, None, whole(table["latency_us"])))
+    # only the request side keeps a null value (as today: a request always has a size)
+    kept = [None if direction == REQUEST else pc.is_valid(value).to_numpy(zero_copy_only=False)
+            for direction, _, value in sides]
+    version_low, version_span = _range([version for _, version, _ in sides if version is not None])
+    value_low, value_span = _range([value for _, _, value in sides])
+    if api.number * 3 * version_span * value_span >= 1 << 62:
+        return _values_wide(table, api, sides, kept)
+    keys = []
+    for (direction, version, value), keep in zip(sides, kept):
+        key = api.ids * 3 + direction
+        key = key * version_span + (_offsets(version, version_low) if version is not None else 0)
+        key = key * value_span + _offsets(value, value_low)
+        keys.append(key if keep is None else key[keep])
+    counted = (pa.table({"k": np.concatenate(keys)}).group_by("k", use_threads=False)
+               .aggregate([("k", "count", pc.CountOptions("all"))]))
+    key = counted["k"].to_numpy()
+    key, value = np.divmod(key, value_span)
+    key, version = np.divmod(key, version_span)
+    api_id, direction = np.divmod(key, 3)
+    return pa.table({**_api(table, api.first[api_id]), "direction": pa.array(direction.astype(np.int8)),
+                     "version": pa.array(version + (version_low - 1), _I32, mask=version == 0),
+                     "v": pa.array(value + (value_low - 1), _I64, mask=value == 0), "n": counted["k_count"]})
+
+
+def _range(arrays) -> tuple[int, int]:
+    """The lowest value of some integer arrays, and the span of their codes (`_offsets`)."""
+    lows, highs = zip(*((s.as_py() for s in pc.min_max(a).values()) for a in arrays))
+    lows, highs = [v for v in lows if v is not None], [v for v in highs if v is not None]
+    if not lows:
+        return 0, 1
+    return min(lows), max(highs) - min(lows) + 2
+
+
+def _offsets(array, low: int) -> np.ndarray:
+    """Each value's offset from `low`, plus one; null 0."""
+    return pc.fill_null(pc.cast(array, _I64), low - 1).to_numpy() - (low - 1)
+
+
+def _values_wide(table: pa.Table, api: Groups, sides, kept) -> pa.Table:
+    """`values` for values too far apart to pack: the sides concatenated and grouped by Groups."""
+    parts = []
+    for (direction, version, value), keep in zip(sides, kept):
+        rows = np.arange(table.num_rows) if keep is None else np.flatnonzero(keep)
+        at = pa.array(rows)
+        parts.append(pa.table({"api": api.ids[rows], "direction": pa.array(np.full(len(rows), direction, np.int8)),
+                               "version": (pc.cast(version, _I32).take(at) if version is not None
+                                           else pa.nulls(len(rows), _I32)),
+                               "v": pc.cast(value, _I64).take(at)}))
     rows = pa.concat_tables(parts)
-    grouped = _group(rows, ("api_key", "api_name", "direction", "version", "v"), [("v", "count", pc.CountOptions("all"))])
-    return _renamed(grouped, {"v_count": "n"})
+    groups = Groups.of([rows["api"], rows["direction"], rows["version"], rows["v"]])
+    return pa.table({**_api(table, api.first[groups.keys(rows["api"]).to_numpy()]),
+                     "direction": groups.keys(rows["direction"]), "version": groups.keys(rows["version"]),
+                     "v": groups.keys(rows["v"]), "n": groups.size()})
 
 
 def topics(table: pa.Table) -> pa.Table:
-    # a topic named twice in one exchange (request and response, say) counts once
     elements, rows = _inline(table, "topic_partitions")
-    named = _group(pa.table({"row": rows, "topic": elements.field("topic")}), ("row", "topic"), [])
-    at = named["row"]
-    per_topic = pa.table({"topic": named["topic"],
-                          "request_size": pc.cast(table["request_size"].take(at), _I64),
-                          "response_size": pc.cast(pc.fill_null(table["response_size"].take(at), 0), _I64)})
-    grouped = _group(per_topic, ("topic",), [("topic", "count", pc.CountOptions("all")),
-                                             ("request_size", "sum"), ("response_size", "sum")])
-    return _renamed(grouped, {"topic_count": "exchanges", "request_size_sum": "request_bytes",
-                              "response_size_sum": "response_bytes"})
-
-
-def _parent_api(table: pa.Table, rows: np.ndarray) -> dict[str, pa.Array]:
-    at = pa.array(rows)
-    return {"api_key": pc.cast(table["api_key"].take(at), _I32), "api_name": table["api_name"].take(at)}
+    topic = whole(elements.field("topic"))
+    code, span = codes(topic)
+    # A topic named twice in one exchange (request and response, say) counts once: the
+    # elements' distinct (row, topic), by a sort of one int64 each (a row below 2^31 times a
+    # code below 2^31). The rows ascend already, so the stable sort (a timsort) only has
+    # each row's few elements to order: much cheaper than hashing keys nearly all distinct.
+    key = rows * span + code
+    order = np.argsort(key, kind="stable")
+    ordered = key[order]
+    first = np.ones(len(order), bool)
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    named = order[first]  # an element of each distinct (row, topic)
+    per_topic = Groups(code[named])
+    at = pa.array(rows[named])
+    return pa.table({"topic": per_topic.keys(topic.take(pa.array(named))), "exchanges": per_topic.size(),
+                     "request_bytes": per_topic.sum(whole(table["request_size"]).take(at)),
+                     "response_bytes": per_topic.sum(pc.fill_null(whole(table["response_size"]).take(at), 0))})
 
 
 def tags(table: pa.Table) -> pa.Table:
     elements, rows = _inline(table, "tagged_fields")
-    flat = pa.table({**_parent_api(table, rows), "location": elements.field("location"), "path": elements.field("path"),
-                     "tag": pc.cast(elements.field("tag"), _I32), "name": elements.field("name"),
-                     "known": elements.field("known"), "size": pc.cast(elements.field("size"), _I64)})
-    grouped = _group(flat, ("api_key", "api_name", "location", "path", "tag", "name", "known"),
-                     [("size", "count", pc.CountOptions("all")), ("size", "sum")])
-    return _renamed(grouped, {"size_count": "count", "size_sum": "bytes"})
+    fields = {name: whole(elements.field(name)) for name in ("location", "path", "tag", "name", "known")}
+    groups = Groups.of([_api_code(table)[rows], *fields.values()])
+    return pa.table({**_api(table, rows[groups.first]), **{name: groups.keys(f) for name, f in fields.items()},
+                     "count": groups.size(), "bytes": groups.sum(elements.field("size"))})
 
 
-def _hist_columns(hists, prefix: str) -> dict[str, pa.Array]:
-    """Element i of every histogram list as column prefix<i+1>, 0 where a list is shorter: schema
-    version 3 leaves each list's trailing zero counts out (versions 1 and 2 always wrote 10)."""
+def _hist_sums(groups: Groups, hists, prefix: str) -> dict[str, pa.Array]:
+    """Each group's sums of element i of the histogram lists, as column prefix<i+1>: a count
+    past a list's end is 0 (schema version 3 leaves trailing zero counts out; versions 1
+    and 2 always wrote 10)."""
+    hists = whole(hists)
     lengths = pc.fill_null(pc.list_value_length(hists), 0).to_numpy().astype(np.int64)
-    flat = pc.list_flatten(hists).to_numpy()
-    if (lengths == 10).all():  # a version 1 or 2 file
-        columns = np.ascontiguousarray(flat.reshape(-1, 10).T)  # one contiguous row per slot
-        return {f"{prefix}{i + 1}": pa.array(columns[i]) for i in range(10)}
-    # Most lists hold one to three counts: a slot no list reaches is one shared array of zeros.
-    starts = np.cumsum(lengths) - lengths
-    zeros = None
-    out = {}
-    for i in range(10):
-        reached = lengths > i
-        if reached.any():
-            column = np.zeros(len(lengths), flat.dtype)
-            column[reached] = flat[starts[reached] + i]
-            out[f"{prefix}{i + 1}"] = pa.array(column)
-        else:
-            zeros = zeros if zeros is not None else pa.array(np.zeros(len(lengths), flat.dtype))
-            out[f"{prefix}{i + 1}"] = zeros
-    return out
+    counts = pc.fill_null(pc.list_flatten(hists), 0).to_numpy().astype(np.int64)
+    starts = np.cumsum(lengths) - lengths  # where each list's counts begin among all the counts
+    # each count's place in the (groups x 10) sums: its group's row, plus its place in its list
+    place = np.repeat(groups.ids * 10 - starts, lengths) + np.arange(len(counts))
+    if len(lengths) and lengths.max() > 10:  # no such list is written; past 10 is left out
+        inside = place - np.repeat(groups.ids * 10, lengths) < 10
+        place, counts = place[inside], counts[inside]
+    sums = np.zeros(groups.number * 10, np.int64)
+    np.add.at(sums, place, counts)
+    sums = sums.reshape(groups.number, 10)
+    return {f"{prefix}{i + 1}": pa.array(np.ascontiguousarray(sums[:, i])) for i in range(10)}
 
 
 def integers(table: pa.Table) -> pa.Table:
     elements, rows = _inline(table, "integer_fields")
-    flat = pa.table({**_parent_api(table, rows), "location": elements.field("location"),
-                     "path": elements.field("path"), "type": elements.field("type"),
-                     "count": pc.cast(elements.field("count"), _I64),
-                     "fixed_bytes": pc.cast(elements.field("fixed_bytes"), _I64),
-                     "packed_bytes": pc.cast(elements.field("zigzag_bytes"), _I64),
-                     "upacked_bytes": pc.cast(elements.field("uvarint_bytes"), _I64),
-                     **_hist_columns(elements.field("uvarint_hist"), "u"),
-                     **_hist_columns(elements.field("zigzag_hist"), "z")})
-    sums = ("count", "fixed_bytes", "packed_bytes", "upacked_bytes") + HIST
-    grouped = _group(flat, ("api_key", "api_name", "location", "path", "type"),
-                     [("count", "count", pc.CountOptions("all"))] + [(column, "sum") for column in sums])
-    return _renamed(grouped, {"count_count": "exchanges"} | {f"{column}_sum": column for column in sums})
+    fields = {name: whole(elements.field(name)) for name in ("location", "path", "type")}
+    groups = Groups.of([_api_code(table)[rows], *fields.values()])
+    return pa.table({**_api(table, rows[groups.first]), **{name: groups.keys(f) for name, f in fields.items()},
+                     "exchanges": groups.size(), "count": groups.sum(elements.field("count")),
+                     "fixed_bytes": groups.sum(elements.field("fixed_bytes")),
+                     "packed_bytes": groups.sum(elements.field("zigzag_bytes")),
+                     "upacked_bytes": groups.sum(elements.field("uvarint_bytes")),
+                     **_hist_sums(groups, elements.field("uvarint_hist"), "u"),
+                     **_hist_sums(groups, elements.field("zigzag_hist"), "z")})
 
 
 def errors(table: pa.Table) -> pa.Table:
     elements, rows = _inline(table, "error_codes")
-    flat = pa.table({**_parent_api(table, rows), "code": pc.cast(elements.field("code"), _I32),
-                     "name": elements.field("name"), "count": pc.cast(elements.field("count"), _I64)})
-    grouped = _group(flat, ("api_key", "api_name", "code", "name"),
-                     [("count", "sum"), ("count", "count", pc.CountOptions("all"))])
-    return _renamed(grouped, {"count_sum": "count", "count_count": "exchanges"})
+    code, name = whole(elements.field("code")), whole(elements.field("name"))
+    groups = Groups.of([_api_code(table)[rows], code, name])
+    return pa.table({**_api(table, rows[groups.first]), "code": groups.keys(code), "name": groups.keys(name),
+                     "count": groups.sum(elements.field("count")), "exchanges": groups.size()})
 
 
 PARTIALS = {"exchanges": exchanges, "addresses": addresses, "values": values, "topics": topics,
@@ -272,42 +297,57 @@ def partial(name: str, table: pa.Table) -> pa.Table:
     return PARTIALS[name](table).select(column_names(name))
 
 
-_ARROW_TYPES = {"string": pa.string(), "int": _I32, "bigint": _I64, "tinyint": pa.int8(), "boolean": pa.bool_()}
+# strings as dictionaries: a capture's few distinct names, ids and addresses, whose indices
+# the merge groups by (kinspect.analyze.groups) without hashing the strings
+_ARROW_TYPES = {"string": pa.dictionary(_I32, pa.string()), "int": _I32, "bigint": _I64, "tinyint": pa.int8(),
+                "boolean": pa.bool_()}
 
 
 def arrow_schema_of(name: str) -> pa.Schema:
-    """PARTIAL_SCHEMAS[name] as an Arrow schema (what the task hands Spark)."""
+    """PARTIAL_SCHEMAS[name] as an Arrow schema, strings as dictionaries: the partial rows' types."""
     return pa.schema([(column, _ARROW_TYPES[kind]) for column, kind in
                       (part.strip().split(" ") for part in PARTIAL_SCHEMAS[name].split(","))])
 
 
 def read_file(path: str, content: bytes | None):
-    """A capture file as a pyarrow ParquetFile: from Spark's bytes, or from its file: URI."""
+    """A capture file as a pyarrow ParquetFile: from Spark's bytes, or from its file: URI. Its
+    string columns (nested ones too) are read as dictionaries: Parquet stores them
+    dictionary-encoded, so the read hands over each page's indices instead of building every
+    string, and the grouping takes the indices as codes instead of hashing the strings."""
     import pyarrow.parquet as pq
 
     from kinspect.analyze.inputs import local_path
 
+    def source():
+        return pa.BufferReader(content) if content is not None else str(local_path(path))
+
     try:
-        return pq.ParquetFile(pa.BufferReader(content) if content is not None else str(local_path(path)))
+        plain = pq.ParquetFile(source())
+        strings = [column.path for column in (plain.schema.column(i) for i in range(len(plain.schema)))
+                   if column.logical_type.type == "STRING" or column.converted_type == "UTF8"]
+        return pq.ParquetFile(source(), read_dictionary=strings, metadata=plain.metadata)
     except Exception as exc:  # pyarrow raises ArrowInvalid, OSError... for a bad footer
         raise ValueError(f"{MALFORMED} {path}: {' '.join(str(exc).split())[:200]}") from None
 
 
-def partial_batches(name: str, path: str, groups: list[int] | None, content: bytes | None):
-    """Aggregate `name`'s partial rows of one piece (row groups `groups` of a file, or all of
-    them), as record batches: one per chunk of about CHUNK_ROWS rows, grouped by Arrow."""
-    parquet = read_file(path, content)
+def partial_batches(name: str, parquet, path: str, groups: list[int] | None):
+    """Aggregate `name`'s partial rows of one piece (row groups `groups` of the ParquetFile
+    `parquet` read from `path`, or all of them), as record batches: one per chunk of about
+    CHUNK_ROWS rows, grouped at once."""
     present = set(parquet.schema_arrow.names)
     missing = [c for c in REQUIRED_COLUMNS if c in COLUMNS[name] and c not in present]
     if missing:
         raise ValueError(f"{MALFORMED} {path}: missing columns {', '.join(missing)}")
     wanted = [c for c in COLUMNS[name] if c in present]
     absent = [c for c in COLUMNS[name] if c not in present]  # optional (v2) columns of a v1 file: null
-    schema, full = arrow_schema_of(name), arrow_schema()
+    schema = arrow_schema_of(name)
     for chunk in _chunks(parquet.metadata, groups if groups is not None else range(parquet.num_row_groups)):
-        table = parquet.read_row_groups(chunk, columns=wanted, use_threads=False)
+        # one row group at a time: each may have its own dictionaries, which Arrow cannot
+        # read into one nested column at once (the string fields of a list<struct>)
+        table = pa.concat_tables([parquet.read_row_group(group, columns=wanted, use_threads=False)
+                                  for group in chunk])
         for column in absent:
-            table = table.append_column(column, pa.nulls(table.num_rows, full.field(column).type))
+            table = table.append_column(column, pa.nulls(table.num_rows, arrow_schema().field(column).type))
         if table.num_rows:
             yield from partial(name, table).cast(schema).to_batches()
 
@@ -330,19 +370,21 @@ def _chunks(metadata, groups):
 
 def on_driver(name: str, pieces: list) -> pa.Table:
     """Aggregate `name`'s partial rows of every piece, read in this process (a small capture)."""
-    batches = [batch for path, groups in pieces for batch in partial_batches(name, path, groups, None)]
+    batches = [batch for path, groups in pieces
+               for batch in partial_batches(name, read_file(path, None), path, groups)]
     return pa.Table.from_batches(batches, schema=arrow_schema_of(name))
 
 
 def _column_hash(column) -> np.ndarray:
-    """A hash of each value of a key column, the same in every process: strings by the CRC-32 of
-    their distinct values (a capture has few distinct ids, names and addresses), numbers and
+    """A hash of each value of a key column, the same in every process: strings (plain or a
+    dictionary) by the CRC-32 of their distinct values (a capture has few distinct ids, names
+    and addresses; a value twice in a dictionary gets the same CRC both times), numbers and
     booleans by their value, null by a constant."""
     import zlib
 
-    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
-        encoded = pc.dictionary_encode(array)
+    array = whole(column)
+    if pa.types.is_dictionary(array.type) or pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
+        encoded = array if pa.types.is_dictionary(array.type) else pc.dictionary_encode(array)
         digests = np.array([zlib.crc32(value.encode()) for value in encoded.dictionary.to_pylist()] or [0],
                            np.uint64)
         hashed = digests[pc.fill_null(encoded.indices, 0).to_numpy()]
@@ -362,7 +404,7 @@ def buckets_of(table: pa.Table, keys, buckets: int) -> np.ndarray:
     return (combined % np.uint64(buckets)).astype(np.int32)
 
 
-# a task's partial rows of one aggregate and bucket, as an Arrow IPC stream
+# a task's partial rows of one aggregate and bucket (by the bucket's label), as an Arrow IPC stream
 BLOB_SCHEMA = "aggregate string, bucket int, data binary"
 
 
@@ -379,6 +421,36 @@ def from_ipc(data: bytes) -> pa.Table:
     return pa.ipc.open_stream(data).read_all()
 
 
+_INTEGERS = tuple((kind, -(1 << (kind.bit_width - 1)), (1 << (kind.bit_width - 1)) - 1)
+                  for kind in (pa.int8(), pa.int16(), pa.int32()))
+
+
+def _narrowest(array) -> pa.Array:
+    """`array` in the fewest bytes that hold its values: integers in the narrowest type of their
+    range, a dictionary's indices in the narrowest type of its length."""
+    array = whole(array)
+    if pa.types.is_dictionary(array.type):
+        indices = _narrowest(pa.array([0, len(array.dictionary) - 1], array.type.index_type))
+        return pa.DictionaryArray.from_arrays(array.indices.cast(indices.type), array.dictionary)
+    if not pa.types.is_integer(array.type):
+        return array
+    low, high = (value.as_py() for value in pc.min_max(array).values())
+    for kind, smallest, largest in _INTEGERS:
+        if kind.bit_width < array.type.bit_width and (low is None or (smallest <= low and high <= largest)):
+            return array.cast(kind)
+    return array
+
+
+def shrunk(table: pa.Table) -> pa.Table:
+    """Partial rows in the fewest bytes, for the shuffle (arrow_schema_of's types widen them
+    back): most sums and counts fit in a byte or two, and Spark's JVM copies, compresses and
+    moves every byte several times (the 5M capture's partial rows: 400 -> 131 MB). A table
+    of a few rows stays as it is: a cast per column would cost more than its bytes."""
+    if table.num_rows < 1000:
+        return table
+    return pa.table({column: _narrowest(table[column]) for column in table.column_names})
+
+
 def blob_batch(names: list, buckets: list, blobs: list) -> pa.RecordBatch:
     """A record batch of BLOB_SCHEMA."""
     return pa.RecordBatch.from_pydict({"aggregate": pa.array(names, pa.string()),
@@ -386,21 +458,22 @@ def blob_batch(names: list, buckets: list, blobs: list) -> pa.RecordBatch:
                                        "data": pa.array(blobs, pa.binary())})
 
 
-def partial_blobs(name: str, path: str, groups: list[int] | None, content: bytes | None, buckets: int,
+def partial_blobs(name: str, parquet, path: str, groups: list[int] | None, labels: list[int],
                   keys) -> pa.RecordBatch:
-    """Aggregate `name`'s partial rows of one piece, split into `buckets` by a hash of `keys`: a
-    record batch of (aggregate, bucket, Arrow IPC bytes of its rows), for Spark to shuffle by
-    bucket as opaque bytes (the merge is then pyarrow's, not a row-by-row aggregation in the JVM)."""
-    parts = list(partial_batches(name, path, groups, content))
+    """Aggregate `name`'s partial rows of one piece (as partial_batches takes it), split into
+    len(labels) buckets by a hash of `keys`: a record batch of (aggregate, bucket's label,
+    Arrow IPC bytes of its rows), for Spark to shuffle by label as opaque bytes (the merge is
+    then pyarrow's and numpy's, not a row-by-row aggregation in the JVM)."""
+    parts = list(partial_batches(name, parquet, path, groups))
     table = pa.Table.from_batches(parts, schema=arrow_schema_of(name)) if parts else None
     if table is None or not table.num_rows:
         return blob_batch([], [], [])
-    bucket = buckets_of(table, keys, buckets)
+    if len(labels) == 1:
+        return blob_batch([name], labels, [ipc_bytes(shrunk(table))])
+    bucket = buckets_of(table, keys, len(labels))
     order = np.argsort(bucket, kind="stable")
     ordered, sorted_buckets = table.take(pa.array(order)), bucket[order]
     present = np.flatnonzero(np.diff(sorted_buckets, prepend=-1))  # where each bucket's rows start
     ends = np.append(present[1:], len(order))
-    blobs = [ipc_bytes(ordered.slice(start, end - start)) for start, end in zip(present, ends)]
-    return blob_batch([name] * len(blobs), sorted_buckets[present].tolist(), blobs)
-
-
+    blobs = [ipc_bytes(shrunk(ordered.slice(start, end - start))) for start, end in zip(present, ends)]
+    return blob_batch([name] * len(blobs), [labels[b] for b in sorted_buckets[present]], blobs)

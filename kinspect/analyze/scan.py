@@ -112,19 +112,21 @@ def _local_pieces(paths: list[str], cores: int) -> tuple[list[tuple[str, list[in
     return pieces, size, total
 
 
-def reader(buckets: dict[str, int]):
+def reader(buckets: dict[str, list[int]]):
     """The first mapInArrow function: scan pieces in; each aggregate's partial rows of each piece
-    out, split into buckets by their keys (`buckets`: aggregate -> how many; BLOB_SCHEMA rows)."""
-    from kinspect.analyze.merge import MERGES
+    out, split into buckets by their keys (`buckets`: aggregate -> its buckets' labels,
+    kinspect.analyze.aggregates.placement; BLOB_SCHEMA rows)."""
+    from kinspect.analyze.merge import BUCKET_KEYS
 
     def read(batches):
-        from kinspect.analyze.partials import partial_blobs
+        from kinspect.analyze.partials import partial_blobs, read_file
 
         for batch in batches:
             for path, groups, content in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(),
                                              batch.column(2).to_pylist()):
-                for name, count in buckets.items():  # one aggregate's columns at a time: a piece's memory
-                    yield partial_blobs(name, path, groups, content, count, MERGES[name][0])
+                parquet = read_file(path, content)  # its footer parsed once for every aggregate
+                for name, labels in buckets.items():  # one aggregate's columns at a time: a piece's memory
+                    yield partial_blobs(name, parquet, path, groups, labels, BUCKET_KEYS[name])
     return read
 
 

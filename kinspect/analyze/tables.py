@@ -81,34 +81,48 @@ def _ranks(column) -> np.ndarray:
                     rank[pc.fill_null(indices, 0).to_numpy()] if len(order) else 0)
 
 
-def _ranked(values: pa.Table, keys: list[str]) -> tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray]:
-    """`values` (rows of v and its count n) sorted by keys then v; the start and end of each
-    group of keys in that order, and the running count over all rows."""
+def _ranked(values: pa.Table, keys: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The order of `values` (rows of v and its count n) by keys then v; the start and end of
+    each group of keys in that order."""
     if not values.num_rows:
-        return values, np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
     ranks = [_ranks(values[k]) for k in keys]
-    order = np.lexsort([values["v"].to_numpy()] + ranks[::-1])  # the last key given sorts first
-    ordered = values.take(pa.array(order))
+    order = _order(ranks, values["v"].to_numpy())
     change = np.zeros(len(order), bool)
     change[0] = True
     for rank in ranks:
         ranked = rank[order]
         change[1:] |= ranked[1:] != ranked[:-1]
     starts = np.flatnonzero(change)
-    ends = np.append(starts[1:], len(order))
-    return ordered, starts, ends, np.cumsum(ordered["n"].to_numpy())
+    return order, starts, np.append(starts[1:], len(order))
+
+
+def _order(ranks: list[np.ndarray], v: np.ndarray) -> np.ndarray:
+    """Rows sorted by their ranks (the first sorts first), then v: the ranks and v packed into
+    one int64 when they fit (one argsort, several times faster than np.lexsort of them), else
+    np.lexsort. Rows with equal ranks and v may come in any order: they are the same value."""
+    low = int(v.min())
+    spans = [int(rank.max()) + 1 for rank in ranks] + [int(v.max()) - low + 1]
+    if np.prod([float(span) for span in spans]) >= 2.0 ** 62:
+        return np.lexsort([v] + ranks[::-1])  # the last key given sorts first
+    key = np.zeros(len(v), np.int64)
+    for column, span in zip(ranks + [v - low], spans):
+        key = key * span + column
+    return np.argsort(key)
 
 
 def _percentile_table(values: pa.Table, keys: list[str], scale: float | None) -> list[dict]:
     """Per group of keys: count, exact nearest-rank percentiles of v (weighted by n), max, sum."""
-    ordered, starts, ends, running = _ranked(values, keys)
+    order, starts, ends = _ranked(values, keys)
     if not len(starts):
         return []
-    v = ordered["v"].to_numpy()
-    n = ordered["n"].to_numpy()
+    v = values["v"].to_numpy()[order]
+    n = values["n"].to_numpy()[order]
+    running = np.cumsum(n)
     before = np.where(starts > 0, running[starts - 1], 0)
     total = running[ends - 1] - before
-    out = {k: ordered[k].take(pa.array(starts)).to_pylist() for k in keys}
+    firsts = pa.array(order[starts])
+    out = {k: values[k].take(firsts).to_pylist() for k in keys}
     out["count"] = total.tolist()
     for name, p in PERCENTILES:
         rank = np.maximum(1, np.ceil(p * total.astype(np.float64))).astype(np.int64)

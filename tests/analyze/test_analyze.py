@@ -321,6 +321,25 @@ def test_small_capture_without_spark_gives_the_same_tables(analyzed, generated):
 
 
 @pytest.mark.integration
+def test_row_groups_with_dictionaries_of_their_own_give_the_same_tables(analyzed, generated, tmp_path):
+    """Capture files of many small row groups, each with dictionaries of its own: the string
+    columns (nested ones too) are read as dictionaries, a row group at a time, and unified.
+    The same tables."""
+    result, _, _ = analyzed
+    dirs, _ = generated
+    copies = []
+    for directory in dirs:
+        copy = tmp_path / directory.name
+        copy.mkdir()
+        for file in sorted(directory.glob("capture-*.parquet")):
+            pq.write_table(pq.read_table(file), copy / file.name, row_group_size=300)
+        copies.append(copy)
+    assert pq.ParquetFile(copies[0] / "capture-00000.parquet").num_row_groups > 3
+    alone = compute(None, [str(c) for c in copies], top=TOP, targets=TARGETS)
+    assert alone.tables == result.tables
+
+
+@pytest.mark.integration
 def test_read_through_spark_filesystems_gives_the_same_tables(spark, analyzed, generated, monkeypatch):
     """The route of URIs that are not local files (s3a://, hdfs://...): Spark lists and reads each
     file's bytes through its Hadoop filesystems, and pyarrow reads them from memory. Taken here
@@ -353,21 +372,31 @@ def test_malformed_file_through_spark_filesystems(spark, tmp_path, monkeypatch):
 
 
 def test_histograms_of_any_length():
-    """Integer fields' varint histograms: lists of 10 counts (schema versions 1 and 2) take a fast
-    path; shorter ones (version 3 leaves trailing zero counts out) and null lists take the general
-    one, where a count past a list's end is 0. Both agree."""
-    from kinspect.analyze.partials import _hist_columns
+    """Integer fields' varint histograms, summed per group slot by slot: lists of 10 counts
+    (schema versions 1 and 2), shorter ones (version 3 leaves trailing zero counts out), empty
+    and null lists, where a count past a list's end is 0; chunked columns too."""
+    import numpy as np
 
-    full = pa.array([[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], [10, 20, 30, 40, 50, 60, 70, 80, 90, 100]],
-                    pa.list_(pa.int32()))
-    fast = _hist_columns(full, "u")
-    assert [fast[f"u{i}"].to_pylist() for i in (1, 5, 10)] == [[1, 10], [5, 50], [10, 100]]
-    ragged = _hist_columns(pa.array([[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], [4, 5], None], pa.list_(pa.int32())), "z")
-    assert [ragged[f"z{i}"].to_pylist() for i in (1, 2, 3, 10)] == [[1, 4, 0], [2, 5, 0], [3, 0, 0], [10, 0, 0]]
-    trimmed = _hist_columns(pa.array([[], [0, 3], [7]], pa.list_(pa.int32())), "u")
-    assert [trimmed[f"u{i}"].to_pylist() for i in range(1, 11)] == [[0, 0, 7], [0, 3, 0]] + [[0, 0, 0]] * 8
-    chunked = _hist_columns(pa.chunked_array([full.slice(1), full.slice(0, 1)]), "u")
-    assert chunked["u2"].to_pylist() == [20, 2]
+    from kinspect.analyze.groups import Groups
+    from kinspect.analyze.partials import _hist_sums
+
+    full = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+    lists = [full, [4, 5], None, [], [0, 3], [7], [10 * c for c in full]]
+    group_of = [0, 1, 0, 1, 0, 1, 0]
+
+    def want(lists, group_of):  # slot by slot, the groups in the order they first appear (Groups' ids)
+        order = list(dict.fromkeys(group_of))
+        return [[sum(h[i] for h, g in zip(lists, group_of) if g == group and h is not None and i < len(h))
+                 for group in order] for i in range(10)]
+
+    hists = pa.array(lists, pa.list_(pa.int32()))
+    sums = _hist_sums(Groups(np.array(group_of)), hists, "u")
+    assert [sums[f"u{i + 1}"].to_pylist() for i in range(10)] == want(lists, group_of)
+    assert want(lists, group_of)[2] == [33, 0]
+    rotated = _hist_sums(Groups(np.array(group_of[3:] + group_of[:3])),
+                         pa.chunked_array([hists.slice(3), hists.slice(0, 3)]), "z")
+    assert [rotated[f"z{i + 1}"].to_pylist() for i in range(10)] == want(lists[3:] + lists[:3],
+                                                                         group_of[3:] + group_of[:3])
 
 
 def test_equal_keys_share_a_bucket_in_every_task():
@@ -386,10 +415,76 @@ def test_equal_keys_share_a_bucket_in_every_task():
     shuffled = keys[::-1][500:] + keys[::-1][:500]
     other_table = pa.concat_tables([table(shuffled[:300]), table(shuffled[300:])])  # chunked, other dictionaries
     other = buckets_of(other_table, ["client", "version", "flag"], 8)
+    # the client as a dictionary (how partial rows hold strings), in another order and with a value twice
+    names = sorted({r[0] for r in keys if r[0]}, reverse=True)
+    names.insert(3, names[0])
+    dictionary = pa.DictionaryArray.from_arrays(
+        pa.array([names.index(r[0]) if r[0] else None for r in keys], pa.int32()), pa.array(names))
+    encoded = buckets_of(table(keys).set_column(0, "client", dictionary), ["client", "version", "flag"], 8)
     first_bucket = {}
-    for key, bucket in list(zip(keys, one)) + list(zip(shuffled, other)):
+    for key, bucket in list(zip(keys, one)) + list(zip(shuffled, other)) + list(zip(keys, encoded)):
         assert first_bucket.setdefault(key, bucket) == bucket, key
     assert set(one) == set(range(8))
+
+
+def test_partial_rows_shrink_for_the_shuffle_and_widen_back():
+    """Partial rows cross Spark in their narrowest types (shrunk) and are cast back to the
+    partial schema's on arrival: every value comes back, at each type's edges and null. A
+    table of a few rows crosses as it is."""
+    from kinspect.analyze.partials import arrow_schema_of, from_ipc, ipc_bytes, shrunk
+
+    schema = arrow_schema_of("errors")  # api_key int, api_name string, code int, name string, count, exchanges
+    edges = [None, 0, 127, -128, 128, -129, 32767, 32768, -(1 << 31), (1 << 31) - 1] * 100
+    rows = len(edges)
+    names = pa.array([f"api-{i % 3}" if i % 4 else None for i in range(rows)])
+    table = pa.table({"api_key": pa.array(edges, pa.int32()), "api_name": names.cast(schema[1].type),
+                      "code": pa.array([5] * rows, pa.int32()),
+                      "name": pa.array([f"name-{i}" for i in range(rows)]).cast(schema[3].type),
+                      "count": pa.array(edges[:-1] + [1 << 40], pa.int64()),
+                      "exchanges": pa.array([None] * rows, pa.int64())}, schema=schema)
+    small = shrunk(table)
+    assert [small[c].type for c in ("api_key", "code", "exchanges")] == [pa.int32(), pa.int8(), pa.int8()]
+    assert small["api_name"].type.index_type == pa.int8() and small["count"].type == pa.int64()
+    assert from_ipc(ipc_bytes(small)).cast(schema).equals(table)
+    assert shrunk(table.slice(0, 999)).schema == schema
+
+
+@pytest.mark.integration
+def test_bucket_labels_land_on_their_partitions(spark):
+    """The merge's buckets are spread over the shuffle's partitions by their labels: this module's
+    copy of Spark's hash() of an int agrees with Spark's, and each large aggregate puts one
+    bucket in every partition."""
+    from pyspark.sql import functions as F
+
+    from kinspect.analyze.aggregates import LARGE, _spark_hash, placement
+
+    ints = [0, 1, -1, 42, 123456789, -(1 << 31), (1 << 31) - 1]
+    hashed = spark.createDataFrame([(i,) for i in ints], "i int").select(F.hash("i")).collect()
+    assert [row[0] for row in hashed] == [_spark_hash(i) for i in ints]
+    adaptive = spark.conf.get("spark.sql.adaptive.enabled")
+    spark.conf.set("spark.sql.adaptive.enabled", "false")  # partitions as planned, none coalesced
+    try:
+        for partitions in (1, 2, 6, 13):
+            labels = placement(partitions)
+            rows = [(name, label) for name, named in labels.items() for label in named]
+            where = {(r[0], r[1]): r[2] for r in spark.createDataFrame(rows, "aggregate string, bucket int")
+                     .repartition(partitions, "bucket").select("aggregate", "bucket", F.spark_partition_id())
+                     .collect()}
+            for name in LARGE:
+                assert [where[name, label] for label in labels[name]] == list(range(partitions))
+            assert {len(named) for name, named in labels.items() if name not in LARGE} == {1}
+    finally:
+        spark.conf.set("spark.sql.adaptive.enabled", adaptive)
+
+
+def test_buckets_hash_a_subset_of_the_merge_keys():
+    """A bucket is hashed from some of the merge keys only: rows with equal merge keys then still
+    share a bucket."""
+    from kinspect.analyze.merge import BUCKET_KEYS, MERGES
+
+    assert BUCKET_KEYS.keys() == MERGES.keys()
+    for name, keys in BUCKET_KEYS.items():
+        assert keys and set(keys) <= set(MERGES[name][0]), name
 
 
 @pytest.mark.integration
@@ -435,6 +530,21 @@ def test_percentiles_are_nearest_rank():
     want = {n: tuple(nearest_rank(v, p) for p in (0.5, 0.9, 0.99)) + (len(v), max(v), sum(v))
             for n, v in values.items()}
     assert got == want
+
+
+def test_percentile_order_packed_or_not():
+    """Rows sort by their keys' ranks, then v: packed into one int64 when they fit, by np.lexsort
+    when they do not (v spanning 2^62). Either way, the same sequence of keys and values."""
+    import numpy as np
+
+    from kinspect.analyze.tables import _order
+
+    rng = np.random.default_rng(5)
+    ranks = [rng.integers(0, 4, 3000), rng.integers(0, 50, 3000)]
+    for v in (rng.integers(-1000, 1000, 3000), rng.integers(-(1 << 62), 1 << 62, 3000)):
+        order = _order(ranks, v)
+        got = list(zip(ranks[0][order].tolist(), ranks[1][order].tolist(), v[order].tolist()))
+        assert got == sorted(zip(ranks[0].tolist(), ranks[1].tolist(), v.tolist()))
 
 
 # ----------------------------------------------------------------------------- what is written

@@ -1,0 +1,163 @@
+"""Rows grouped by several key columns at once: the keys packed into one int64 per row, sums by numpy.
+
+Arrow's hash aggregation hashes every key column of every row and runs one kernel per
+aggregation; most of a partial aggregate's time went there. Here each key column becomes
+small integer codes (a dictionary column's indices, an integer's offset from its minimum),
+the codes of all the keys one int64 per row (mixed radix), and that one column is hashed
+once into dense group ids; each sum, minimum and maximum is then a single numpy pass
+(ufunc.at, exact integer arithmetic). A group's key values are those of its first row.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+_I64 = pa.int64()
+_LIMIT = 1 << 62  # the packed key's span stays below this: an int64, with room to spare
+_MIN = -(1 << 63)
+
+
+def whole(array) -> pa.Array:
+    """One contiguous array of a (chunked) column; a dictionary column's chunks share one dictionary."""
+    if isinstance(array, pa.ChunkedArray):
+        if array.num_chunks == 1:
+            return array.chunk(0)
+        if pa.types.is_dictionary(array.type):
+            array = array.unify_dictionaries()
+        return array.combine_chunks()
+    return array
+
+
+def decoded(array) -> pa.Array:
+    """A dictionary array's values as a plain array (any other array as it is)."""
+    return array.cast(array.type.value_type) if pa.types.is_dictionary(array.type) else array
+
+
+def _dense(values: np.ndarray) -> tuple[np.ndarray, int]:
+    """Codes 0..n-1 of the distinct values of an int64 array (by hash), and n."""
+    encoded = pc.dictionary_encode(pa.array(values, _I64))
+    return encoded.indices.to_numpy().astype(np.int64), len(encoded.dictionary)
+
+
+def codes(array, null_as=None) -> tuple[np.ndarray, int]:
+    """Each value's code in [0, span), equal values equal codes, null code 0; and span. A string
+    is its index in the column's dictionary (dictionary-encoded here if the read did not);
+    `null_as` is a string value that null joins (Spark's coalesce(column, null_as)), so both
+    get one code. An integer, boolean or timestamp is its offset from the column's minimum."""
+    array = pa.array(array) if isinstance(array, np.ndarray) else whole(array)
+    kind = array.type
+    if not pa.types.is_dictionary(kind) and (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        array = pc.dictionary_encode(array)
+        kind = array.type
+    if pa.types.is_dictionary(kind):
+        dictionary = array.dictionary
+        if dictionary.null_count or len(pc.unique(dictionary)) != len(dictionary):  # a value twice, or null
+            array = pc.dictionary_encode(array.cast(kind.value_type))
+            dictionary = array.dictionary
+        indices = array.indices
+        code = pc.fill_null(indices, -1).to_numpy().astype(np.int64) + 1
+        if null_as is not None and indices.null_count:
+            at = pc.index(dictionary, pa.scalar(null_as, dictionary.type)).as_py()
+            if at >= 0:
+                code[code == 0] = at + 1
+        return code, len(dictionary) + 1
+    values = array if pa.types.is_int64(kind) else array.cast(_I64)
+    low, high = (s.as_py() for s in pc.min_max(values).values())
+    if low is None:  # every value null
+        return np.zeros(len(values), np.int64), 1
+    if high - low + 2 < _LIMIT and low > _MIN:
+        return pc.fill_null(values, low - 1).to_numpy() - (low - 1), high - low + 2
+    code, span = _dense(pc.fill_null(values, low).to_numpy())  # a range too wide: hashed
+    if values.null_count:  # null keeps code 0
+        return np.where(pc.is_valid(values).to_numpy(zero_copy_only=False), code + 1, 0), span + 1
+    return code, span
+
+
+def pack(columns) -> np.ndarray:
+    """One int64 per row, equal exactly where every column's value is (each column an array, or
+    (array, null_as) as `codes` takes): the columns' codes in mixed radix; when the product of
+    their spans would pass 2^62, the key so far is first made dense (hashed to 0..n-1)."""
+    key, span = None, 1
+    for column in columns:
+        code, more = codes(*column) if isinstance(column, tuple) else codes(column)
+        if key is None:
+            key, span = code, more
+            continue
+        if span * more >= _LIMIT:
+            key, span = _dense(key)
+            if span * more >= _LIMIT:
+                code, more = _dense(code)
+        key = key * more + code
+        span *= more
+    return key
+
+
+class Groups:
+    """Rows grouped by an int64 key (`pack`): each row's group id, dense in the order the groups
+    first appear, and each group's first row."""
+
+    def __init__(self, key: np.ndarray):
+        encoded = pc.dictionary_encode(pa.array(key, _I64))
+        self.ids = encoded.indices.to_numpy().astype(np.intp)
+        self.number = len(encoded.dictionary)  # of groups
+        rows = len(self.ids)
+        self.first = np.full(self.number, rows, np.int64)
+        np.minimum.at(self.first, self.ids, np.arange(rows, dtype=np.int64))
+
+    @classmethod
+    def of(cls, columns) -> "Groups":
+        return cls(pack(columns))
+
+    def keys(self, array) -> pa.Array:
+        """A key column's value for each group (its first row's); a dictionary stays one."""
+        return whole(array).take(pa.array(self.first))
+
+    def size(self) -> pa.Array:
+        """Rows per group (Spark's count(*))."""
+        return pa.array(np.bincount(self.ids, minlength=self.number).astype(np.int64))
+
+    def count(self, condition) -> pa.Array:
+        """Each group's rows where `condition` holds, null counting as false (count(when(...)))."""
+        return pa.array(np.bincount(self.ids, weights=_mask(condition), minlength=self.number).astype(np.int64))
+
+    def sum(self, values, where=None) -> pa.Array:
+        """Each group's sum of `values` (int64), over the rows where `where` holds if given;
+        null where no such value is valid (Spark's sum(when(where, values)))."""
+        return self._reduce(np.add, 0, values, where)
+
+    def min(self, values) -> pa.Array:
+        return self._reduce(np.minimum, np.iinfo(np.int64).max, values, None)
+
+    def max(self, values) -> pa.Array:
+        return self._reduce(np.maximum, np.iinfo(np.int64).min, values, None)
+
+    def _reduce(self, ufunc, start: int, values, where) -> pa.Array:
+        """ufunc over each group's valid values (chosen by `where`), null for a group with none.
+        Rows not chosen count as `start` (ufunc's identity): no row is copied out by a mask."""
+        array = whole(values)
+        out = np.full(self.number, start, np.int64)
+        data = _numpy(array)
+        if not array.null_count and where is None:
+            ufunc.at(out, self.ids, data)
+            return pa.array(out)
+        chosen = _mask(pc.is_valid(array)) if where is None else _mask(pc.and_(where, pc.is_valid(array)))
+        # a product is cheaper than np.where (and the sum's identity is 0)
+        ufunc.at(out, self.ids, data * chosen if ufunc is np.add else np.where(chosen, data, start))
+        return pa.array(out, mask=np.bincount(self.ids, weights=chosen, minlength=self.number) == 0)
+
+
+def _mask(condition) -> np.ndarray:
+    """A boolean column as numpy booleans, null as false."""
+    return pc.fill_null(whole(condition), False).to_numpy(zero_copy_only=False)
+
+
+def _numpy(array: pa.Array) -> np.ndarray:
+    """An integer, boolean or timestamp array's values as int64 (nulls as 0)."""
+    kind = array.type
+    if pa.types.is_boolean(kind):
+        array = array.cast(pa.int8())
+    elif not pa.types.is_integer(kind):
+        array = array.cast(_I64)
+    return pc.fill_null(array, 0).to_numpy().astype(np.int64, copy=False)
