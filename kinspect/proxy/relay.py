@@ -104,8 +104,8 @@ class Relay:
         return self.broker if side is self.client else self.client
 
     def data(self, side: _Side, data: bytes) -> None:
-        # Every read of every connection comes here: written for that (one dict update, one
-        # write, then the read is inspected: queued for a batch, or at once in rewrite mode).
+        # Every read of every connection comes here: written for that (one counter, one write,
+        # then the read is inspected: queued for a batch, or at once in rewrite mode).
         session = self.session
         if side is self.client:
             self.client_bytes += len(data)
