@@ -86,7 +86,11 @@ def test_the_queue_inspects_a_lone_read_after_its_delay():
         assert seen == [("a", True, b"1", 1.0)]
         queue.add(_Reader("b", seen), True, b"2", 2.0)
         queue.flush()  # inspected now; the timer, when it fires, finds nothing to inspect twice
-        await asyncio.sleep(0.02)
+        assert [r[0] for r in seen] == ["a", "b"]
+        started = time.monotonic()
+        while queue._handle is not None:  # until the timer has fired
+            assert time.monotonic() - started < 5, "the timer never fired"
+            await asyncio.sleep(0.001)
         assert [r[0] for r in seen] == ["a", "b"]
 
     asyncio.run(scenario())
