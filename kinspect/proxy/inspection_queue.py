@@ -28,17 +28,15 @@ DEFAULT_MAX_BYTES = 256 * 1024
 class InspectionQueue:
     """Reads forwarded but not yet inspected: (relay, from_client, data, time read), oldest first."""
 
-    __slots__ = ("delay", "max_reads", "max_bytes", "_reads", "_bytes", "_handle", "_loop")
+    __slots__ = ("delay", "max_reads", "max_bytes", "_reads", "_bytes", "_handle")
 
-    def __init__(self, delay: float, max_reads: int = DEFAULT_MAX_READS, max_bytes: int = DEFAULT_MAX_BYTES,
-                 loop: asyncio.AbstractEventLoop | None = None) -> None:
+    def __init__(self, delay: float, max_reads: int = DEFAULT_MAX_READS, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.delay = delay
         self.max_reads = max_reads
         self.max_bytes = max_bytes
         self._reads: list = []
         self._bytes = 0
-        self._handle: asyncio.TimerHandle | None = None
-        self._loop = loop
+        self._handle: asyncio.TimerHandle | None = None  # the pending flush, on the running loop
 
     def __len__(self) -> int:
         return len(self._reads)
@@ -50,8 +48,7 @@ class InspectionQueue:
         if len(reads) >= self.max_reads or self._bytes >= self.max_bytes:
             self.flush()
         elif self._handle is None:
-            loop = self._loop or asyncio.get_running_loop()
-            self._handle = loop.call_later(self.delay, self._due)
+            self._handle = asyncio.get_running_loop().call_later(self.delay, self._due)
 
     def _due(self) -> None:
         self._handle = None
