@@ -4,8 +4,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# The C codec: an edit of these rebuilds the extension (pip's editable install builds it in place).
-CSOURCES := $(wildcard kinspect/protocol/codec/*.c kinspect/protocol/codec/*.h)
+# The C extensions (the codec's, the capture's): an edit of these rebuilds them (pip's editable install builds in place).
+CSOURCES := $(wildcard kinspect/protocol/codec/*.c kinspect/protocol/codec/*.h kinspect/capture/*.c)
 # setuptools' "Editable installation" notice is information only: a quiet install stays quiet.
 QUIET_BUILD := PYTHONWARNINGS="ignore:Editable installation:UserWarning"
 
@@ -110,4 +110,4 @@ analyze: $(PIPELINE_STAMP) java
 	@exec $(VENV)/bin/kinspect analyze $(DEMO_WORKDIR)/captures --out $(DEMO_WORKDIR)/report $(ANALYZE_ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info kinspect/protocol/codec/*.so
+	rm -rf $(VENV) build *.egg-info kinspect/protocol/codec/*.so kinspect/capture/*.so

@@ -1,4 +1,4 @@
-"""Builds the optional C decoder/scanner kinspect.protocol.codec._wire; everything else is in pyproject.toml."""
+"""Builds the optional C extensions (the decoder/scanner _wire, the capture's fact taker _take); everything else is in pyproject.toml."""
 
 from setuptools import Extension, setup
 
@@ -10,6 +10,12 @@ setup(
             extra_compile_args=["-O2"],
             # A machine without a C compiler still installs the pure-Python package.
             optional=True,
-        )
+        ),
+        Extension(
+            "kinspect.capture._take",
+            ["kinspect/capture/_take.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
     ],
 )

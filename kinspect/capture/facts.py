@@ -80,15 +80,43 @@ def _reason(event) -> str:
     raise AssertionError("a scan that succeeded has facts, not a reason")
 
 
+def _native_taker(fallback):
+    """The C taker (capture._take.Taker) calling fallback for what it leaves; None where it is not built or
+    the codec's C extension is off (KINSPECT_PURE_PYTHON=1), or the event classes lost their slots."""
+    from kinspect.protocol.codec.wire_program import native_module
+
+    native = native_module()
+    if native is None or not native.SCAN_RESULT_FAST_PATH:
+        return None
+    try:
+        from kinspect.capture._take import Taker
+    except ImportError:
+        return None
+    from kinspect.protocol.codec import RequestHeader
+    from kinspect.protocol.codec.scan_result import ScanResult, batch_fields
+    from kinspect.session.events import ConnectionInfo, Exchange, Request, Response
+
+    try:
+        return Taker((Exchange, Request, Response, RequestHeader, ConnectionInfo, ScanResult), native.capture_side,
+                     batch_fields(), BASE_BYTES, TOPIC_BYTES, fallback)
+    except TypeError:  # a class without the slots the taker reads: the Python taker does it all
+        return None
+
+
 class FactsTaker:
     """Builds EXCHANGE tuples from Exchange events."""
 
-    def __init__(self, codec) -> None:
-        """codec: the one the events scan with; its scans count integer fields from now on."""
+    def __init__(self, codec, native: bool = True) -> None:
+        """codec: the one the events scan with; its scans count integer fields from now on.
+
+        native: take facts in C (capture._take) where it is built; take_python stays the reference
+        and takes what the C taker leaves (a side without facts: it says why)."""
         codec.integer_facts = True
         # (api key, direction) -> (scan, its SCAN, the bytes it holds) of the latest exchange: events
         # whose body was seen before share one scan (the metrics' memo), so its SCAN is built once.
         self._sides: dict[tuple[int, int], tuple] = {}
+        # take(exchange) -> (EXCHANGE, bytes it holds): the C taker, or take_python.
+        self.take = (native and _native_taker(self.take_python)) or self.take_python
 
     def _side(self, key: tuple[int, int], scan) -> tuple[tuple, int]:
         """SCAN of a scan (ScanResult.frozen(), built in C) and the bytes it holds beside BASE_BYTES."""
@@ -102,8 +130,8 @@ class FactsTaker:
             self._sides[key] = (scan, side, held)
         return side, held
 
-    def take(self, exchange) -> tuple[tuple, int]:
-        """(EXCHANGE, bytes it holds) of an Exchange event.
+    def take_python(self, exchange) -> tuple[tuple, int]:
+        """(EXCHANGE, bytes it holds) of an Exchange event (the reference of the C taker).
 
         Written for the event loop, where it runs once per exchange: the header's fields are
         read from the header itself (not through the event's properties), every attribute

@@ -49,7 +49,8 @@ class _Lazy:
                 outcome = exc
             setattr(self, slot, outcome)
         if isinstance(outcome, DecodeError):
-            raise outcome
+            # Its old traceback dropped: each raise of one exception object would lengthen it.
+            raise outcome.with_traceback(None)
         return outcome
 
     def adopt_scan(self, scan: ScanResult) -> None:

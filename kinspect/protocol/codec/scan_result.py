@@ -23,7 +23,8 @@ def _freezer():
     return _frozen_native
 
 
-def _batch_fields() -> tuple[int, int, int, int]:
+def batch_fields() -> tuple[int, int, int, int]:
+    """Where a BatchSummary keeps magic, record count, compression and batch length (what frozen() takes)."""
     from kinspect.protocol.records import BatchSummary
 
     return tuple(BatchSummary._fields.index(name) for name in ("magic", "record_count", "compression", "batch_length"))
@@ -113,14 +114,14 @@ class ScanResult:
         if native is False:
             return self.frozen_python()
         if _BATCH_FIELDS is None:
-            _BATCH_FIELDS = _batch_fields()
+            _BATCH_FIELDS = batch_fields()
         return native(self, _BATCH_FIELDS)
 
     def frozen_python(self) -> tuple:
         """frozen(), in Python."""
         global _BATCH_FIELDS
         if _BATCH_FIELDS is None:
-            _BATCH_FIELDS = _batch_fields()
+            _BATCH_FIELDS = batch_fields()
         magic, count, compression, length = _BATCH_FIELDS
         stats, topics, tagged, codes = self.int_stats, self.topic_partitions, self.tagged_fields, self.error_codes
         records = ()

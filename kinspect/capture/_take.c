@@ -1,0 +1,369 @@
+/* The capture's EXCHANGE tuple of an Exchange event, built in C (kinspect.capture.facts is the reference).
+ *
+ * Why C: the capture observer takes one exchange's facts on the event loop for every exchange, and
+ * in Python that is some 40 attribute reads, two calls and a 29-field tuple (about 1.1 us beside
+ * the scans' own SCAN tuples). Here each attribute is one load at its slot's offset: the events,
+ * their header and connection are slotted dataclasses, whose member descriptors give the offsets.
+ *
+ * Taker(classes, capture_side, batch_fields, base_bytes, topic_bytes, fallback) -> taker
+ *   classes: (Exchange, Request, Response, RequestHeader, ConnectionInfo, ScanResult);
+ *   capture_side: _wire.capture_side (the SCAN tuple of a ScanResult); batch_fields: its 4 indices;
+ *   base_bytes, topic_bytes: capture.facts.BASE_BYTES and TOPIC_BYTES;
+ *   fallback: FactsTaker.take_python, called for whatever this does not take itself.
+ * taker(exchange) -> (EXCHANGE, bytes it holds), as FactsTaker.take_python returns it.
+ *
+ * Taken here: events of exactly those classes whose complete frames scanned (the scan cached on
+ * the event, or made now by the event's scan()). Everything else (a frame larger than the
+ * inspection limit, a decode error, an unknown api, a subclass) goes to the fallback, which says
+ * why a side has no facts. Like the reference, the SCAN of the latest scan per (api key,
+ * direction) is kept: the metrics hand the same scan to every event whose body repeats. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+enum { C_EXCHANGE, C_REQUEST, C_RESPONSE, C_HEADER, C_CONNECTION, C_SCAN, C_COUNT };
+
+enum { X_REQUEST, X_RESPONSE, X_LATENCY, X_COUNT };
+static const char *const X_NAMES[X_COUNT] = {"request", "response", "latency"};
+
+enum { Q_CONNECTION, Q_TIME, Q_HEADER, Q_API_NAME, Q_TAG_BYTES, Q_TAGS, Q_SIZE, Q_COMPLETE, Q_SCANNED, Q_COUNT };
+static const char *const Q_NAMES[Q_COUNT] = {"connection", "time", "header", "api_name", "header_tag_bytes",
+                                             "header_tags", "size", "complete", "_scanned"};
+
+enum { P_TIME, P_VERSION, P_HEADER_VERSION, P_SIZE, P_HEADER_SIZE, P_COMPLETE, P_TAG_BYTES, P_TAGS, P_SCANNED,
+       P_COUNT };
+static const char *const P_NAMES[P_COUNT] = {"time", "api_version", "header_version", "size", "header_size",
+                                             "complete", "header_tag_bytes", "header_tags", "_scanned"};
+
+enum { H_API_KEY, H_API_VERSION, H_CORRELATION, H_CLIENT_ID, H_VERSION, H_SIZE, H_COUNT };
+static const char *const H_NAMES[H_COUNT] = {"api_key", "api_version", "correlation_id", "client_id", "version",
+                                             "size"};
+
+enum { N_ID, N_CLIENT, N_BROKER, N_NODE, N_SOFTWARE, N_SOFTWARE_VERSION, N_COUNT };
+static const char *const N_NAMES[N_COUNT] = {"id", "client_address", "broker", "node_id", "client_software_name",
+                                             "client_software_version"};
+
+#define MEMO_KEYS 256 /* api keys below this keep their latest SCAN per direction */
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall; /* taker_vectorcall: a call costs no argument tuple */
+    PyTypeObject *classes[C_COUNT];
+    Py_ssize_t x[X_COUNT], q[Q_COUNT], p[P_COUNT], h[H_COUNT], n[N_COUNT];
+    PyObject *capture_side, *batch_fields, *fallback, *scan_name;
+    Py_ssize_t base_bytes, topic_bytes;
+    PyObject *memo_scan[MEMO_KEYS][2]; /* the latest scan of each (api key, direction) ... */
+    PyObject *memo_side[MEMO_KEYS][2]; /* ... its SCAN ... */
+    Py_ssize_t memo_held[MEMO_KEYS][2]; /* ... and the bytes that SCAN holds beside base_bytes */
+} TakerObject;
+
+static PyObject *taker_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames);
+
+#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+
+/* The offset of a writable object slot `name` of a class (its member descriptor), or -1 with an error set. */
+static Py_ssize_t slot_offset(PyTypeObject *tp, const char *name)
+{
+    PyObject *descr = PyDict_GetItemString(tp->tp_dict, name); /* borrowed */
+    if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
+        PyErr_Format(PyExc_TypeError, "Taker: %s has no slot %s", tp->tp_name, name);
+        return -1;
+    }
+    PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
+    if (m->type != T_OBJECT_EX || m->offset <= 0 || m->offset + (Py_ssize_t)sizeof(PyObject *) > tp->tp_basicsize) {
+        PyErr_Format(PyExc_TypeError, "Taker: %s.%s is not an object slot", tp->tp_name, name);
+        return -1;
+    }
+    return m->offset;
+}
+
+static int find_offsets(PyTypeObject *tp, const char *const *names, int count, Py_ssize_t *out)
+{
+    for (int i = 0; i < count; i++) {
+        if ((out[i] = slot_offset(tp, names[i])) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static void taker_clear_memo(TakerObject *self)
+{
+    for (int k = 0; k < MEMO_KEYS; k++) {
+        for (int d = 0; d < 2; d++) {
+            Py_CLEAR(self->memo_scan[k][d]);
+            Py_CLEAR(self->memo_side[k][d]);
+        }
+    }
+}
+
+static void taker_dealloc(TakerObject *self)
+{
+    taker_clear_memo(self);
+    for (int i = 0; i < C_COUNT; i++)
+        Py_XDECREF(self->classes[i]);
+    Py_XDECREF(self->capture_side);
+    Py_XDECREF(self->batch_fields);
+    Py_XDECREF(self->fallback);
+    Py_XDECREF(self->scan_name);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *taker_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *classes, *capture_side, *batch_fields, *fallback;
+    Py_ssize_t base_bytes, topic_bytes;
+    if (kwargs != NULL && PyDict_GET_SIZE(kwargs)) {
+        PyErr_SetString(PyExc_TypeError, "Taker takes positional arguments only");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "O!OO!nnO:Taker", &PyTuple_Type, &classes, &capture_side, &PyTuple_Type,
+                          &batch_fields, &base_bytes, &topic_bytes, &fallback))
+        return NULL;
+    if (PyTuple_GET_SIZE(classes) != C_COUNT || PyTuple_GET_SIZE(batch_fields) != 4 || !PyCallable_Check(capture_side)
+        || !PyCallable_Check(fallback)) {
+        PyErr_SetString(PyExc_TypeError, "Taker(classes: 6 classes, capture_side, batch_fields: 4 indices, base_bytes, "
+                                         "topic_bytes, fallback)");
+        return NULL;
+    }
+    for (int i = 0; i < C_COUNT; i++) {
+        if (!PyType_Check(PyTuple_GET_ITEM(classes, i))) {
+            PyErr_SetString(PyExc_TypeError, "Taker: classes must be classes");
+            return NULL;
+        }
+    }
+    TakerObject *self = (TakerObject *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    for (int i = 0; i < C_COUNT; i++) {
+        self->classes[i] = (PyTypeObject *)PyTuple_GET_ITEM(classes, i);
+        Py_INCREF(self->classes[i]);
+    }
+    self->capture_side = Py_NewRef(capture_side);
+    self->batch_fields = Py_NewRef(batch_fields);
+    self->fallback = Py_NewRef(fallback);
+    self->base_bytes = base_bytes;
+    self->topic_bytes = topic_bytes;
+    self->vectorcall = taker_vectorcall;
+    self->scan_name = PyUnicode_InternFromString("scan");
+    if (self->scan_name == NULL || find_offsets(self->classes[C_EXCHANGE], X_NAMES, X_COUNT, self->x) < 0
+        || find_offsets(self->classes[C_REQUEST], Q_NAMES, Q_COUNT, self->q) < 0
+        || find_offsets(self->classes[C_RESPONSE], P_NAMES, P_COUNT, self->p) < 0
+        || find_offsets(self->classes[C_HEADER], H_NAMES, H_COUNT, self->h) < 0
+        || find_offsets(self->classes[C_CONNECTION], N_NAMES, N_COUNT, self->n) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+/* The event's scan: its cached ScanResult, or the one its scan() makes now. NULL without an error
+ * set when it has none (not complete, a cached DecodeError, or scan() raised: the fallback says why). */
+static PyObject *scan_of(TakerObject *self, PyObject *event, Py_ssize_t complete_off, Py_ssize_t scanned_off)
+{
+    if (SLOT(event, complete_off) != Py_True)
+        return NULL;
+    PyObject *scan = SLOT(event, scanned_off);
+    if (scan != NULL && Py_IS_TYPE(scan, self->classes[C_SCAN]))
+        return Py_NewRef(scan);
+    if (scan != NULL && scan != Py_None)
+        return NULL; /* a DecodeError, cached */
+    scan = PyObject_CallMethodNoArgs(event, self->scan_name);
+    if (scan == NULL || !Py_IS_TYPE(scan, self->classes[C_SCAN])) {
+        PyErr_Clear();
+        Py_XDECREF(scan);
+        return NULL;
+    }
+    return scan;
+}
+
+/* A side's SCAN (new reference) and the bytes it holds beside base_bytes; NULL with an error set on failure. */
+static PyObject *side_of(TakerObject *self, PyObject *scan, long api_key, int direction, Py_ssize_t *held)
+{
+    int memo = api_key >= 0 && api_key < MEMO_KEYS;
+    if (memo && self->memo_scan[api_key][direction] == scan) {
+        *held = self->memo_held[api_key][direction];
+        return Py_NewRef(self->memo_side[api_key][direction]);
+    }
+    PyObject *args[2] = {scan, self->batch_fields};
+    PyObject *side = PyObject_Vectorcall(self->capture_side, args, 2, NULL);
+    if (side == NULL)
+        return NULL;
+    if (!PyTuple_Check(side) || PyTuple_GET_SIZE(side) != 8 || !PyTuple_Check(PyTuple_GET_ITEM(side, 5))) {
+        Py_DECREF(side);
+        PyErr_SetString(PyExc_TypeError, "Taker: capture_side returned no SCAN tuple");
+        return NULL;
+    }
+    PyObject *stats = PyTuple_GET_ITEM(side, 4);
+    *held = self->topic_bytes * PyTuple_GET_SIZE(PyTuple_GET_ITEM(side, 5))
+            + (PyBytes_Check(stats) ? PyBytes_GET_SIZE(stats) : 0);
+    if (memo) {
+        Py_XSETREF(self->memo_scan[api_key][direction], Py_NewRef(scan));
+        Py_XSETREF(self->memo_side[api_key][direction], Py_NewRef(side));
+        self->memo_held[api_key][direction] = *held;
+    }
+    return side;
+}
+
+static int all_set(PyObject *obj, const Py_ssize_t *offsets, int count)
+{
+    for (int i = 0; i < count; i++) {
+        if (SLOT(obj, offsets[i]) == NULL)
+            return 0;
+    }
+    return 1;
+}
+
+static PyObject *take(TakerObject *self, PyObject *exchange)
+{
+    PyObject *request, *response, *header, *connection;
+    if (!Py_IS_TYPE(exchange, self->classes[C_EXCHANGE]) || !all_set(exchange, self->x, X_COUNT))
+        return NULL;
+    request = SLOT(exchange, self->x[X_REQUEST]);
+    response = SLOT(exchange, self->x[X_RESPONSE]);
+    if (!Py_IS_TYPE(request, self->classes[C_REQUEST]) || !all_set(request, self->q, Q_COUNT))
+        return NULL;
+    if (response != Py_None && (!Py_IS_TYPE(response, self->classes[C_RESPONSE]) || !all_set(response, self->p, P_COUNT)))
+        return NULL;
+    header = SLOT(request, self->q[Q_HEADER]);
+    connection = SLOT(request, self->q[Q_CONNECTION]);
+    if (!Py_IS_TYPE(header, self->classes[C_HEADER]) || !all_set(header, self->h, H_COUNT)
+        || !Py_IS_TYPE(connection, self->classes[C_CONNECTION]) || !all_set(connection, self->n, N_COUNT))
+        return NULL;
+    PyObject *key_obj = SLOT(header, self->h[H_API_KEY]);
+    long api_key = PyLong_Check(key_obj) ? PyLong_AsLong(key_obj) : -1;
+    if (api_key == -1 && PyErr_Occurred())
+        PyErr_Clear();
+
+    PyObject *req_scan = scan_of(self, request, self->q[Q_COMPLETE], self->q[Q_SCANNED]);
+    if (req_scan == NULL)
+        return NULL;
+    PyObject *resp_scan = NULL;
+    if (response != Py_None) {
+        resp_scan = scan_of(self, response, self->p[P_COMPLETE], self->p[P_SCANNED]);
+        if (resp_scan == NULL) {
+            Py_DECREF(req_scan);
+            return NULL;
+        }
+    }
+    Py_ssize_t req_held = 0, resp_held = 0;
+    PyObject *req_side = side_of(self, req_scan, api_key, 0, &req_held);
+    PyObject *resp_side = NULL;
+    if (req_side != NULL && resp_scan != NULL)
+        resp_side = side_of(self, resp_scan, api_key, 1, &resp_held);
+    Py_DECREF(req_scan);
+    Py_XDECREF(resp_scan);
+    if (req_side == NULL || (response != Py_None && resp_side == NULL)) {
+        Py_XDECREF(req_side);
+        return NULL; /* an error is set: the caller raises it */
+    }
+    PyObject *facts = PyTuple_New(29);
+    if (facts == NULL) {
+        Py_DECREF(req_side);
+        Py_XDECREF(resp_side);
+        return NULL;
+    }
+    PyObject *values[29] = {
+        SLOT(request, self->q[Q_TIME]), SLOT(exchange, self->x[X_LATENCY]),
+        SLOT(connection, self->n[N_ID]), SLOT(connection, self->n[N_CLIENT]),
+        SLOT(connection, self->n[N_BROKER]), SLOT(connection, self->n[N_NODE]),
+        SLOT(header, self->h[H_CLIENT_ID]), key_obj,
+        SLOT(request, self->q[Q_API_NAME]), SLOT(header, self->h[H_API_VERSION]),
+        SLOT(header, self->h[H_VERSION]), SLOT(header, self->h[H_CORRELATION]),
+        SLOT(request, self->q[Q_SIZE]), SLOT(header, self->h[H_SIZE]),
+        SLOT(request, self->q[Q_COMPLETE]), SLOT(request, self->q[Q_TAG_BYTES]),
+        SLOT(request, self->q[Q_TAGS]), SLOT(connection, self->n[N_SOFTWARE]),
+        SLOT(connection, self->n[N_SOFTWARE_VERSION]), NULL,
+    };
+    if (response != Py_None) {
+        values[20] = SLOT(response, self->p[P_TIME]);
+        values[21] = SLOT(response, self->p[P_VERSION]);
+        values[22] = SLOT(response, self->p[P_HEADER_VERSION]);
+        values[23] = SLOT(response, self->p[P_SIZE]);
+        values[24] = SLOT(response, self->p[P_HEADER_SIZE]);
+        values[25] = SLOT(response, self->p[P_COMPLETE]);
+        values[26] = SLOT(response, self->p[P_TAG_BYTES]);
+        values[27] = SLOT(response, self->p[P_TAGS]);
+    }
+    for (int i = 0; i < 29; i++) {
+        if (i == 19)
+            PyTuple_SET_ITEM(facts, i, req_side); /* the references made above */
+        else if (i == 28)
+            PyTuple_SET_ITEM(facts, i, resp_side != NULL ? resp_side : Py_NewRef(Py_None));
+        else
+            PyTuple_SET_ITEM(facts, i, Py_NewRef(values[i] != NULL ? values[i] : Py_None));
+    }
+    PyObject *held = PyLong_FromSsize_t(self->base_bytes + req_held + resp_held);
+    if (held == NULL) {
+        Py_DECREF(facts);
+        return NULL;
+    }
+    PyObject *out = PyTuple_New(2);
+    if (out == NULL) {
+        Py_DECREF(facts);
+        Py_DECREF(held);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(out, 0, facts);
+    PyTuple_SET_ITEM(out, 1, held);
+    return out;
+}
+
+static PyObject *taker_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    TakerObject *self = (TakerObject *)callable;
+    if (PyVectorcall_NARGS(nargsf) != 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_SetString(PyExc_TypeError, "taker(exchange)");
+        return NULL;
+    }
+    PyObject *out = take(self, args[0]);
+    if (out != NULL || PyErr_Occurred())
+        return out;
+    return PyObject_Vectorcall(self->fallback, args, 1, NULL);
+}
+
+static PyObject *taker_forget(TakerObject *self, PyObject *unused)
+{
+    taker_clear_memo(self);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef taker_methods[] = {
+    {"forget", (PyCFunction)taker_forget, METH_NOARGS, "forget() -> None: drop the kept SCAN of each (api key, direction)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject TakerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kinspect.capture._take.Taker",
+    .tp_basicsize = sizeof(TakerObject),
+    .tp_dealloc = (destructor)taker_dealloc,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(TakerObject, vectorcall),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "Taker(classes, capture_side, batch_fields, base_bytes, topic_bytes, fallback): "
+              "taker(exchange) -> (EXCHANGE, bytes held), as kinspect.capture.facts.FactsTaker.take_python.",
+    .tp_new = taker_new,
+    .tp_methods = taker_methods,
+};
+
+static struct PyModuleDef take_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "kinspect.capture._take",
+    .m_doc = "The capture's EXCHANGE tuple of an Exchange event, built in C (kinspect.capture.facts is the reference).",
+    .m_size = -1,
+};
+
+PyMODINIT_FUNC PyInit__take(void)
+{
+    if (PyType_Ready(&TakerType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&take_module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "Taker", (PyObject *)&TakerType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
