@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Iterable, Protocol
 
+from kinspect.protocol.framing.pieces import FramePieces
 from kinspect.session import Exchange, Problem, Request, Response
 
 EVENT_TYPES = (Request, Response, Exchange, Problem)
@@ -65,11 +66,14 @@ class Dispatcher:
         if self._routed != self.observers:  # observers were added or removed since
             routes = self._route()
         for event in events:
-            for on_event in routes.get(type(event), ()):
+            kind = type(event)
+            for on_event in routes.get(kind, ()):
                 try:
                     on_event(event)
                 except Exception:  # an observer's bug must never reach the relay
                     self.failures += 1
                     if self.failures <= 10:
                         log.exception("observer %r failed on %s", getattr(on_event, "__self__", on_event),
-                                      type(event).__name__)
+                                      kind.__name__)
+            if kind is Request and type(event.frame) is FramePieces:
+                event.release_frame()  # every observer saw it: its response need not keep a large frame's reads
