@@ -53,7 +53,7 @@ class InventoryObserver:
 
     def __init__(self, targets: list[Target] = (), max_unknown_series: int = 200, label_overflow=None,
                  max_connections: int = 10000, api_name=None) -> None:
-        self.targets = list(targets)
+        self.targets = tuple(targets)  # fixed: the verdicts per (api, version, magics) are remembered
         self.max_unknown_series = max_unknown_series
         self.label_overflow = label_overflow  # the metrics observer's kinspect_label_overflow_total, if any
         self.inventory = Inventory(max_connections, api_name)
@@ -64,6 +64,8 @@ class InventoryObserver:
         self._software_series = 0
         self._incompatible_series = 0
         self._last = None  # (connection, its address, its record) of the latest request
+        # (api key, version, record magics) -> the targets that reject it (a request's verdicts depend on these alone)
+        self._rejecting: dict[tuple, tuple] = {}
         self.handlers = {Request: self._request, Response: self._response}  # for the dispatcher
 
     @staticmethod
@@ -102,10 +104,18 @@ class InventoryObserver:
         if new:
             counts.connections += 1
         counts.requests += 1
-        for target in self.targets:
-            reason = incompatible(target, api_key, version, magics)
-            if reason is not None:
-                self._incompatible_request(target, api_key, version, counts.labels[0], e.api_name)
+        rejecting = self._rejecting.get((api_key, version, magics))
+        if rejecting is None:
+            rejecting = self._targets_rejecting(api_key, version, magics)
+        for target in rejecting:
+            self._incompatible_request(target, api_key, version, counts.labels[0], e.api_name)
+
+    def _targets_rejecting(self, api_key: int, version: int, magics: tuple) -> tuple:
+        """The targets that would reject such a request, once per (api, version, record magics)."""
+        rejecting = tuple(t for t in self.targets if incompatible(t, api_key, version, magics) is not None)
+        if len(self._rejecting) < 4096:  # versions a client invents must not grow it forever
+            self._rejecting[(api_key, version, magics)] = rejecting
+        return rejecting
 
     def _response(self, e: Response) -> None:
         # A broker answers an ApiVersions version it lacks with error 35 and a v0 body (KIP-511);
