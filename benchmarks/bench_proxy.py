@@ -821,6 +821,8 @@ def fmt_value(value: float | None, field: str) -> str:
         return f"{value / 1000:.1f}k"
     if field.endswith("_ms"):
         return f"{value:.3f}"
+    if field == "proxy_cpu_ms_per_mb":  # under 1 ms: one decimal would hide the differences that matter
+        return f"{value:.2f}"
     return f"{value:.1f}"
 
 
