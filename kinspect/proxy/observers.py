@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Iterable, Protocol
 
+from kinspect.protocol.errors import DecodeError
 from kinspect.protocol.framing.pieces import FramePieces
 from kinspect.session import Exchange, Problem, Request, Response
 
@@ -59,7 +60,22 @@ class Dispatcher:
             for kind in getattr(observer, "event_types", EVENT_TYPES):
                 routes[kind].append(handlers.get(kind, observer.on_event))
         self._routes, self._routed = routes, list(self.observers)
+        # Whether an observer of Exchange events reads bodies (a large request is scanned before it is released).
+        self._bodies_later = any(getattr(o, "needs_bodies", True) for o in self.observers
+                                 if Exchange in getattr(o, "event_types", EVENT_TYPES))
         return routes
+
+    def _release(self, request: Request) -> None:
+        """Every observer saw this request, kept in the reads that brought it (a large Produce): its
+        Exchange, which waits for the response, need not hold them. An observer of Exchanges that reads
+        bodies (the capture) reads the request's scan then: it is made now, from the reads, if nobody
+        made it yet."""
+        if self._bodies_later:
+            try:
+                request.scan()
+            except DecodeError:
+                pass  # cached on the event: what the observer is told then
+        request.release_frame()
 
     def dispatch(self, events: list) -> None:
         routes = self._routes
@@ -76,4 +92,4 @@ class Dispatcher:
                         log.exception("observer %r failed on %s", getattr(on_event, "__self__", on_event),
                                       kind.__name__)
             if kind is Request and type(event.frame) is FramePieces:
-                event.release_frame()  # every observer saw it: its response need not keep a large frame's reads
+                self._release(event)

@@ -122,26 +122,30 @@ class Request(_Lazy):
     def release_frame(self) -> None:
         """Let go of a large frame's bytes once every observer has seen this request (the Dispatcher calls it).
 
-        Only a frame kept in the reads that brought it (a large Produce, FramePieces) whose scan is
-        made: the scan keeps its facts (its record batches summarized now, if they were not), and the
-        event waits for its response without holding the reads. Held, a megabyte of reads per Produce
-        in flight kept the allocator from reusing them: each read then landed on fresh, cold memory
-        (26 page faults per MB forwarded against 5). A decode after this raises DecodeError.
+        Only a frame kept in the reads that brought it (a large Produce, FramePieces). Its scan, if
+        made, keeps its facts (its record batches summarized now, if they were not), and the event
+        waits for its response without holding the reads. Held, a megabyte of reads per Produce in
+        flight kept the allocator from reusing them: each read then landed on fresh, cold memory
+        (26 page faults per MB forwarded against 5). A decode, or a first scan, after this raises
+        DecodeError saying the frame was released.
         """
+        if type(self.frame) is not FramePieces:
+            return
         scan = self._scanned
-        if type(self.frame) is FramePieces and type(scan) is ScanResult:
+        if type(scan) is ScanResult:
             if scan.record_spans:
                 scan.records  # noqa: B018 (summarized from the pieces while they are here)
             scan.source = None
-            self.frame = None
+        self.frame = None
 
     def scan(self) -> ScanResult:
         scanned = self._scanned
         if type(scanned) is ScanResult:  # the common case, asked by every observer after the first: no call
             return scanned
-        if scanned is None and self.complete:  # the first ask: _once's steps, inline (a scan per Produce)
+        frame = self.frame
+        if scanned is None and self.complete and frame is not None:  # the first ask: _once's steps, inline
             try:
-                scanned = self._scanned = self.codec.scan_request(self.frame, self.header)
+                scanned = self._scanned = self.codec.scan_request(frame, self.header)
             except DecodeError as exc:
                 self._scanned = exc
                 raise

@@ -110,40 +110,55 @@ def test_a_frame_begun_in_the_buffer_hands_the_buffer_over():
 def test_observed_requests_let_go_of_their_pieces():
     """Once every observer saw a request kept in pieces, the Dispatcher releases its reads: the
     Exchange that follows carries the same scan (records summarized), and no frame; a decode says so.
-    A request nobody scanned keeps its frame (the capture may scan it when its response comes)."""
+    An observer of Exchanges that reads bodies (the capture) gets the scan made before the release;
+    with none, nothing is scanned."""
     from kinspect.proxy.observers import Dispatcher
     from kinspect.protocol.errors import DecodeError
     from kinspect.session import Exchange
 
-    class Scanning:
+    class Scanning:  # as the metrics: scans each request
         needs_bodies = True
+        event_types = (Request,)
 
         def __init__(self) -> None:
             self.seen = []
 
         def on_event(self, event) -> None:
-            if type(event) is Request:
-                self.seen.append((type(event.frame), event.scan()))
+            self.seen.append((type(event.frame), event.scan()))
+
+    class Later:  # as the capture: reads the scans of Exchanges
+        needs_bodies = True
+        event_types = (Exchange,)
+
+        def __init__(self) -> None:
+            self.seen = []
+
+        def on_event(self, event) -> None:
+            self.seen.append(event.request.scan())
 
     data = _produce(9, 1)
-    for observer in (Scanning(), None):
-        dispatcher = Dispatcher([observer] if observer is not None else [])
+    answer = CODEC.encode_response(0, 9, {"CorrelationId": 7}, {"Responses": [], "ThrottleTimeMs": 0})
+    for observers in ([Scanning()], [Later()], [Scanning(), Later()], []):
+        dispatcher = Dispatcher(observers)
         session = Session(CODEC, ConnectionInfo(1, "c:1", "b:1"), SessionConfig(inspect_max_bytes=1 << 21),
                           Plan(True))
         for i in range(0, len(data), 64 * 1024):
             dispatcher.dispatch(session.client_data(data[i:i + 64 * 1024], 1.0).events)
         (pending,) = session._inflight.values()
         request = pending.request
-        if observer is None:
-            assert type(request.frame) is FramePieces  # nobody scanned it: kept
-            continue
-        ((frame_type, scan),) = observer.seen
-        assert frame_type is FramePieces  # observers see the pieces
-        assert request.frame is None and request.complete and scan.source is None
-        assert request.scan() is scan and len(scan.records[0].batches) == 3
+        assert request.frame is None and request.complete
         with pytest.raises(DecodeError, match="released once its request was observed"):
             request.decode()
-        answer = CODEC.encode_response(0, 9, {"CorrelationId": 7}, {"Responses": [], "ThrottleTimeMs": 0})
-        events = session.broker_data(struct.pack(">i", len(answer)) + answer, 1.1).events
-        (exchange,) = [e for e in events if type(e) is Exchange]
-        assert exchange.request is request and exchange.request.scan() is scan
+        if not observers:  # nobody reads its body: released unscanned
+            assert request._scanned is None
+            with pytest.raises(DecodeError, match="released"):
+                request.scan()
+            continue
+        scan = request.scan()
+        assert scan.source is None and len(scan.records[0].batches) == 3
+        if type(observers[0]) is Scanning:
+            ((frame_type, seen),) = observers[0].seen
+            assert frame_type is FramePieces and seen is scan  # observers see the pieces
+        dispatcher.dispatch(session.broker_data(struct.pack(">i", len(answer)) + answer, 1.1).events)
+        if type(observers[-1]) is Later:
+            assert observers[-1].seen == [scan]  # the capture's scan at the Exchange: the one kept
