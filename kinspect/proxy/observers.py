@@ -18,6 +18,8 @@ class Observer(Protocol):
     # Whether the observer decodes or scans bodies (events then keep whole frames up to
     # inspect.inspect_max_bytes). An observer without the attribute is assumed to. An
     # observer may instead say it per frame kind: wants_body(api_key, version, direction).
+    # A large request kept in pieces (a Produce) is released once every observer saw it: an
+    # Exchange then carries its scan, not its frame (Dispatcher._release).
     needs_bodies: bool
     # The event types it reads (optional): the dispatcher hands it only those.
     event_types: tuple
