@@ -61,22 +61,10 @@ _NUMPY = {
 def _integers(pa, np, values, dtype: str, arrow_type):
     """An integer column of `values` (a tuple of ints, None for null: pa.array's nulls, in a column that
     has none too, as the per-row builder gave them)."""
-    nulls = values.count(None)
-    if not nulls:
+    try:
         return pa.array(np.array(values, dtype))
-    if nulls == len(values):
-        return pa.nulls(nulls, arrow_type)
-    if dtype != "int64":
-        # float64 holds every 32-bit int exactly, and None as NaN: the nulls' mask in the same call.
-        numbers = np.array(values, np.float64)
-        missing = np.isnan(numbers)
-        numbers[missing] = 0
-        bounds = np.iinfo(dtype)
-        if bounds.min <= numbers.min() and numbers.max() <= bounds.max:  # else pa.array raises on it below
-            ints = numbers.astype(dtype)
-            if np.array_equal(ints, numbers):
-                return pa.array(ints, mask=missing)
-    return pa.array(values, type=arrow_type)
+    except TypeError:  # a None (numpy has no null): pa.array, as fast as numpy with its checks on a few
+        return pa.array(values, type=arrow_type)
 
 
 def _times(pa, np, values, offset: float, arrow_type):
@@ -117,6 +105,7 @@ class BatchBuilder:
         self._pa = self._np = None
         self._types: dict = {}
         self._integer_fields = IntegerFieldColumns(native)  # its label tables grow with the apis seen
+        self._utf8_sizes: dict = {}  # client id -> its UTF-8 bytes
 
     def _arrow(self):
         import numpy as np
@@ -187,6 +176,13 @@ class BatchBuilder:
         self._flexible[key], self._first[key] = facts
         return facts
 
+    def _utf8_size(self, client_id: str | None) -> int:
+        """Bytes of a client id in UTF-8 (0 for None), remembered for the few client ids a proxy sees."""
+        if len(self._utf8_sizes) >= 4096:  # a client making up ids does not grow it without bound
+            self._utf8_sizes.clear()
+        size = self._utf8_sizes[client_id] = len(client_id.encode("utf-8")) if client_id is not None else 0
+        return size
+
     def _derived(self, facts: list[tuple]) -> dict:
         """The columns computed from both sides of each exchange, one loop over the batch.
 
@@ -197,6 +193,7 @@ class BatchBuilder:
         req_tables, resp_tables = integer_fields.tables
         table_number = integer_fields.table_number
         append, counter, table = rows.append, int_counters.append, int_tables.append
+        utf8_sizes = self._utf8_sizes
         for (_, _, _, _, _, _, client_id, api_key, _, _, _, _, size, header_size, _, header_tag_bytes,
              header_tags, _, _, req, _, _, response_header_version_, response_size, _, _,
              response_tag_bytes, response_header_tags, side) in facts:
@@ -212,7 +209,10 @@ class BatchBuilder:
                     tagged += tuple([("request_body", p, t, n, s, n is not None) for p, t, n, s in body_tags])
                 if delta is not None:
                     # The header at its flexible version: ClientId keeps its int16 length, plus a tag section.
-                    flexible_header = 11 + (len(client_id.encode("utf-8")) if client_id is not None else 0)
+                    client_id_size = utf8_sizes.get(client_id)
+                    if client_id_size is None:
+                        client_id_size = self._utf8_size(client_id)
+                    flexible_header = 11 + client_id_size
                     req_compact = size + delta + flexible_header - header_size
                 if stats is not None:
                     hit = req_tables.get(id(slots))
@@ -266,7 +266,8 @@ class BatchBuilder:
                         continue
                     for _, count, compression, length in summary:
                         batches += 1
-                        count = max(count, 0)
+                        if count < 0:
+                            count = 0
                         records += count
                         acc = codecs.get(compression)
                         if acc is None:
@@ -275,9 +276,12 @@ class BatchBuilder:
                         acc[1] += count
                         acc[2] += length + _LOG_OVERHEAD
                 compression = tuple([(c, a[0], a[1], a[2]) for c, a in sorted(codecs.items())])
+            if not topics:
+                topics = _EMPTY
+            elif len(topics) > 1 or type(topics) is not tuple:
+                topics = tuple(sorted(topics))  # (topic, partitions) items, by topic
             append((req_error, resp_error, header_tag_bytes, response_tag_bytes, req_compact, resp_compact, tagged,
-                    codes, tuple(sorted(topics)) if topics else _EMPTY,  # (topic, partitions) items, by topic
-                    batches, records, compression, magics, groups))
+                    codes, topics, batches, records, compression, magics, groups))
         columns = dict(zip(_DERIVED, zip(*rows))) if rows else dict.fromkeys(_DERIVED, ())
         columns["integer_fields"] = (int_counters, int_tables, columns.pop("integer_groups"))
         return columns

@@ -174,6 +174,7 @@ def edge_rows(recorded: list[tuple]) -> list[tuple]:
         with_fields(base, request_side=with_side(req, stats=None)),
         with_fields(base, response_side=with_side(side, stats=None)),
         with_fields(base, client_id=None),  # the flexible header's ClientId of a null client id
+        with_fields(base, client_id="zé✓-\U0001f600"),  # 1 to 4 UTF-8 bytes a character
         with_fields(base, node_id=7, request_header_tags=((1, 3), (2, 0)), response_header_tags=((5, 2),)),
         with_fields(base, request_side=with_side(req, slots=slots, stats=counters([
             slot(0, [1], [1]),  # absent: its figures are never read
@@ -198,6 +199,14 @@ def test_edge_cases_one_at_a_time_and_together(codec, recorded, native):
         for row in rows:
             same_batches(ours, theirs, [row], 1)
         same_batches(ours, theirs, rows, 512)
+
+
+def test_many_client_ids_are_sized_right_and_not_all_remembered(codec, recorded):
+    ours, theirs = builders(codec, False)
+    base = scanned(recorded)
+    rows = [with_fields(base, client_id=f"client-{i}-" + "é" * (i % 5)) for i in range(5000)]
+    same_batches(ours, theirs, rows, 512)
+    assert 0 < len(ours._utf8_sizes) <= 4096
 
 
 @pytest.mark.parametrize("native", NATIVE)
