@@ -1,4 +1,5 @@
-"""Builds the optional C extensions (the decoder/scanner _wire, the capture's fact taker _take); everything else is in pyproject.toml."""
+"""Builds the optional C extensions (the decoder/scanner _wire, the capture's fact taker _take and column cutter
+_columns); everything else is in pyproject.toml."""
 
 from setuptools import Extension, setup
 
@@ -14,6 +15,12 @@ setup(
         Extension(
             "kinspect.capture._take",
             ["kinspect/capture/_take.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
+        Extension(
+            "kinspect.capture._columns",
+            ["kinspect/capture/_columns.c"],
             extra_compile_args=["-O2"],
             optional=True,
         ),

@@ -1,13 +1,14 @@
 """Capture rows as Arrow record batches, built column by column from a batch of exchange facts (capture.facts).
 
-The writer thread never makes a row object: a batch of EXCHANGE tuples is transposed
-(zip) into one tuple per field, the plain columns go to pa.array as they are, and one
-loop over the two sides of each exchange appends the derived columns (tag bytes, tagged
-fields, error codes, topics, records, compact sizes). Per row that is a few list appends
-instead of a 36-key dict, and per batch one pa.array call per column (capture.columns
-builds integer_fields with Arrow kernels). Nothing of a record's key, value or headers
-was ever read (records are summarized from their batch headers), and no bytes field
-reaches a row.
+The writer never makes a row object: a batch of EXCHANGE tuples is transposed (zip) into
+one tuple per field; integer columns and times become numpy arrays in one call each (a
+tenth of pa.array's time on Python ints), and one loop over the two sides of each
+exchange makes one tuple of the row's derived values (tag bytes, tagged fields, error
+codes, topics, records, compact sizes), transposed by zip too. capture.columns cuts the
+integer_fields figures out of the scans' counters (in C where it is built). Nothing of a
+record's key, value or headers was ever read (records are summarized from their batch
+headers), and no bytes field reaches a row. tests/support/per_row_batch.py keeps the
+per-row builder this replaced, the reference the tests compare it with.
 """
 
 from __future__ import annotations
@@ -34,28 +35,59 @@ _PLAIN = {
     "client_software_name": "client_software_name", "client_software_version": "client_software_version",
 }
 _AT = {name: i for i, name in enumerate(FIELDS)}
+# The derived columns, in the order of each row's tuple in BatchBuilder._derived (integer_groups: its scans
+# with integer counters, 0 to 2).
+_DERIVED = ("request_decode_error", "response_decode_error", "request_tag_section_bytes", "response_tag_section_bytes",
+            "request_compact_size", "response_compact_size", "tagged_fields", "error_codes", "topic_partitions",
+            "record_batches", "record_count", "compression", "record_magics", "integer_groups")
 # Per row, the list columns hold tuples (pyarrow reads any sequence): the collector stops
 # tracking a tuple of atomic values, so a batch's rows are not promoted while it is built.
 _EMPTY = ()
 
 
-def _times(values, offset: float) -> list:
-    """Monotonic seconds to UTC microseconds (None stays None), rounded as round() does: half to even."""
-    return [None if t is None else round((t + offset) * 1_000_000) for t in values]
+# Integer columns converted by numpy (np.array of a tuple of ints, then pa.array of that array):
+# its dtype says the column's type. Out-of-range values raise, as in pa.array; numpy would
+# also take a float or a str of digits, which the facts never hold in these fields.
+_NUMPY = {
+    "connection_id": "int64", "node_id": "int32", "api_key": "int16", "request_version": "int16",
+    "response_version": "int16", "request_header_version": "int8", "response_header_version": "int8",
+    "correlation_id": "int32", "request_size": "int32", "response_size": "int32", "request_header_size": "int32",
+    "response_header_size": "int32", "request_tag_section_bytes": "int32", "response_tag_section_bytes": "int32",
+    "request_compact_size": "int32", "response_compact_size": "int32", "record_batches": "int32",
+    "record_count": "int64",
+}
 
 
-def _latencies(values) -> list:
-    return [None if t is None else round(t * 1_000_000) for t in values]
+def _integers(pa, np, values, dtype: str, arrow_type):
+    """An integer column of `values` (a tuple of ints, None for null: pa.array's nulls, in a column that
+    has none too, as the per-row builder gave them)."""
+    try:
+        return pa.array(np.array(values, dtype))
+    except TypeError:  # a None (numpy has no null): pa.array, as fast as numpy with its checks on a few
+        return pa.array(values, type=arrow_type)
+
+
+def _times(pa, np, values, offset: float, arrow_type):
+    """Seconds (monotonic, or a latency) plus offset, to integer microseconds (None stays null), rounded
+    as round() does: half to even, on the same float64 products as round((t + offset) * 1_000_000)."""
+    seconds = np.array(values, np.float64)  # None -> NaN (no time is ever NaN)
+    missing = np.isnan(seconds)
+    micros = np.rint((seconds + offset) * 1_000_000)
+    if missing.any():
+        micros[missing] = 0
+        return pa.array(micros.astype(np.int64), type=arrow_type, mask=missing)
+    return pa.array(micros.astype(np.int64), type=arrow_type)
 
 
 class BatchBuilder:
     """Turns lists of EXCHANGE tuples into record batches of the capture schema (one per writer thread).
 
     `wall_offset` maps the events' monotonic times to UTC; `registry` (the events' codec's,
-    SpecRegistry.default() if None) says which request versions are flexible.
+    SpecRegistry.default() if None) says which request versions are flexible. `native`: the
+    integer_fields figures are cut in C where it is built (capture.columns), else by numpy.
     """
 
-    def __init__(self, wall_offset: float, registry=None, versions: dict | None = None) -> None:
+    def __init__(self, wall_offset: float, registry=None, versions: dict | None = None, native: bool = True) -> None:
         if versions is not None:
             registry = None  # every request version the specs define, as versions_table() gave them
         elif registry is None:
@@ -65,16 +97,21 @@ class BatchBuilder:
         self.wall_offset = wall_offset
         self.registry = registry
         self._versions: dict = dict(versions or {})  # (api key, version) -> (flexible, first flexible version)
+        self._flexible = {key: facts[0] for key, facts in self._versions.items()}  # the same, one dict each
+        self._first = {key: facts[1] for key, facts in self._versions.items()}
         # pyarrow is imported at the first build: a proxy whose rows are built by the writer process
         # makes a builder only to hand its settings on, and never loads pyarrow (about 40 MB).
         self.schema = None
-        self._pa = None
+        self._pa = self._np = None
         self._types: dict = {}
-        self._integer_fields = IntegerFieldColumns()  # its label tables grow with the apis seen
+        self._integer_fields = IntegerFieldColumns(native)  # its label tables grow with the apis seen
+        self._utf8_sizes: dict = {}  # client id -> its UTF-8 bytes
 
     def _arrow(self):
+        import numpy as np
         import pyarrow as pa
 
+        self._np = np
         self.schema = arrow_schema()
         self._types = {field.name: field.type for field in self.schema}
         self._pa = pa
@@ -83,29 +120,38 @@ class BatchBuilder:
     def build(self, facts: list[tuple]):
         """One pa.RecordBatch of the exchanges `facts` (raises on facts that are not EXCHANGE tuples)."""
         pa = self._pa or self._arrow()
+        np = self._np
         types = self._types
         n = len(facts)
         fields = tuple(zip(*facts)) if n else ((),) * len(FIELDS)
         if len(fields) != len(FIELDS):
             raise ValueError(f"an exchange's facts have {len(fields)} fields, not {len(FIELDS)}")
         columns = {name: fields[_AT[field]] for name, field in _PLAIN.items()}
-        columns["schema_version"] = [SCHEMA_VERSION] * n
-        columns["request_time"] = _times(fields[_AT["request_time"]], self.wall_offset)
-        columns["response_time"] = _times(fields[_AT["response_time"]], self.wall_offset)
-        columns["latency_us"] = _latencies(fields[_AT["latency"]])
-        versions = self._versions
-        flexible = [versions.get(key) or self._version_facts(key)
-                    for key in zip(fields[_AT["api_key"]], fields[_AT["request_version"]])]
-        columns["flexible"] = [f[0] for f in flexible]
-        columns["first_flexible_version"] = [f[1] for f in flexible]
         columns.update(self._derived(facts))
-        arrays = []
-        for name in COLUMN_NAMES:
-            if name == "integer_fields":
-                arrays.append(self._integer_fields.column(pa, types[name], *columns[name]))
+        arrays = {"schema_version": pa.array(np.full(n, SCHEMA_VERSION, np.int16))}
+        offset = self.wall_offset
+        arrays["request_time"] = _times(pa, np, fields[_AT["request_time"]], offset, types["request_time"])
+        arrays["response_time"] = _times(pa, np, fields[_AT["response_time"]], offset, types["response_time"])
+        arrays["latency_us"] = _times(pa, np, fields[_AT["latency"]], 0.0, types["latency_us"])
+        keys = list(zip(fields[_AT["api_key"]], fields[_AT["request_version"]]))
+        flexible = list(map(self._flexible.get, keys))
+        if None in flexible:  # a version not looked up yet
+            for key in keys:
+                if key not in self._flexible:
+                    self._version_facts(key)
+            flexible = list(map(self._flexible.get, keys))
+        arrays["flexible"] = pa.array(flexible, type=types["flexible"])
+        arrays["first_flexible_version"] = pa.array(list(map(self._first.get, keys)),
+                                                    type=types["first_flexible_version"])
+        integer_fields = columns.pop("integer_fields")
+        arrays["integer_fields"] = self._integer_fields.column(pa, types["integer_fields"], *integer_fields)
+        for name, values in columns.items():
+            dtype = _NUMPY.get(name)
+            if dtype is None:
+                arrays[name] = pa.array(values, type=types[name])
             else:
-                arrays.append(pa.array(columns[name], type=types[name]))
-        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+                arrays[name] = _integers(pa, np, values, dtype, types[name])
+        return pa.RecordBatch.from_arrays([arrays[name] for name in COLUMN_NAMES], schema=self.schema)
 
     def versions_table(self) -> dict:
         """Every request version the specs define -> (flexible, first flexible version): what a builder in
@@ -127,19 +173,32 @@ class BatchBuilder:
             flexible = spec.flexible_versions
             facts = (key[1] in flexible, None if flexible.empty else flexible.low)
         self._versions[key] = facts
+        self._flexible[key], self._first[key] = facts
         return facts
 
-    @staticmethod
-    def _derived(facts: list[tuple]) -> dict:
-        """The columns computed from both sides of each exchange, one loop over the batch."""
-        req_errors, resp_errors, req_tag_bytes, resp_tag_bytes = [], [], [], []
-        req_compact, resp_compact, tagged_col, errors_col, int_groups, int_rows = [], [], [], [], [], []
-        topics_col, batches_col, records_col, compression_col, magics_col = [], [], [], [], []
+    def _utf8_size(self, client_id: str | None) -> int:
+        """Bytes of a client id in UTF-8 (0 for None), remembered for the few client ids a proxy sees."""
+        if len(self._utf8_sizes) >= 4096:  # a client making up ids does not grow it without bound
+            self._utf8_sizes.clear()
+        size = self._utf8_sizes[client_id] = len(client_id.encode("utf-8")) if client_id is not None else 0
+        return size
+
+    def _derived(self, facts: list[tuple]) -> dict:
+        """The columns computed from both sides of each exchange, one loop over the batch.
+
+        Each row's derived values are one tuple (a tuple is built in one step, where a list
+        append is a method call per value); the batch's are transposed by zip at the end."""
+        rows, int_counters, int_tables = [], [], []
+        integer_fields = self._integer_fields
+        req_tables, resp_tables = integer_fields.tables
+        table_number = integer_fields.table_number
+        append, counter, table = rows.append, int_counters.append, int_tables.append
+        utf8_sizes = self._utf8_sizes
         for (_, _, _, _, _, _, client_id, api_key, _, _, _, _, size, header_size, _, header_tag_bytes,
              header_tags, _, _, req, _, _, response_header_version_, response_size, _, _,
              response_tag_bytes, response_header_tags, side) in facts:
             tagged = tuple([("request_header", "", tag, None, n, False) for tag, n in header_tags]) if header_tags else ()
-            compact = error = None
+            req_compact = req_error = None
             topics = summaries = None
             groups = 0
             magics = _EMPTY
@@ -150,22 +209,23 @@ class BatchBuilder:
                     tagged += tuple([("request_body", p, t, n, s, n is not None) for p, t, n, s in body_tags])
                 if delta is not None:
                     # The header at its flexible version: ClientId keeps its int16 length, plus a tag section.
-                    flexible_header = 11 + (len(client_id.encode("utf-8")) if client_id is not None else 0)
-                    compact = size + delta + flexible_header - header_size
+                    client_id_size = utf8_sizes.get(client_id)
+                    if client_id_size is None:
+                        client_id_size = self._utf8_size(client_id)
+                    flexible_header = 11 + client_id_size
+                    req_compact = size + delta + flexible_header - header_size
                 if stats is not None:
-                    int_groups.append(("request", slots, stats))
+                    hit = req_tables.get(id(slots))
+                    table(hit[1] if hit is not None else table_number(0, slots))
+                    counter(stats)
                     groups = 1
                 if summaries and api_key == PRODUCE:
                     # Distinct magics of the request's batches, ascending (0/1: KIP-724's removed formats).
                     magics = tuple(sorted({b[0] for s in summaries if s is not None for b in s}))
             else:
-                error = req
-            req_errors.append(error)
-            req_tag_bytes.append(header_tag_bytes)
-            req_compact.append(compact)
-            magics_col.append(magics)
+                req_error = req
             codes = _EMPTY
-            compact = error = None
+            resp_compact = resp_error = None
             if response_size is not None:
                 if response_header_tags:
                     tagged += tuple([("response_header", "", tag, None, n, False) for tag, n in response_header_tags])
@@ -177,7 +237,9 @@ class BatchBuilder:
                     if codes_seen:
                         codes = tuple([(code, error_name(code), count) for code, count in sorted(codes_seen)])
                     if stats is not None:
-                        int_groups.append(("response", slots, stats))
+                        hit = resp_tables.get(id(slots))
+                        table(hit[1] if hit is not None else table_number(1, slots))
+                        counter(stats)
                         groups += 1
                     if more:
                         if topics:  # a topic named by both directions counts the larger number of partitions
@@ -192,16 +254,9 @@ class BatchBuilder:
                         summaries = summaries + records if summaries else records
                     if delta is not None:
                         grows = response_header_version(api_key, True) > response_header_version_  # v0 -> v1: +1 tag byte
-                        compact = response_size + delta + (1 if grows else 0)
+                        resp_compact = response_size + delta + (1 if grows else 0)
                 else:
-                    error = side
-            resp_errors.append(error)
-            resp_tag_bytes.append(response_tag_bytes)
-            resp_compact.append(compact)
-            tagged_col.append(tagged)
-            errors_col.append(codes)
-            int_rows.append(groups)
-            topics_col.append(tuple(sorted(topics)) if topics else _EMPTY)  # (topic, partitions) items, by topic
+                    resp_error = side
             batches = records = 0
             compression = _EMPTY
             if summaries:
@@ -211,7 +266,8 @@ class BatchBuilder:
                         continue
                     for _, count, compression, length in summary:
                         batches += 1
-                        count = max(count, 0)
+                        if count < 0:
+                            count = 0
                         records += count
                         acc = codecs.get(compression)
                         if acc is None:
@@ -220,14 +276,12 @@ class BatchBuilder:
                         acc[1] += count
                         acc[2] += length + _LOG_OVERHEAD
                 compression = tuple([(c, a[0], a[1], a[2]) for c, a in sorted(codecs.items())])
-            batches_col.append(batches)
-            records_col.append(records)
-            compression_col.append(compression)
-        return {
-            "request_decode_error": req_errors, "response_decode_error": resp_errors,
-            "request_tag_section_bytes": req_tag_bytes, "response_tag_section_bytes": resp_tag_bytes,
-            "request_compact_size": req_compact, "response_compact_size": resp_compact,
-            "tagged_fields": tagged_col, "error_codes": errors_col, "integer_fields": (int_groups, int_rows),
-            "topic_partitions": topics_col, "record_batches": batches_col, "record_count": records_col,
-            "compression": compression_col, "record_magics": magics_col,
-        }
+            if not topics:
+                topics = _EMPTY
+            elif len(topics) > 1 or type(topics) is not tuple:
+                topics = tuple(sorted(topics))  # (topic, partitions) items, by topic
+            append((req_error, resp_error, header_tag_bytes, response_tag_bytes, req_compact, resp_compact, tagged,
+                    codes, topics, batches, records, compression, magics, groups))
+        columns = dict(zip(_DERIVED, zip(*rows))) if rows else dict.fromkeys(_DERIVED, ())
+        columns["integer_fields"] = (int_counters, int_tables, columns.pop("integer_groups"))
+        return columns
