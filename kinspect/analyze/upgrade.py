@@ -18,7 +18,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kinspect.analyze.tables import Aggregates, first
+from kinspect.analyze.tables import Aggregates, first, shared
 
 LISTED = 20  # client ids and addresses listed per client; the rest are counted
 REJECTED_LISTED = 50
@@ -61,6 +61,11 @@ def verdict(target: dict, api_key: int, version: int, magic_mask: int) -> str | 
 
 
 def _with_verdicts(aggs: Aggregates, targets: dict) -> pa.Table:
+    """`_verdicts`, computed once for both upgrade tables (for the same targets)."""
+    return shared(aggs, f"verdicts {id(targets)}", lambda: _verdicts(aggs, targets))
+
+
+def _verdicts(aggs: Aggregates, targets: dict) -> pa.Table:
     """The `exchanges` aggregate's rows (narrowed to what the upgrade tables use) once per
     target, with its verdict: a verdict depends only on (api_key, version, magic_mask), so
     it is decided once per distinct triple and joined back, not once per row."""
