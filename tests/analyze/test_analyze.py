@@ -322,26 +322,25 @@ def test_small_capture_without_spark_gives_the_same_tables(analyzed, generated):
 
 @pytest.mark.integration
 def test_shared_derivations_are_computed_once(analyzed, generated, monkeypatch):
-    """The job's Aggregates compute what several tables derive from them (the verdicts, the
-    sorted sizes and latencies) once; a plain dict of the same aggregates gives the same tables."""
-    from kinspect.analyze import aggregates, scan, upgrade
-    from kinspect.analyze.tables import TABLES, Aggregates
+    """The job's Aggregates compute what several tables derive from them (the upgrade tables'
+    grouping of the exchanges, the sorted sizes and latencies) once; a plain dict of the same
+    aggregates gives the same tables."""
+    from kinspect.analyze import aggregates, scan, tables, upgrade
 
     result, _, _ = analyzed
     dirs, _ = generated
     plain = aggregates.on_driver(scan.plan(None, check_inputs([str(d) for d in dirs])))
     calls = collections.Counter()
-    for name in ("_verdicts", "_sorted_values"):
-        module = upgrade if name == "_verdicts" else sys.modules[TABLES["api_sizes"][0].__module__]
+    for module, name in ((upgrade, "_Usage"), (tables, "_sorted_values")):
         original = getattr(module, name)
         monkeypatch.setattr(module, name, lambda *args, _name=name, _original=original:
                             (calls.update([_name]), _original(*args))[1])
-    for aggs, once in ((Aggregates(plain), True), (dict(plain), False)):
+    for aggs, once in ((tables.Aggregates(plain), True), (dict(plain), False)):
         calls.clear()
-        tables = {name: build(aggs, TOP) for name, (build, _, _) in TABLES.items()}
-        tables |= {name: build(aggs, TARGETS) for name, (build, _, _) in upgrade.UPGRADE_TABLES.items()}
-        assert tables == result.tables
-        assert calls == ({"_verdicts": 1, "_sorted_values": 1} if once else {"_verdicts": 2, "_sorted_values": 2})
+        got = {name: build(aggs, TOP) for name, (build, _, _) in tables.TABLES.items()}
+        got |= {name: build(aggs, TARGETS) for name, (build, _, _) in upgrade.UPGRADE_TABLES.items()}
+        assert got == result.tables
+        assert calls == ({"_Usage": 1, "_sorted_values": 1} if once else {"_Usage": 2, "_sorted_values": 2})
 
 
 @pytest.mark.integration
