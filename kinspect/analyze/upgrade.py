@@ -10,7 +10,8 @@ the target has no such api ("api removed"), its version is below the target's lo
 ("api version removed") or above its highest ("api version unknown to the target"), or
 its record batches carry a magic below the target's `min_record_magic`
 ("record format v0/v1 removed"). Computed on the driver from the job's `exchanges` and
-`addresses` aggregates (kinspect.analyze.aggregates), a verdict per aggregate row and target.
+`addresses` aggregates (kinspect.analyze.aggregates), a verdict per use (software, api,
+version, record magics) and target.
 """
 
 from __future__ import annotations

@@ -633,7 +633,9 @@ def test_session_conf_small_captures_get_a_cheaper_jit(tmp_path):
     assert session_conf([str(tmp_path / "c")], "local[2]") == small
     # the driver runs here on a cluster too (client mode); the executors' settings stay the cluster's
     assert session_conf([str(tmp_path / "c")], "spark://127.0.0.1:7077") == small
-    assert session_conf(["s3a://bucket/captures"], "local[2]") == {}  # rows unknown before Spark reads them
+    # rows unknown before Spark reads them: a larger capture's settings
+    assert session_conf(["s3a://bucket/captures"], "local[2]") == {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
+    assert session_conf(["s3a://bucket/captures"], "spark://127.0.0.1:7077") == {}
     assert local_rows(["s3a://bucket/captures"]) is None
     table = pq.read_table(next((tmp_path / "c").glob("capture-*.parquet")))
     big = tmp_path / "big"
@@ -641,7 +643,10 @@ def test_session_conf_small_captures_get_a_cheaper_jit(tmp_path):
     with pq.ParquetWriter(big / "capture-00000.parquet", table.schema) as writer:
         for _ in range(SMALL_ROWS // table.num_rows + 1):
             writer.write_table(table)
-    assert local_rows([str(big)]) > SMALL_ROWS and session_conf([str(big)], "local[2]") == {}
+    assert local_rows([str(big)]) > SMALL_ROWS
+    # a larger capture on a local master (executors in the driver's JVM, moving bytes): C1, code generation on
+    assert session_conf([str(big)], "local[2]") == {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
+    assert session_conf([str(big)], "spark://127.0.0.1:7077") == {}
 
 
 def test_directory_without_captures(tmp_path):
