@@ -101,15 +101,20 @@ def _local_pieces(paths: list[str], cores: int) -> tuple[list[tuple[str, list[in
     wanted = -(-wanted // cores) * cores if wanted > 1 else 1  # whole waves of tasks
     per_piece = max(1, -(-total // wanted))
     pieces: list[tuple[str, list[int]]] = []
-    rows_in = 0
+    piece_rows: list[int] = []
     for uri, group, rows in groups:
-        if pieces and pieces[-1][0] == uri and rows_in + rows <= per_piece:
+        if pieces and pieces[-1][0] == uri and piece_rows[-1] + rows <= per_piece:
             pieces[-1][1].append(group)
-            rows_in += rows
+            piece_rows[-1] += rows
         else:
             pieces.append((uri, [group]))
-            rows_in = rows
-    return pieces, size, total
+            piece_rows.append(rows)
+    # Spark starts the tasks in this order, each on the next free core: the largest first, so
+    # that the last wave is of small ones and a core idles less at the stage's end (the 5M
+    # capture's pieces of 262k, 262k and 476k rows, simulated: 10% above an even split of the
+    # work in file order, 7% largest first)
+    order = sorted(range(len(pieces)), key=lambda i: -piece_rows[i])
+    return [pieces[i] for i in order], size, total
 
 
 def reader(buckets: dict[str, list[int]]):

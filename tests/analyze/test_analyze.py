@@ -555,6 +555,49 @@ def test_percentiles_are_nearest_rank():
     assert got == want
 
 
+@pytest.mark.parametrize("wide", [False, True])
+def test_sizes_and_latencies_from_one_sort(wide):
+    """api_sizes and latency from one sort of a `values` aggregate (sizes and latencies, apis,
+    versions, counts): packed into one int64 with the counts, or, the spans too wide for one
+    int64, by np.lexsort. Either way, the plain-Python figures of the values each row stands for."""
+    from kinspect.analyze.partials import LATENCY, REQUEST, RESPONSE
+    from kinspect.analyze.tables import Aggregates, api_sizes, latency
+
+    import random
+
+    counted = collections.Counter()
+    pick = random.Random(3 if wide else 4)
+    for _ in range(3000):
+        direction = pick.choice((REQUEST, RESPONSE, LATENCY))
+        version = None if direction == LATENCY else pick.choice((None, 0, 3, 12))
+        # a few values far apart (their sums still fit an int64, as the figures' do)
+        v = pick.choice((-1, 1)) * (1 << 59) if wide and pick.random() < 0.03 else pick.randrange(-50, 5000)
+        counted[(pick.choice(("Fetch", "Produce", "api_77")), direction, version, v)] += pick.randrange(1, 4)
+    keys = list(counted)
+    values = pa.table({"api": [k[0] for k in keys], "direction": pa.array([k[1] for k in keys], pa.int8()),
+                       "version": pa.array([k[2] for k in keys], pa.int32()),
+                       "v": pa.array([k[3] for k in keys], pa.int64()), "n": pa.array(list(counted.values()), pa.int64())})
+    expanded = collections.defaultdict(list)
+    for (api, direction, version, v), n in counted.items():
+        expanded[(api, direction, version)] += [v] * n
+    want = []
+    for (api, direction, version), vs in sorted(expanded.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] is not None,
+                                                                                  kv[0][2] or 0)):
+        if direction != LATENCY:
+            want.append({"api": api, "direction": "request" if direction == REQUEST else "response",
+                         "version": version, "count": len(vs), **{name: nearest_rank(vs, p) for name, p in
+                                                                   (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))},
+                         "max": max(vs), "sum": sum(vs)})
+    aggs = Aggregates({"values": values})
+    assert api_sizes(aggs, TOP) == want
+    assert latency(aggs, TOP) == [{"api": api, "count": len(vs), **{f"{name}_ms": nearest_rank(vs, p) / 1000.0
+                                                                    for name, p in (("p50", 0.5), ("p90", 0.9),
+                                                                                    ("p99", 0.99))},
+                                   "max_ms": max(vs) / 1000.0}
+                                  for (api, direction, _), vs in sorted(expanded.items(), key=lambda kv: kv[0][0])
+                                  if direction == LATENCY]
+
+
 def test_percentile_order_packed_or_not():
     """Rows sort by their keys' ranks, then v: packed into one int64 when they fit, by np.lexsort
     when they do not (v spanning 2^62). Either way, the same sequence of keys and values."""
