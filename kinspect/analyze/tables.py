@@ -22,6 +22,7 @@ Definitions shared by every table (docs/analyze.md repeats them):
 
 from __future__ import annotations
 
+import threading
 from typing import Callable
 
 import numpy as np
@@ -34,20 +35,27 @@ from kinspect.analyze.partials import LATENCY, REQUEST
 
 class Aggregates(dict):
     """name -> aggregate (kinspect.analyze.aggregates), and what several tables derive from
-    them, computed once for all (`shared`): the job hands the tables one of these."""
+    them, computed once for all (`shared`), whichever thread asks first: the job hands the
+    tables one of these."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.derived: dict = {}
+        self.locks: dict[str, threading.Lock] = {}
+        self.guard = threading.Lock()
 
 
 def shared(aggs: dict, key: str, make: Callable[[], object]):
-    """make(), computed once per Aggregates (each time for a plain dict of aggregates)."""
+    """make(), computed once per Aggregates (each time for a plain dict of aggregates); a
+    thread asking while another computes it waits for that one."""
     if not isinstance(aggs, Aggregates):
         return make()
-    if key not in aggs.derived:
-        aggs.derived[key] = make()
-    return aggs.derived[key]
+    with aggs.guard:
+        lock = aggs.locks.setdefault(key, threading.Lock())
+    with lock:
+        if key not in aggs.derived:
+            aggs.derived[key] = make()
+        return aggs.derived[key]
 
 PERCENTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
 OTHER = "(other)"
