@@ -307,6 +307,21 @@ def test_read_on_the_driver_gives_the_same_tables(spark, analyzed, generated):
 
 
 @pytest.mark.integration
+def test_tasks_reading_several_pieces_give_the_same_tables(spark, analyzed, generated, monkeypatch):
+    """One read task per core (WAVES 1): each task reads a bin of several pieces in turn. The
+    same tables as a task per piece."""
+    from kinspect.analyze import scan
+
+    result, _, _ = analyzed
+    dirs, _ = generated
+    monkeypatch.setattr(scan, "WAVES", 1)
+    said = []
+    binned = compute(spark, [str(d) for d in dirs], top=TOP, targets=TARGETS, progress=said.append, driver_rows=0)
+    assert any(f"{spark.sparkContext.defaultParallelism} read tasks" in line for line in said)
+    assert binned.tables == result.tables
+
+
+@pytest.mark.integration
 def test_small_capture_without_spark_gives_the_same_tables(analyzed, generated):
     """What the CLI does for a small local capture on a local master: the job with no Spark at
     all (`spark` None), every aggregate and table in this process. The same tables."""
@@ -530,9 +545,22 @@ def test_generated_captures_cover_the_cases(analyzed):
     assert ("3.9.2", "record format v0/v1 removed") not in upgrade and ("3.9.2", "api removed") in upgrade
     assert "unknown" in {r["software"] for r in want["upgrade_clients"]}  # the v1 files, and software not sent
     assert lines[0].startswith("read: captures aggregated into ")
-    assert "5 read tasks" in lines[0]  # one per piece: each capture file here is a few row groups
+    assert "5 read tasks" in lines[0]  # one per piece (a capture file here): fewer than 4 waves of the 2 cores
     assert lines[1].startswith(f"tables: {len(TABLE_NAMES)} tables on the driver")
     assert list(result.tables) == list(TABLE_NAMES)  # in report order
+
+
+def test_pieces_in_bins_of_about_equal_rows():
+    """A local capture's pieces go to at most WAVES read tasks per core, a bin of pieces each,
+    about equal in rows, the largest bin first; every piece exactly once."""
+    from kinspect.analyze.scan import _bins
+
+    pieces = [(f"file:///c/{i}", [i], rows) for i, rows in enumerate([476, 476, 300, 262, 262, 262, 262, 214])]
+    bins = _bins(pieces, 4)
+    assert sorted(piece for b in bins for piece in b) == sorted(pieces)
+    totals = [sum(piece[2] for piece in b) for b in bins]
+    assert totals == sorted(totals, reverse=True) and max(totals) - min(totals) <= 214
+    assert _bins(pieces[:3], 3) == [[pieces[0]], [pieces[1]], [pieces[2]]]
 
 
 def test_percentiles_are_nearest_rank():
