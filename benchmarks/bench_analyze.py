@@ -37,7 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from proc_cpu import cpu_seconds, tree_cpu_seconds  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
-from kinspect.analyze.inputs import SMALL_CAPTURE_CONF, SMALL_ROWS  # noqa: E402
+from kinspect.analyze.inputs import session_conf  # noqa: E402
 from kinspect.analyze.job import analyze  # noqa: E402
 from kinspect.analyze.scan import DRIVER_ROWS  # noqa: E402
 from kinspect.capture.columns import trimmed_histograms  # noqa: E402  (the writer's own layout of the lists)
@@ -284,12 +284,11 @@ def measure(args, root: Path, sizes: list[int], reps: list[int]) -> int:
     builder = (SparkSession.builder.master(args.master).appName("kinspect bench")
                .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
                .config("spark.driver.memory", "2g"))
-    if max(sizes + [args.warm_rows]) <= SMALL_ROWS:
-        # what `kinspect analyze` gives captures this small (kinspect.analyze.inputs.session_conf)
-        for key, value in SMALL_CAPTURE_CONF.items():
-            builder = builder.config(key, value)
-        print(f"small captures: {SMALL_CAPTURE_CONF}, as kinspect analyze for at most {SMALL_ROWS:,} rows",
-              flush=True)
+    # what `kinspect analyze` starts its session with for the largest capture measured
+    conf = session_conf([str(datasets[max(sizes)])], args.master)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    print(f"session settings of kinspect analyze for {max(sizes):,} rows on {args.master}: {conf}", flush=True)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     results = {}

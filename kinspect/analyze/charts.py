@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-import plotly.graph_objects as go
+import functools
+
+import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 # the mode bar (zoom, pan, log/linear reset, PNG) shows when the pointer is over a chart
@@ -24,12 +26,23 @@ def human(value: float) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def _html(fig: go.Figure, title: str, height: int, width: int | None = None) -> str:
-    fig.update_layout(title={"text": title, "font": {"size": 14}}, height=height, width=width or WIDTH,
-                      margin={"l": 60, "r": 20, "t": 40, "b": 40}, template="plotly_white",
-                      legend={"orientation": "h", "y": -0.2} if len(fig.data) > 1 else None,
-                      showlegend=len(fig.data) > 1)
-    return f'<div class="chart">{fig.to_html(full_html=False, include_plotlyjs=False, config=CONFIG)}</div>'
+@functools.cache
+def _template() -> dict:
+    """plotly's "plotly_white" template as plain JSON, built once per process (about 50 ms)."""
+    return pio.templates["plotly_white"].to_plotly_json()
+
+
+def _html(data: list[dict], layout: dict, title: str, height: int, width: int | None = None) -> str:
+    """A chart's <div> and script. The figure is plain JSON handed to plotly.io unvalidated:
+    building and validating plotly's Figure objects (a deep copy of the template each) took
+    0.6 to 0.8 s for a report's 34 charts, nearly all of the report's time; this takes 10 ms."""
+    many = len(data) > 1
+    layout = {**layout, "title": {"text": title, "font": {"size": 14}}, "height": height, "width": width or WIDTH,
+              "margin": {"l": 60, "r": 20, "t": 40, "b": 40}, "template": _template(), "showlegend": many,
+              **({"legend": {"orientation": "h", "y": -0.2}} if many else {})}
+    chart = pio.to_html({"data": data, "layout": layout}, full_html=False, include_plotlyjs=False, config=CONFIG,
+                        validate=False)
+    return f'<div class="chart">{chart}</div>'
 
 
 def hbars(items: list[tuple[str, float]], title: str, unit: str = "bytes") -> str:
@@ -38,10 +51,9 @@ def hbars(items: list[tuple[str, float]], title: str, unit: str = "bytes") -> st
         return ""
     labels = [label for label, _ in items][::-1]
     values = [value for _, value in items][::-1]
-    fig = go.Figure(go.Bar(x=values, y=labels, orientation="h", marker_color=COLORS[0],
-                           hovertemplate=f"%{{y}}: %{{x:,}} {unit}<extra></extra>"))
-    fig.update_xaxes(title_text=unit)
-    return _html(fig, title, height=max(220, 60 + 22 * len(items)))
+    bars = {"type": "bar", "x": values, "y": labels, "orientation": "h", "marker": {"color": COLORS[0]},
+            "hovertemplate": f"%{{y}}: %{{x:,}} {unit}<extra></extra>"}
+    return _html([bars], {"xaxis": {"title": {"text": unit}}}, title, height=max(220, 60 + 22 * len(items)))
 
 
 def grouped_bars(categories: list[str], series: list[tuple[str, list[float]]], title: str, *,
@@ -50,10 +62,9 @@ def grouped_bars(categories: list[str], series: list[tuple[str, list[float]]], t
     """Bars per category, one colour per series; `log` gives the value axis a log scale."""
     if not categories:
         return ""
-    fig = go.Figure([go.Bar(name=name, x=categories, y=values, marker_color=COLORS[i % len(COLORS)],
-                            hovertemplate=f"%{{x}} {name}: %{{y:,}} {unit}<extra></extra>")
-                     for i, (name, values) in enumerate(series)])
-    fig.update_layout(barmode="group")
-    fig.update_xaxes(type="category", title_text=x_title)
-    fig.update_yaxes(type="log" if log else "linear", title_text=unit)
-    return _html(fig, title, height=height, width=width)
+    bars = [{"type": "bar", "name": name, "x": categories, "y": values, "marker": {"color": COLORS[i % len(COLORS)]},
+             "hovertemplate": f"%{{x}} {name}: %{{y:,}} {unit}<extra></extra>"}
+            for i, (name, values) in enumerate(series)]
+    layout = {"barmode": "group", "xaxis": {"type": "category", "title": {"text": x_title}},
+              "yaxis": {"type": "log" if log else "linear", "title": {"text": unit}}}
+    return _html(bars, layout, title, height=height, width=width)

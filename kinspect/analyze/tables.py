@@ -22,6 +22,7 @@ Definitions shared by every table (docs/analyze.md repeats them):
 
 from __future__ import annotations
 
+import threading
 from typing import Callable
 
 import numpy as np
@@ -30,7 +31,31 @@ import pyarrow.compute as pc
 
 from kinspect.analyze.partials import LATENCY, REQUEST
 
-Aggregates = dict[str, pa.Table]  # name -> aggregate (kinspect.analyze.aggregates)
+
+
+class Aggregates(dict):
+    """name -> aggregate (kinspect.analyze.aggregates), and what several tables derive from
+    them, computed once for all (`shared`), whichever thread asks first: the job hands the
+    tables one of these."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.derived: dict = {}
+        self.locks: dict[str, threading.Lock] = {}
+        self.guard = threading.Lock()
+
+
+def shared(aggs: dict, key: str, make: Callable[[], object]):
+    """make(), computed once per Aggregates (each time for a plain dict of aggregates); a
+    thread asking while another computes it waits for that one."""
+    if not isinstance(aggs, Aggregates):
+        return make()
+    with aggs.guard:
+        lock = aggs.locks.setdefault(key, threading.Lock())
+    with lock:
+        if key not in aggs.derived:
+            aggs.derived[key] = make()
+        return aggs.derived[key]
 
 PERCENTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
 OTHER = "(other)"
@@ -72,13 +97,19 @@ def summary(aggs: Aggregates, top: int) -> list[dict]:
 def _ranks(column) -> np.ndarray:
     """Each value's rank in the sorted distinct values of `column` (nulls first, rank 0): an
     integer sort key that orders strings as Spark does, without comparing strings per row."""
+    return _ranked_values(column)[0]
+
+
+def _ranked_values(column) -> tuple[np.ndarray, pa.Array]:
+    """`_ranks` of `column`, and its distinct non-null values in rank order (rank r: [r - 1])."""
     encoded = pc.dictionary_encode(column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column)
     order = pc.array_sort_indices(encoded.dictionary).to_numpy()
     rank = np.empty(len(order), np.int64)
     rank[order] = np.arange(1, len(order) + 1)
     indices = encoded.indices
-    return np.where(pc.is_null(indices).to_numpy(zero_copy_only=False), 0,
-                    rank[pc.fill_null(indices, 0).to_numpy()] if len(order) else 0)
+    ranks = np.where(pc.is_null(indices).to_numpy(zero_copy_only=False), 0,
+                     rank[pc.fill_null(indices, 0).to_numpy()] if len(order) else 0)
+    return ranks, encoded.dictionary.take(pa.array(order))
 
 
 def _ranked(values: pa.Table, keys: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -86,8 +117,13 @@ def _ranked(values: pa.Table, keys: list[str]) -> tuple[np.ndarray, np.ndarray, 
     each group of keys in that order."""
     if not values.num_rows:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
-    ranks = [_ranks(values[k]) for k in keys]
-    order = _order(ranks, values["v"].to_numpy())
+    return _runs([_ranks(values[k]) for k in keys], values["v"].to_numpy())
+
+
+def _runs(ranks: list[np.ndarray], v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The order of rows by their ranks then v (`_order`), and the start and end of each run
+    of equal ranks in it."""
+    order = _order(ranks, v)
     change = np.zeros(len(order), bool)
     change[0] = True
     for rank in ranks:
@@ -111,51 +147,120 @@ def _order(ranks: list[np.ndarray], v: np.ndarray) -> np.ndarray:
     return np.argsort(key)
 
 
-def _percentile_table(values: pa.Table, keys: list[str], scale: float | None) -> list[dict]:
-    """Per group of keys: count, exact nearest-rank percentiles of v (weighted by n), max, sum."""
-    order, starts, ends = _ranked(values, keys)
-    if not len(starts):
-        return []
-    v = values["v"].to_numpy()[order]
-    n = values["n"].to_numpy()[order]
+def _percentiles(v: np.ndarray, n: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                 scale: float | None) -> dict[str, list]:
+    """Per run [start, end) of the values `v` (sorted within each run) with their counts `n`:
+    count, exact nearest-rank percentiles, max and sum (of the unscaled values)."""
     running = np.cumsum(n)
     before = np.where(starts > 0, running[starts - 1], 0)
     total = running[ends - 1] - before
-    firsts = pa.array(order[starts])
-    out = {k: values[k].take(firsts).to_pylist() for k in keys}
-    out["count"] = total.tolist()
+    out = {"count": total.tolist()}
     for name, p in PERCENTILES:
         rank = np.maximum(1, np.ceil(p * total.astype(np.float64))).astype(np.int64)
         at = np.searchsorted(running, before + rank, side="left")
         out[name] = (v[at] / scale).tolist() if scale else v[at].tolist()
     out["max"] = ((v[ends - 1] / scale).tolist() if scale else v[ends - 1].tolist())
-    out["sum"] = np.add.reduceat(v * n, starts).tolist()
+    weighted = np.cumsum(v * n)  # the runs need not cover v: each sum is its own difference
+    out["sum"] = (weighted[ends - 1] - np.where(starts > 0, weighted[starts - 1], 0)).tolist()
+    return out
+
+
+def _percentile_table(values: pa.Table, keys: list[str], scale: float | None) -> list[dict]:
+    """Per group of keys: count, exact nearest-rank percentiles of v (weighted by n), max, sum."""
+    order, starts, ends = _ranked(values, keys)
+    if not len(starts):
+        return []
+    firsts = pa.array(order[starts])
+    out = {k: values[k].take(firsts).to_pylist() for k in keys}
+    out |= _percentiles(values["v"].to_numpy()[order], values["n"].to_numpy()[order], starts, ends, scale)
     names = list(out)
     return [dict(zip(names, row)) for row in zip(*out.values())]
 
 
-def _sizes(aggs: Aggregates) -> pa.Table:
-    values = aggs["values"].filter(pc.not_equal(aggs["values"]["direction"], LATENCY))
-    direction = pc.if_else(pc.equal(values["direction"], REQUEST), "request", "response")
-    return pa.table({"api": values["api"], "direction": direction, "version": values["version"],
-                     "v": values["v"], "n": values["n"]})
+def _sorted_values(aggs: Aggregates) -> dict:
+    """The `values` aggregate sorted once for api_sizes and latency: the sizes, then the
+    latencies, each by api, direction (request before response, as their names), version
+    and v. Returns each sorted row's v and count n, the runs of equal (api, direction,
+    version) in that order (a latency's version is null: its runs are per api), and each
+    run's api, direction and version."""
+    values = aggs["values"]
+    api, api_names = shared(aggs, "api ranks", lambda: _ranked_values(values["api"]))
+    version, versions = _ranked_values(values["version"])
+    direction = values["direction"].to_numpy().astype(np.int64)
+    ranks = [(direction == LATENCY).astype(np.int64), api, direction, version]
+    v, n = values["v"].to_numpy(), values["n"].to_numpy()
+    if not len(v):
+        return {"v": v, "n": n, "starts": np.zeros(0, np.int64), "ends": np.zeros(0, np.int64),
+                "api": [], "direction": np.zeros(0, np.int64), "version": []}
+    spans = [int(rank.max()) + 1 for rank in ranks]
+    v_low, n_low = int(v.min()), int(n.min())
+    v_span, n_span = int(v.max()) - v_low + 1, int(n.max()) - n_low + 1
+    group = np.zeros(len(v), np.int64)
+    if np.prod([float(span) for span in spans + [v_span, n_span]]) < 2.0 ** 62:
+        # ranks, v and n packed into one int64 and sorted as values (numpy's sort is about
+        # twice as fast as its argsort, and nothing is gathered after it): n only orders
+        # rows of equal ranks and v, which the aggregate does not hold
+        for column, span in zip(ranks, spans):
+            group = group * span + column
+        key, n = np.divmod(np.sort((group * v_span + (v - v_low)) * n_span + (n - n_low)), n_span)
+        group, v = np.divmod(key, v_span)
+        v, n = v + v_low, n + n_low
+    else:
+        order = _order(ranks, v)
+        for rank, span in zip(ranks, spans):
+            group = group * span + rank[order]
+        v, n = v[order], n[order]
+    change = np.ones(len(group), bool)
+    change[1:] = group[1:] != group[:-1]
+    starts = np.flatnonzero(change)
+    rest, version_rank = np.divmod(group[starts], spans[3])
+    rest, run_direction = np.divmod(rest, spans[2])
+    api_rank = rest % spans[1]
+    api_names, versions = api_names.to_pylist(), versions.to_pylist()
+    return {"v": v, "n": n, "starts": starts, "ends": np.append(starts[1:], len(group)),
+            "api": [api_names[r - 1] for r in api_rank.tolist()], "direction": run_direction,
+            "version": [versions[r - 1] if r else None for r in version_rank.tolist()]}
+
+
+def _values_table(aggs: Aggregates, latencies: bool, scale: float | None) -> list[dict]:
+    """api_sizes' rows (api, direction, version and the figures of its sizes), or with
+    `latencies` latency's (api and the figures of its latencies)."""
+    runs = shared(aggs, "sorted values", lambda: _sorted_values(aggs))
+    chosen = np.flatnonzero((runs["direction"] == LATENCY) if latencies else (runs["direction"] != LATENCY))
+    if not len(chosen):
+        return []
+    out = {"api": [runs["api"][i] for i in chosen.tolist()]}
+    if not latencies:
+        out["direction"] = ["request" if d == REQUEST else "response" for d in runs["direction"][chosen].tolist()]
+        out["version"] = [runs["version"][i] for i in chosen.tolist()]
+    out |= _percentiles(runs["v"], runs["n"], runs["starts"][chosen], runs["ends"][chosen], scale)
+    names = list(out)
+    return [dict(zip(names, row)) for row in zip(*out.values())]
 
 
 def api_sizes(aggs: Aggregates, top: int) -> list[dict]:
-    return _percentile_table(_sizes(aggs), ["api", "direction", "version"], None)
+    return _values_table(aggs, False, None)
 
 
 def size_histogram(aggs: Aggregates, top: int) -> list[dict]:
-    sizes = _sizes(aggs)
+    """Counts per api, direction and power-of-two bucket, summed by one np.bincount of the
+    three packed into one code (the api by its rank: the rows come out in table order)."""
+    values = aggs["values"]
+    direction = values["direction"].to_numpy()
+    sizes = np.flatnonzero(direction != LATENCY)
+    if not len(sizes):
+        return []
+    api, names = shared(aggs, "api ranks", lambda: _ranked_values(values["api"]))
     # the exact power of two at or below each size (bucket k: [2^k, 2^(k+1))), integers only
     powers = np.left_shift(np.int64(1), np.arange(63, dtype=np.int64))
-    bucket = np.maximum(np.searchsorted(powers, sizes["v"].to_numpy(zero_copy_only=False), side="right") - 1, 0)
-    counted = (pa.table({"api": sizes["api"], "direction": sizes["direction"],
-                         "bucket": pa.array(bucket.astype(np.int32)), "n": sizes["n"]})
-               .group_by(["api", "direction", "bucket"], use_threads=False).aggregate([("n", "sum")])
-               .sort_by([("api", "ascending"), ("direction", "ascending"), ("bucket", "ascending")]))
-    return [{"api": r["api"], "direction": r["direction"], "bucket": r["bucket"], "min_bytes": 1 << r["bucket"],
-             "count": r["n_sum"]} for r in counted.to_pylist()]
+    bucket = np.maximum(np.searchsorted(powers, values["v"].to_numpy(zero_copy_only=False)[sizes], side="right") - 1,
+                        0)
+    code = (api[sizes] * 2 + direction[sizes]) * 64 + bucket
+    counts = np.bincount(code, weights=values["n"].to_numpy()[sizes])
+    present = np.flatnonzero(counts)
+    names = names.to_pylist()
+    return [{"api": names[c // 128 - 1], "direction": "request" if c // 64 % 2 == REQUEST else "response",
+             "bucket": c % 64, "min_bytes": 1 << (c % 64), "count": int(counts[c])} for c in present.tolist()]
 
 
 def _top_with_other(rows: list[dict], key: str, top: int) -> list[dict]:
@@ -238,8 +343,7 @@ def varint_histogram(aggs: Aggregates, top: int) -> list[dict]:
 
 
 def latency(aggs: Aggregates, top: int) -> list[dict]:
-    values = aggs["values"].filter(pc.equal(aggs["values"]["direction"], LATENCY))
-    rows = _percentile_table(values.select(["api", "v", "n"]), ["api"], 1000.0)
+    rows = _values_table(aggs, True, 1000.0)
     return [{"api": r["api"], "count": r["count"], **{f"{name}_ms": r[name] for name, _ in PERCENTILES},
              "max_ms": r["max"]} for r in rows]
 

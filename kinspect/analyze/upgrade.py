@@ -10,15 +10,18 @@ the target has no such api ("api removed"), its version is below the target's lo
 ("api version removed") or above its highest ("api version unknown to the target"), or
 its record batches carry a magic below the target's `min_record_magic`
 ("record format v0/v1 removed"). Computed on the driver from the job's `exchanges` and
-`addresses` aggregates (kinspect.analyze.aggregates), a verdict per aggregate row and target.
+`addresses` aggregates (kinspect.analyze.aggregates), a verdict per use (software, api,
+version, record magics) and target.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kinspect.analyze.tables import Aggregates, first
+from kinspect.analyze.groups import Groups, codes, whole
+from kinspect.analyze.tables import Aggregates, first, shared
 
 LISTED = 20  # client ids and addresses listed per client; the rest are counted
 REJECTED_LISTED = 50
@@ -60,49 +63,70 @@ def verdict(target: dict, api_key: int, version: int, magic_mask: int) -> str | 
     return None
 
 
-def _with_verdicts(aggs: Aggregates, targets: dict) -> pa.Table:
-    """The `exchanges` aggregate's rows (narrowed to what the upgrade tables use) once per
-    target, with its verdict: a verdict depends only on (api_key, version, magic_mask), so
-    it is decided once per distinct triple and joined back, not once per row."""
-    used = (aggs["exchanges"].select(["software", "software_version", "client_id", "api", "api_key", "version",
-                                      "magic_mask", "n", "lo", "hi"])
-            .group_by(["software", "software_version", "client_id", "api", "api_key", "version", "magic_mask"],
-                      use_threads=False)
-            .aggregate([("n", "sum"), ("lo", "min"), ("hi", "max")])
-            .rename_columns({"n_sum": "n", "lo_min": "lo", "hi_max": "hi"}))
-    triples = used.select(["api_key", "version", "magic_mask"]).group_by(
-        ["api_key", "version", "magic_mask"], use_threads=False).aggregate([]).to_pylist()
-    per_target = []
-    for name, target in targets.items():
-        decided = pa.table({
-            "api_key": pa.array([t["api_key"] for t in triples], used.schema.field("api_key").type),
-            "version": pa.array([t["version"] for t in triples], used.schema.field("version").type),
-            "magic_mask": pa.array([t["magic_mask"] for t in triples], used.schema.field("magic_mask").type),
-            "reason": pa.array([verdict(target, t["api_key"], t["version"], t["magic_mask"]) for t in triples],
-                               pa.string())})
-        joined = used.join(decided, ["api_key", "version", "magic_mask"], join_type="left outer", use_threads=False)
-        per_target.append(joined.append_column("target", pa.array([name] * joined.num_rows, pa.string())))
-    return pa.concat_tables(per_target) if per_target else used.append_column("reason", pa.nulls(0, pa.string()))
+class _Usage:
+    """What both upgrade tables group the `exchanges` aggregate by, computed once (numpy over
+    packed keys, kinspect.analyze.groups): the client software of its rows (`software`: name
+    and version), their uses (`uses`: a (software, api, version, record magics) each, a few
+    hundred), and each row's client id as a code (0: none). A verdict depends only on a use's
+    api key, version and magics: it is decided once per use and target, not per row."""
+
+    def __init__(self, exchanges: pa.Table):
+        e = self.exchanges = exchanges
+        self.software = Groups.of([e["software"], e["software_version"]])
+        self.uses = Groups.of([self.software.ids, e["api"], e["api_key"], e["version"], e["magic_mask"]])
+        self.use_software = self.software.ids[self.uses.first].tolist()
+        first = pa.array(self.uses.first)
+        self.use = {name: whole(e[name]).take(first).to_pylist()
+                    for name in ("api", "api_key", "version", "magic_mask")}
+        self.use_n, self.use_lo, self.use_hi = self.uses.sum(e["n"]), self.uses.min(e["lo"]), self.uses.max(e["hi"])
+        self.client, self.client_span = codes(e["client_id"])
+        at = pa.array(self.software.first)
+        self.names = whole(e["software"]).take(at).to_pylist()
+        self.versions = whole(e["software_version"]).take(at).to_pylist()
+
+    def reasons(self, target: dict) -> list:
+        """Each use's verdict under `target` (None: accepted)."""
+        return [verdict(target, key, version, mask)
+                for key, version, mask in zip(self.use["api_key"], self.use["version"], self.use["magic_mask"])]
+
+    def client_ids(self, group_of_row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The distinct (group, client id) of the rows (null ids left out): each one's group, and
+        a row that has it."""
+        named = np.flatnonzero(self.client > 0)
+        pairs, at = np.unique(group_of_row[named] * self.client_span + self.client[named], return_index=True)
+        return pairs // self.client_span, named[at]
+
+
+def _usage(aggs: Aggregates) -> _Usage:
+    return shared(aggs, "upgrade usage", lambda: _Usage(aggs["exchanges"]))
 
 
 def upgrade_versions(aggs: Aggregates, targets: dict) -> list[dict]:
     """Per target and client software: every (api, version) used, with counts, and the target's verdict."""
-    keys = ["target", "software", "software_version", "api", "api_key", "version", "reason"]
-    grouped = _with_verdicts(aggs, targets).group_by(keys + ["magic_mask"], use_threads=False).aggregate(
-        [("n", "sum"), ("lo", "min"), ("hi", "max"), ("client_id", "distinct", pc.CountOptions("only_valid"))])
-    groups = {}
-    for row in grouped.to_pylist():  # a row per (group, magic mask): few
-        key = tuple(row[k] for k in keys)
-        group = groups.setdefault(key, {"requests": 0, "ids": set(), "mask": 0, "lo": None, "hi": None})
-        group["requests"] += row["n_sum"]
-        group["lo"] = row["lo_min"] if group["lo"] is None else min(group["lo"], row["lo_min"])
-        group["hi"] = row["hi_max"] if group["hi"] is None else max(group["hi"], row["hi_max"])
-        group["ids"].update(row["client_id_distinct"])
-        group["mask"] |= row["magic_mask"]
-    rows = [{"target": k[0], "software": k[1], "software_version": k[2], "api": k[3], "api_key": k[4],
-             "version": k[5], "requests": g["requests"], "client_ids": len(g["ids"]),
-             "record_magics": [m for m in range(3) if g["mask"] & (1 << m)],
-             "first_seen_us": g["lo"], "last_seen_us": g["hi"], "rejected": k[6]} for k, g in groups.items()]
+    usage = _usage(aggs)
+    use = usage.use
+    masks = np.array(use["magic_mask"], np.int64)
+    rows = []
+    for target_name, target in targets.items():
+        reasons = usage.reasons(target)
+        # the uses merged across their record magics: a group per (software, api, api key, version, verdict)
+        numbered: dict[tuple, int] = {}
+        use_group = np.array([numbered.setdefault((software, api, key, version, reason), len(numbered))
+                              for software, api, key, version, reason in
+                              zip(usage.use_software, use["api"], use["api_key"], use["version"], reasons)], np.int64)
+        merged = Groups(use_group)  # its ids are use_group: numbered in order of appearance
+        requests = merged.sum(usage.use_n).to_pylist()
+        lo, hi = merged.min(usage.use_lo).to_pylist(), merged.max(usage.use_hi).to_pylist()
+        mask = np.zeros(merged.number, np.int64)
+        np.bitwise_or.at(mask, use_group, masks)
+        group_of_id, _ = usage.client_ids(use_group[usage.uses.ids])
+        clients = np.bincount(group_of_id, minlength=merged.number).tolist()
+        for (software, api, key, version, reason), g in numbered.items():
+            rows.append({"target": target_name, "software": usage.names[software],
+                         "software_version": usage.versions[software], "api": api, "api_key": key,
+                         "version": version, "requests": requests[g], "client_ids": clients[g],
+                         "record_magics": [m for m in range(3) if int(mask[g]) & (1 << m)],
+                         "first_seen_us": lo[g], "last_seen_us": hi[g], "rejected": reason})
     return sorted(rows, key=lambda r: (r["target"], r["software"], first(r["software_version"]), r["api"],
                                        r["version"], first(r["rejected"])))
 
@@ -110,31 +134,37 @@ def upgrade_versions(aggs: Aggregates, targets: dict) -> list[dict]:
 def upgrade_clients(aggs: Aggregates, targets: dict) -> list[dict]:
     """Per target, every client software (name, version): its client ids, addresses, first and
     last seen, its requests, and those the target rejects."""
-    keys = ["target", "software", "software_version"]
-    rows = _with_verdicts(aggs, targets)
-    rejected = pc.is_valid(rows["reason"])
-    rows = rows.append_column("rejected_n", pc.if_else(rejected, rows["n"], 0)).append_column(
-        "rejected", pc.if_else(rejected, pc.binary_join_element_wise(
-            rows["api"], " v", pc.cast(rows["version"], pa.string()), ": ", rows["reason"], ""), None))
-    grouped = rows.group_by(keys, use_threads=False).aggregate(
-        [("n", "sum"), ("lo", "min"), ("hi", "max"), ("rejected_n", "sum"),
-         ("client_id", "distinct", pc.CountOptions("only_valid")),
-         ("rejected", "distinct", pc.CountOptions("only_valid"))])
+    usage = _usage(aggs)
+    software, e = usage.software, usage.exchanges
+    requests = software.sum(e["n"]).to_pylist()
+    lo, hi = software.min(e["lo"]).to_pylist(), software.max(e["hi"]).to_pylist()
+    of_id, row = usage.client_ids(software.ids)
+    ids: list[list] = [[] for _ in range(software.number)]
+    for s, client_id in zip(of_id.tolist(), whole(e["client_id"]).take(pa.array(row)).to_pylist()):
+        ids[s].append(client_id)
     addresses = (aggs["addresses"].group_by(["software", "software_version"], use_threads=False)
                  .aggregate([("address", "distinct", pc.CountOptions("only_valid"))]).to_pylist())
     # software_version is null for clients that never said: they match null, as a null-safe join does
     listed = {(a["software"], a["software_version"]): sorted(a["address_distinct"]) for a in addresses}
+    use_n = usage.use_n.to_pylist()
     out = []
-    for g in grouped.to_pylist():
-        ids = sorted(g["client_id_distinct"])
-        seen = listed.get((g["software"], g["software_version"]))
-        out.append({"target": g["target"], "software": g["software"], "software_version": g["software_version"],
-                    "client_ids": ids[:LISTED], "client_id_count": len(ids),
-                    "addresses": seen[:LISTED] if seen is not None else None,
-                    "address_count": len(seen) if seen is not None else None,
-                    "first_seen_us": g["lo_min"], "last_seen_us": g["hi_max"], "requests": g["n_sum"],
-                    "rejected_requests": g["rejected_n_sum"],
-                    "rejected": sorted(g["rejected_distinct"])[:REJECTED_LISTED]})
+    for target_name, target in targets.items():
+        rejected_n = [0] * software.number
+        rejected: list[set] = [set() for _ in range(software.number)]
+        for s, api, version, reason, n in zip(usage.use_software, usage.use["api"], usage.use["version"],
+                                              usage.reasons(target), use_n):
+            if reason is not None:
+                rejected_n[s] += n
+                rejected[s].add(f"{api} v{version}: {reason}")
+        for s in range(software.number):
+            names = sorted(ids[s])
+            seen = listed.get((usage.names[s], usage.versions[s]))
+            out.append({"target": target_name, "software": usage.names[s], "software_version": usage.versions[s],
+                        "client_ids": names[:LISTED], "client_id_count": len(names),
+                        "addresses": seen[:LISTED] if seen is not None else None,
+                        "address_count": len(seen) if seen is not None else None,
+                        "first_seen_us": lo[s], "last_seen_us": hi[s], "requests": requests[s],
+                        "rejected_requests": rejected_n[s], "rejected": sorted(rejected[s])[:REJECTED_LISTED]})
     return sorted(out, key=lambda r: (r["target"], -r["rejected_requests"], r["software"],
                                       first(r["software_version"])))
 

@@ -307,6 +307,21 @@ def test_read_on_the_driver_gives_the_same_tables(spark, analyzed, generated):
 
 
 @pytest.mark.integration
+def test_tasks_reading_several_pieces_give_the_same_tables(spark, analyzed, generated, monkeypatch):
+    """One read task per core (WAVES 1): each task reads a bin of several pieces in turn. The
+    same tables as a task per piece."""
+    from kinspect.analyze import scan
+
+    result, _, _ = analyzed
+    dirs, _ = generated
+    monkeypatch.setattr(scan, "WAVES", 1)
+    said = []
+    binned = compute(spark, [str(d) for d in dirs], top=TOP, targets=TARGETS, progress=said.append, driver_rows=0)
+    assert any(f"{spark.sparkContext.defaultParallelism} read tasks" in line for line in said)
+    assert binned.tables == result.tables
+
+
+@pytest.mark.integration
 def test_small_capture_without_spark_gives_the_same_tables(analyzed, generated):
     """What the CLI does for a small local capture on a local master: the job with no Spark at
     all (`spark` None), every aggregate and table in this process. The same tables."""
@@ -318,6 +333,29 @@ def test_small_capture_without_spark_gives_the_same_tables(analyzed, generated):
     assert alone.tables == result.tables
     with pytest.raises(AnalyzeInputError, match="the job needs a SparkSession"):
         compute(None, [str(d) for d in dirs], top=TOP, targets=TARGETS, driver_rows=10)
+
+
+@pytest.mark.integration
+def test_shared_derivations_are_computed_once(analyzed, generated, monkeypatch):
+    """The job's Aggregates compute what several tables derive from them (the upgrade tables'
+    grouping of the exchanges, the sorted sizes and latencies) once; a plain dict of the same
+    aggregates gives the same tables."""
+    from kinspect.analyze import aggregates, scan, tables, upgrade
+
+    result, _, _ = analyzed
+    dirs, _ = generated
+    plain = aggregates.on_driver(scan.plan(None, check_inputs([str(d) for d in dirs])))
+    calls = collections.Counter()
+    for module, name in ((upgrade, "_Usage"), (tables, "_sorted_values")):
+        original = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *args, _name=name, _original=original:
+                            (calls.update([_name]), _original(*args))[1])
+    for aggs, once in ((tables.Aggregates(plain), True), (dict(plain), False)):
+        calls.clear()
+        got = {name: build(aggs, TOP) for name, (build, _, _) in tables.TABLES.items()}
+        got |= {name: build(aggs, TARGETS) for name, (build, _, _) in upgrade.UPGRADE_TABLES.items()}
+        assert got == result.tables
+        assert calls == ({"_Usage": 1, "_sorted_values": 1} if once else {"_Usage": 2, "_sorted_values": 2})
 
 
 @pytest.mark.integration
@@ -507,9 +545,22 @@ def test_generated_captures_cover_the_cases(analyzed):
     assert ("3.9.2", "record format v0/v1 removed") not in upgrade and ("3.9.2", "api removed") in upgrade
     assert "unknown" in {r["software"] for r in want["upgrade_clients"]}  # the v1 files, and software not sent
     assert lines[0].startswith("read: captures aggregated into ")
-    assert "5 read tasks" in lines[0]  # one per piece: each capture file here is a few row groups
+    assert "5 read tasks" in lines[0]  # one per piece (a capture file here): fewer than 4 waves of the 2 cores
     assert lines[1].startswith(f"tables: {len(TABLE_NAMES)} tables on the driver")
     assert list(result.tables) == list(TABLE_NAMES)  # in report order
+
+
+def test_pieces_in_bins_of_about_equal_rows():
+    """A local capture's pieces go to at most WAVES read tasks per core, a bin of pieces each,
+    about equal in rows, the largest bin first; every piece exactly once."""
+    from kinspect.analyze.scan import _bins
+
+    pieces = [(f"file:///c/{i}", [i], rows) for i, rows in enumerate([476, 476, 300, 262, 262, 262, 262, 214])]
+    bins = _bins(pieces, 4)
+    assert sorted(piece for b in bins for piece in b) == sorted(pieces)
+    totals = [sum(piece[2] for piece in b) for b in bins]
+    assert totals == sorted(totals, reverse=True) and max(totals) - min(totals) <= 214
+    assert _bins(pieces[:3], 3) == [[pieces[0]], [pieces[1]], [pieces[2]]]
 
 
 def test_percentiles_are_nearest_rank():
@@ -530,6 +581,49 @@ def test_percentiles_are_nearest_rank():
     want = {n: tuple(nearest_rank(v, p) for p in (0.5, 0.9, 0.99)) + (len(v), max(v), sum(v))
             for n, v in values.items()}
     assert got == want
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_sizes_and_latencies_from_one_sort(wide):
+    """api_sizes and latency from one sort of a `values` aggregate (sizes and latencies, apis,
+    versions, counts): packed into one int64 with the counts, or, the spans too wide for one
+    int64, by np.lexsort. Either way, the plain-Python figures of the values each row stands for."""
+    from kinspect.analyze.partials import LATENCY, REQUEST, RESPONSE
+    from kinspect.analyze.tables import Aggregates, api_sizes, latency
+
+    import random
+
+    counted = collections.Counter()
+    pick = random.Random(3 if wide else 4)
+    for _ in range(3000):
+        direction = pick.choice((REQUEST, RESPONSE, LATENCY))
+        version = None if direction == LATENCY else pick.choice((None, 0, 3, 12))
+        # a few values far apart (their sums still fit an int64, as the figures' do)
+        v = pick.choice((-1, 1)) * (1 << 59) if wide and pick.random() < 0.03 else pick.randrange(-50, 5000)
+        counted[(pick.choice(("Fetch", "Produce", "api_77")), direction, version, v)] += pick.randrange(1, 4)
+    keys = list(counted)
+    values = pa.table({"api": [k[0] for k in keys], "direction": pa.array([k[1] for k in keys], pa.int8()),
+                       "version": pa.array([k[2] for k in keys], pa.int32()),
+                       "v": pa.array([k[3] for k in keys], pa.int64()), "n": pa.array(list(counted.values()), pa.int64())})
+    expanded = collections.defaultdict(list)
+    for (api, direction, version, v), n in counted.items():
+        expanded[(api, direction, version)] += [v] * n
+    want = []
+    for (api, direction, version), vs in sorted(expanded.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] is not None,
+                                                                                  kv[0][2] or 0)):
+        if direction != LATENCY:
+            want.append({"api": api, "direction": "request" if direction == REQUEST else "response",
+                         "version": version, "count": len(vs), **{name: nearest_rank(vs, p) for name, p in
+                                                                   (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))},
+                         "max": max(vs), "sum": sum(vs)})
+    aggs = Aggregates({"values": values})
+    assert api_sizes(aggs, TOP) == want
+    assert latency(aggs, TOP) == [{"api": api, "count": len(vs), **{f"{name}_ms": nearest_rank(vs, p) / 1000.0
+                                                                    for name, p in (("p50", 0.5), ("p90", 0.9),
+                                                                                    ("p99", 0.99))},
+                                   "max_ms": max(vs) / 1000.0}
+                                  for (api, direction, _), vs in sorted(expanded.items(), key=lambda kv: kv[0][0])
+                                  if direction == LATENCY]
 
 
 def test_percentile_order_packed_or_not():
@@ -610,7 +704,9 @@ def test_session_conf_small_captures_get_a_cheaper_jit(tmp_path):
     assert session_conf([str(tmp_path / "c")], "local[2]") == small
     # the driver runs here on a cluster too (client mode); the executors' settings stay the cluster's
     assert session_conf([str(tmp_path / "c")], "spark://127.0.0.1:7077") == small
-    assert session_conf(["s3a://bucket/captures"], "local[2]") == {}  # rows unknown before Spark reads them
+    # rows unknown before Spark reads them: a larger capture's settings
+    assert session_conf(["s3a://bucket/captures"], "local[2]") == {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
+    assert session_conf(["s3a://bucket/captures"], "spark://127.0.0.1:7077") == {}
     assert local_rows(["s3a://bucket/captures"]) is None
     table = pq.read_table(next((tmp_path / "c").glob("capture-*.parquet")))
     big = tmp_path / "big"
@@ -618,7 +714,10 @@ def test_session_conf_small_captures_get_a_cheaper_jit(tmp_path):
     with pq.ParquetWriter(big / "capture-00000.parquet", table.schema) as writer:
         for _ in range(SMALL_ROWS // table.num_rows + 1):
             writer.write_table(table)
-    assert local_rows([str(big)]) > SMALL_ROWS and session_conf([str(big)], "local[2]") == {}
+    assert local_rows([str(big)]) > SMALL_ROWS
+    # a larger capture on a local master (executors in the driver's JVM, moving bytes): C1, code generation on
+    assert session_conf([str(big)], "local[2]") == {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
+    assert session_conf([str(big)], "spark://127.0.0.1:7077") == {}
 
 
 def test_directory_without_captures(tmp_path):
