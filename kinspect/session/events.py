@@ -142,10 +142,11 @@ class Request(_Lazy):
         scanned = self._scanned
         if type(scanned) is ScanResult:  # the common case, asked by every observer after the first: no call
             return scanned
-        frame = self.frame
-        if scanned is None and self.complete and frame is not None:  # the first ask: _once's steps, inline
+        # The first ask: _once's steps, inline. The frame is not held in a local: a DecodeError's
+        # traceback (cached on the event) would keep a large request's reads alive past release_frame.
+        if scanned is None and self.complete and self.frame is not None:
             try:
-                scanned = self._scanned = self.codec.scan_request(frame, self.header)
+                scanned = self._scanned = self.codec.scan_request(self.frame, self.header)
             except DecodeError as exc:
                 self._scanned = exc
                 raise
