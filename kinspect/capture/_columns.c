@@ -167,6 +167,9 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_columns", NULL, -1, methods};
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "kinspect.capture._columns",
+    "A capture batch's integer_fields figures cut out of its scans' counters in one pass (see capture.columns).", -1,
+    methods};
 
 PyMODINIT_FUNC PyInit__columns(void) { return PyModule_Create(&module); }
