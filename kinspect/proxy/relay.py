@@ -106,13 +106,6 @@ class Relay:
     def _peer(self, side: _Side) -> _Side:
         return self.broker if side is self.client else self.client
 
-    def data(self, side: _Side, data: bytes) -> None:
-        """A read from one side (what its protocol's data_received calls: client_read or broker_read)."""
-        if side is self.client:
-            self.client_read(data)
-        else:
-            self.broker_read(data)
-
     # Every read of every connection comes to one of these two: written for that (one counter,
     # one write, then the read is inspected: queued for a batch, or at once in rewrite mode).
     def client_read(self, data: bytes) -> None:

@@ -147,10 +147,10 @@ async def _replay(batch_delay_ms: float, conversations: list[tuple[bytes, bytes]
         start_q = start_r = 0
         for end_q, end_r in itertools.zip_longest(request_ends, response_ends, fillvalue=None):
             if end_q is not None:
-                relay.data(relay.client, requests[start_q:end_q])
+                relay.client.data_received(requests[start_q:end_q])
                 start_q = end_q
             if end_r is not None:
-                relay.data(relay.broker, responses[start_r:end_r])
+                relay.broker.data_received(responses[start_r:end_r])
                 start_r = end_r
         relay.close()  # a connection's end inspects what of it was waiting
         assert server.inspection_queue is None or len(server.inspection_queue) == 0
