@@ -1,5 +1,5 @@
-"""Builds the optional C extensions (the decoder/scanner _wire, the capture's fact taker _take and column cutter
-_columns); everything else is in pyproject.toml."""
+"""Builds the optional C extensions (the decoder/scanner _wire, the session's one-frame reads _one_frame, the
+capture's fact taker _take and column cutter _columns); everything else is in pyproject.toml."""
 
 from setuptools import Extension, setup
 
@@ -10,6 +10,12 @@ setup(
             ["kinspect/protocol/codec/_wire.c"],
             extra_compile_args=["-O2"],
             # A machine without a C compiler still installs the pure-Python package.
+            optional=True,
+        ),
+        Extension(
+            "kinspect.session._one_frame",
+            ["kinspect/session/_one_frame.c"],
+            extra_compile_args=["-O2"],
             optional=True,
         ),
         Extension(

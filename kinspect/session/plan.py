@@ -32,12 +32,13 @@ def _session_needs(api_key: int, version: int, direction: str) -> bool:
 class Plan:
     """Shared by the sessions of one server; caches each decision."""
 
-    __slots__ = ("bodies", "transform", "spec_facts", "_requests", "_responses")
+    __slots__ = ("bodies", "transform", "spec_facts", "one_frame", "_requests", "_responses")
 
     def __init__(self, bodies: bool | BodyPredicate = True, transform: ResponseTransform | None = None) -> None:
         self.bodies = bodies
         self.transform = transform
         self.spec_facts: dict[tuple[int, int], tuple] = {}  # filled by sessions (Session._spec_facts)
+        self.one_frame = None  # the C one-frame reads' table of (api, version) facts, made by the first session
         self._requests: dict[tuple[int, int], int] = {}
         self._responses: dict[tuple[int, int], int] = {}
 

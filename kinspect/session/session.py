@@ -24,13 +24,15 @@ The protocol's special cases, all here in one place:
 
 from __future__ import annotations
 
+import os
 import struct
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from kinspect.protocol.specs.api_keys import API_VERSIONS, PRODUCE, SASL_HANDSHAKE
-from kinspect.protocol.codec import Codec
+from kinspect.protocol.codec import Codec, RequestHeader
+from kinspect.protocol.codec.wire_program import PURE_PYTHON_ENV
 from kinspect.protocol.errors import DecodeError, UnknownApiError
 from kinspect.protocol.error_codes import UNSUPPORTED_VERSION
 from kinspect.protocol.framing.framer import DEFAULT_MAX_FRAME_BYTES, FrameError, FrameTooLarge
@@ -104,11 +106,35 @@ class _Pending:
         self.forgotten = False  # its facts were dropped (inspect.max_inflight); the response's plan was kept
 
 
+_ONE_FRAME: list = []  # the configured kinspect.session._one_frame module, or None, once looked for
+
+
+def _one_frame_module():
+    """kinspect.session._one_frame, configured; None where it is not built or KINSPECT_PURE_PYTHON=1."""
+    if not _ONE_FRAME:
+        module = None
+        if os.environ.get(PURE_PYTHON_ENV) != "1":
+            try:
+                from kinspect.session import _one_frame as module
+            except ImportError:
+                module = None
+        if module is not None:
+            try:
+                module.configure((Request, Response, Exchange, _Pending, RequestHeader, Output, FrameStream,
+                                  RequestHeaders, ConnectionInfo), software_of)
+            except TypeError:  # a class without the slots it reads: Python reads everything
+                module = None
+        _ONE_FRAME.append(module)
+    return _ONE_FRAME[0]
+
+
 class Session:
     """Frames, pairs, transforms and reports one client<->broker connection."""
 
     def __init__(self, codec: Codec, connection: ConnectionInfo, config: SessionConfig | None = None,
-                 plan: Plan | None = None) -> None:
+                 plan: Plan | None = None, native: bool = True) -> None:
+        """native: reads that are exactly one frame are read in C (kinspect.session._one_frame) where it is
+        built; client_data and broker_data below read every other read, and stay the reference."""
         self.codec = codec
         self.connection = connection
         self.config = config = config or SessionConfig()
@@ -131,6 +157,31 @@ class Session:
         self.client_inspected = True  # False once computing a direction's facts failed: pairing goes on
         self.broker_inspected = True
         self.failures = 0  # inspection failures (bugs), counted by the proxy
+        module = _one_frame_module() if native else None
+        if module is not None:
+            if plan.one_frame is None:
+                plan.one_frame = module.Table()
+            reads = module.Reads(self, plan.one_frame, type(self).client_data, type(self).broker_data)
+            self.client_data = reads.client_data
+            if plan.transform is None:  # responses held for a transform are framed by Python
+                self.broker_data = reads.broker_data
+
+    def _one_frame_entry(self, api_key: int, version: int) -> tuple | None:
+        """What the C one-frame reads need of an (api key, version), asked once per Plan: (request mode,
+        response mode, request header version, response header version, flags, api name)."""
+        module = _ONE_FRAME[0]
+        spec, name, response_known, response_header, request_header = self._spec_facts(api_key, version)
+        flags = module.E_RESPONSE_KNOWN if response_known else 0
+        if spec is None or api_key == SASL_HANDSHAKE:
+            flags |= module.E_REQUEST_PYTHON  # an unknown api's Problem, a SASL mechanism: read by Python
+        else:
+            flags |= module.E_REQUEST_KNOWN
+            if api_key == PRODUCE:
+                flags |= module.E_PRODUCE | (module.E_PRODUCE_FLEXIBLE if version in spec.flexible_versions else 0)
+            elif api_key == API_VERSIONS and version >= FIRST_SOFTWARE_VERSION:
+                flags |= module.E_SOFTWARE
+        return (self.plan.request_mode(api_key, version), self.plan.response_mode(api_key, version), request_header,
+                response_header, flags, name)
 
     @property
     def inflight(self) -> int:

@@ -1,0 +1,875 @@
+/* A session's reads that are exactly one frame, handled in C (kinspect.session.session is the reference).
+ *
+ * Why C: with small requests sent one at a time, nearly every read is one whole frame, and the
+ * session's Python for it (framing, the plan, the header, the event, pairing) cost about 6 us per
+ * request and response, warm: as much as forwarding them. Here the same steps are loads at slot
+ * offsets and a few allocations.
+ *
+ * Reads(session, table, classes, software_of) -> reads, made by Session.__init__ (see session.py):
+ *   reads.client_data(data, now) and reads.broker_data(data, now) are Session.client_data and
+ *   broker_data: they take the common read here and give every other one to the Python methods,
+ *   which stay the reference (tests/session/test_one_frame.py feeds both the same traffic).
+ * Table(): the per-(api key, version) facts of one Plan, shared by its sessions, filled on first
+ *   use from Session._one_frame_entry.
+ *
+ * Taken here, a read that is a bytes object holding exactly one frame, while the direction's
+ * stream holds nothing and the direction is framed and inspected, with:
+ *   requests: a known api at header v1 or v2 whose header repeats the previous one's bytes
+ *     (RequestHeaders' memo), not SaslHandshake, not a Produce with acks=0, within
+ *     inspect.max_inflight;
+ *   responses: one paired with a request in flight whose facts were kept, not held for a
+ *     transform, after no SASL handshake, with header v0 or an empty header tag section.
+ * Every check is made before anything changes, so a read given back is read by Python from scratch. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#define API_KEYS 128
+#define VERSIONS 32
+enum { KEEP_HEAD = 0, KEEP_WHOLE = 1, HOLD = 2, KEEP_PIECES = 4 }; /* framing.stream's modes */
+enum { API_VERSIONS = 18, UNSUPPORTED_VERSION = 35 };
+
+/* Entry flags: what the Python side said of an (api key, version). */
+enum { E_PRODUCE = 1, E_PRODUCE_FLEXIBLE = 2, E_SOFTWARE = 4, E_REQUEST_PYTHON = 8, E_REQUEST_KNOWN = 16,
+       E_RESPONSE_KNOWN = 32 };
+
+typedef struct {
+    signed char state; /* 0: not asked yet; 1: known here; -1: Python reads every frame of it */
+    unsigned char request_mode, response_mode, request_header, response_header, flags;
+    PyObject *name; /* the api's name, or None */
+} Entry;
+
+typedef struct {
+    PyObject_HEAD
+    Entry entries[API_KEYS][VERSIONS];
+} TableObject;
+
+/* The classes read and made here, and their slots' offsets. */
+enum { C_REQUEST, C_RESPONSE, C_EXCHANGE, C_PENDING, C_HEADER, C_OUTPUT, C_STREAM, C_HEADERS, C_CONNECTION,
+       C_COUNT };
+
+enum { Q_CONNECTION, Q_TIME, Q_OFFSET, Q_HEADER, Q_API_NAME, Q_KNOWN, Q_TAG_BYTES, Q_TAGS, Q_SIZE, Q_FRAME,
+       Q_COMPLETE, Q_CODEC, Q_EXPECTS, Q_DECODED, Q_SCANNED, Q_COUNT };
+static const char *const Q_NAMES[Q_COUNT] = {"connection", "time", "offset", "header", "api_name", "known",
+                                             "header_tag_bytes", "header_tags", "size", "frame", "complete", "codec",
+                                             "expects_response", "_decoded", "_scanned"};
+
+enum { P_CONNECTION, P_TIME, P_OFFSET, P_API_KEY, P_API_NAME, P_KNOWN, P_API_VERSION, P_REQUEST_VERSION,
+       P_CORRELATION, P_HEADER_VERSION, P_HEADER_SIZE, P_TAG_BYTES, P_TAGS, P_SIZE, P_FRAME, P_COMPLETE, P_CODEC,
+       P_DECODED, P_SCANNED, P_COUNT };
+static const char *const P_NAMES[P_COUNT] = {"connection", "time", "offset", "api_key", "api_name", "known",
+                                             "api_version", "request_version", "correlation_id", "header_version",
+                                             "header_size", "header_tag_bytes", "header_tags", "size", "frame",
+                                             "complete", "codec", "_decoded", "_scanned"};
+
+enum { X_REQUEST, X_RESPONSE, X_LATENCY, X_COUNT };
+static const char *const X_NAMES[X_COUNT] = {"request", "response", "latency"};
+
+enum { T_API_KEY, T_API_VERSION, T_CORRELATION, T_REQUEST, T_TIME, T_MODE, T_MECHANISM, T_FORGOTTEN, T_COUNT };
+static const char *const T_NAMES[T_COUNT] = {"api_key", "api_version", "correlation_id", "request", "time", "mode",
+                                             "mechanism", "forgotten"};
+
+enum { H_API_KEY, H_API_VERSION, H_CORRELATION, H_CLIENT_ID, H_VERSION, H_SIZE, H_FIELDS, H_COUNT };
+static const char *const H_NAMES[H_COUNT] = {"api_key", "api_version", "correlation_id", "client_id", "version",
+                                             "size", "fields"};
+
+enum { S_FAILED, S_BUFFER, S_OFFSET, S_SIZE, S_SKIP, S_PARTS, S_MAX_FRAME, S_KEEP_LIMIT, S_HEAD_BYTES, S_FORWARDING,
+       S_COUNT };
+static const char *const S_NAMES[S_COUNT] = {"failed", "_buffer", "_buffer_offset", "_size", "_skip", "_parts",
+                                             "max_frame_bytes", "keep_limit", "head_bytes", "forwarding"};
+
+enum { R_V1, R_V2, R_COUNT };
+static const char *const R_NAMES[R_COUNT] = {"_v1", "_v2"};
+
+enum { N_CLIENT_ID, N_SOFTWARE, N_SOFTWARE_VERSION, N_COUNT };
+static const char *const N_NAMES[N_COUNT] = {"client_id", "client_software_name", "client_software_version"};
+
+static PyTypeObject *classes[C_COUNT];
+static Py_ssize_t q[Q_COUNT], p[P_COUNT], x[X_COUNT], t[T_COUNT], h[H_COUNT], s[S_COUNT], r[R_COUNT], n[N_COUNT];
+static PyObject *software_of; /* client_software.software_of */
+static PyObject *str_client_framed, *str_client_inspected, *str_client_seen, *str_raw_client, *str_broker_framed,
+    *str_broker_inspected, *str_raw_broker, *str_entry, *str_append, *str_popleft, *str_api_key_field,
+    *str_api_version_field, *str_correlation_field, *str_client_id_field, *str_requests, *str_responses,
+    *str_headers, *str_connection, *str_codec, *str_inflight, *str_remembered, *str_config, *str_max_inflight;
+
+#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+
+/* Set a slot to a new reference (stolen), dropping what it held. */
+static inline void set_slot(PyObject *obj, Py_ssize_t off, PyObject *value)
+{
+    PyObject *old = SLOT(obj, off);
+    SLOT(obj, off) = value;
+    Py_XDECREF(old);
+}
+
+static Py_ssize_t slot_offset(PyTypeObject *tp, const char *name)
+{
+    PyObject *descr = PyDict_GetItemString(tp->tp_dict, name); /* borrowed */
+    if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
+        PyErr_Format(PyExc_TypeError, "_one_frame: %s has no slot %s", tp->tp_name, name);
+        return -1;
+    }
+    PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
+    if (m->type != T_OBJECT_EX || m->offset <= 0 || m->offset + (Py_ssize_t)sizeof(PyObject *) > tp->tp_basicsize) {
+        PyErr_Format(PyExc_TypeError, "_one_frame: %s.%s is not an object slot", tp->tp_name, name);
+        return -1;
+    }
+    return m->offset;
+}
+
+static int find_offsets(PyTypeObject *tp, const char *const *names, int count, Py_ssize_t *out)
+{
+    for (int i = 0; i < count; i++) {
+        if ((out[i] = slot_offset(tp, names[i])) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* A new instance of a slotted class, every slot empty (set them all before it is seen). */
+static inline PyObject *blank(PyTypeObject *tp)
+{
+    return tp->tp_alloc(tp, 0);
+}
+
+static inline unsigned be16(const unsigned char *b) { return (unsigned)b[0] << 8 | b[1]; }
+static inline uint32_t be32(const unsigned char *b)
+{
+    return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
+}
+
+/* ------------------------------------------------------------------ Table */
+
+static void table_dealloc(TableObject *self)
+{
+    for (int k = 0; k < API_KEYS; k++)
+        for (int v = 0; v < VERSIONS; v++)
+            Py_CLEAR(self->entries[k][v].name);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject TableType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kinspect.session._one_frame.Table",
+    .tp_basicsize = sizeof(TableObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The per-(api key, version) facts one-frame reads need, shared by the sessions of one Plan.",
+    .tp_new = PyType_GenericNew,
+    .tp_dealloc = (destructor)table_dealloc,
+};
+
+/* ------------------------------------------------------------------ Reads */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *session, *table, *requests, *responses, *headers, *connection, *codec, *inflight, *remembered;
+    PyObject *python_client, *python_broker; /* Session.client_data and broker_data: the reference */
+    Py_ssize_t max_inflight;
+    Py_ssize_t taken; /* reads taken here (the tests check that the common reads are) */
+} ReadsObject;
+
+/* The entry of (api key, version), asked of the session the first time; NULL where Python takes it. */
+static Entry *entry_of(ReadsObject *self, long api_key, long version)
+{
+    if (api_key < 0 || api_key >= API_KEYS || version < 0 || version >= VERSIONS)
+        return NULL;
+    Entry *e = &((TableObject *)self->table)->entries[api_key][version];
+    if (e->state == 0) {
+        PyObject *key = PyLong_FromLong(api_key), *ver = PyLong_FromLong(version);
+        PyObject *got = NULL;
+        if (key != NULL && ver != NULL) {
+            PyObject *args[3] = {self->session, key, ver};
+            got = PyObject_VectorcallMethod(str_entry, args, 3, NULL);
+        }
+        Py_XDECREF(key);
+        Py_XDECREF(ver);
+        if (got == NULL) { /* Python reads it, and says what failed */
+            PyErr_Clear();
+            return NULL;
+        }
+        int request_mode, response_mode, request_header, response_header, flags;
+        PyObject *name;
+        if (got == Py_None) {
+            e->state = -1;
+        } else if (PyTuple_Check(got) && PyArg_ParseTuple(got, "iiiiiO", &request_mode, &response_mode,
+                                                          &request_header, &response_header, &flags, &name)) {
+            e->request_mode = (unsigned char)request_mode;
+            e->response_mode = (unsigned char)response_mode;
+            e->request_header = (unsigned char)request_header;
+            e->response_header = (unsigned char)response_header;
+            e->flags = (unsigned char)flags;
+            e->name = Py_NewRef(name);
+            e->state = 1;
+        } else {
+            PyErr_Clear();
+            e->state = -1;
+        }
+        Py_DECREF(got);
+    }
+    return e->state == 1 ? e : NULL;
+}
+
+/* Whether the attribute is True (a bool attribute of the session). */
+static inline int is_true(PyObject *obj, PyObject *name)
+{
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_DECREF(v);
+    return v == Py_True;
+}
+
+static inline int is_zero(PyObject *obj, PyObject *name)
+{
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int zero = PyLong_CheckExact(v) && PyLong_AsLong(v) == 0;
+    Py_DECREF(v);
+    return zero;
+}
+
+/* Whether a stream holds nothing: no frame under way, no bytes buffered, not failed. */
+static int stream_idle(PyObject *stream)
+{
+    PyObject *buffer = SLOT(stream, s[S_BUFFER]), *size = SLOT(stream, s[S_SIZE]), *skip = SLOT(stream, s[S_SKIP]);
+    return SLOT(stream, s[S_FAILED]) == Py_False && SLOT(stream, s[S_PARTS]) == Py_None && buffer != NULL
+           && PyByteArray_CheckExact(buffer) && PyByteArray_GET_SIZE(buffer) == 0 && size != NULL
+           && PyLong_CheckExact(size) && PyLong_AsLong(size) == -1 && skip != NULL && PyLong_CheckExact(skip)
+           && PyLong_AsLong(skip) == 0;
+}
+
+static inline Py_ssize_t stream_int(PyObject *stream, int which)
+{
+    PyObject *v = SLOT(stream, s[which]);
+    return v != NULL && PyLong_CheckExact(v) ? PyLong_AsSsize_t(v) : -1;
+}
+
+/* How much of a frame of this size its mode keeps (framing.stream's _one_frame), and whether that is all of it. */
+static Py_ssize_t kept(PyObject *stream, int mode, Py_ssize_t size, int *complete)
+{
+    Py_ssize_t keep_limit = stream_int(stream, S_KEEP_LIMIT), head_bytes = stream_int(stream, S_HEAD_BYTES);
+    *complete = 0;
+    if ((mode == KEEP_WHOLE || mode == KEEP_PIECES) && size > keep_limit)
+        return size < head_bytes ? size : head_bytes;
+    if (mode == KEEP_HEAD && size > head_bytes)
+        return head_bytes;
+    *complete = 1;
+    return size;
+}
+
+/* The Output(None, events) the session returns. */
+static PyObject *output(PyObject *events)
+{
+    PyObject *out = classes[C_OUTPUT]->tp_alloc(classes[C_OUTPUT], 2);
+    if (out == NULL) {
+        Py_DECREF(events);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(out, 0, Py_NewRef(Py_None));
+    PyTuple_SET_ITEM(out, 1, events);
+    return out;
+}
+
+/* The stream's offset moved past this read; the offset the frame started at (new reference). */
+static PyObject *advance(PyObject *stream, Py_ssize_t n)
+{
+    PyObject *offset = SLOT(stream, s[S_OFFSET]);
+    Py_ssize_t at = PyLong_AsSsize_t(offset);
+    PyObject *next = PyLong_FromSsize_t(at + n);
+    if (next == NULL)
+        return NULL;
+    Py_INCREF(offset);
+    set_slot(stream, s[S_OFFSET], next);
+    return offset;
+}
+
+/* A Produce request's acks (peek.produce_acks) read from the kept bytes; 1 when they cannot say
+ * (as None != 0 in the reference), -1 for a TransactionalId whose length is a longer varint (Python reads it). */
+static long produce_acks(const unsigned char *frame, Py_ssize_t len, Py_ssize_t pos, long version, int flexible)
+{
+    if (version >= 3) {
+        long length;
+        if (flexible) {
+            if (pos >= len)
+                return 1;
+            if (frame[pos] >= 0x80)
+                return -1;
+            length = (long)frame[pos] - 1;
+            pos += 1;
+        } else {
+            if (pos + 2 > len)
+                return 1;
+            length = (int16_t)be16(frame + pos);
+            pos += 2;
+        }
+        if (length > 0)
+            pos += length;
+    }
+    if (pos + 2 > len)
+        return 1;
+    return (int16_t)be16(frame + pos);
+}
+
+/* The request read, or NULL without an error set where the reference must read it. */
+static PyObject *client_one_frame(ReadsObject *self, PyObject *data, PyObject *now)
+{
+    if (!PyBytes_CheckExact(data))
+        return NULL;
+    Py_ssize_t len = PyBytes_GET_SIZE(data);
+    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(data);
+    if (len < 12 || (Py_ssize_t)be32(buf) != len - 4)
+        return NULL;
+    Py_ssize_t size = len - 4;
+    PyObject *stream = self->requests, *session = self->session;
+    if (size > stream_int(stream, S_MAX_FRAME) || !stream_idle(stream))
+        return NULL;
+    if (!is_true(session, str_client_seen) || !is_true(session, str_client_framed)
+        || !is_true(session, str_client_inspected) || !is_zero(session, str_raw_client))
+        return NULL;
+    long api_key = (int16_t)be16(buf + 4), version = (int16_t)be16(buf + 6);
+    long correlation_id = (int32_t)be32(buf + 8);
+    Entry *e = entry_of(self, api_key, version);
+    if (e == NULL || (e->flags & E_REQUEST_PYTHON) || e->request_header == 0)
+        return NULL;
+    int complete;
+    Py_ssize_t keep = kept(stream, e->request_mode, size, &complete);
+    const unsigned char *frame = buf + 4;
+    /* The header: the previous one's bytes again (RequestHeaders' memo), else Python reads it. */
+    PyObject *memo = SLOT(self->headers, r[e->request_header == 2 ? R_V2 : R_V1]);
+    if (memo == NULL || !PyTuple_CheckExact(memo) || PyTuple_GET_SIZE(memo) != 6)
+        return NULL;
+    PyObject *after = PyTuple_GET_ITEM(memo, 0), *header_size = PyTuple_GET_ITEM(memo, 1);
+    Py_ssize_t hsize = PyLong_AsSsize_t(header_size);
+    if (!PyBytes_CheckExact(after) || hsize < 8 || PyBytes_GET_SIZE(after) != hsize - 8 || keep < hsize
+        || memcmp(frame + 8, PyBytes_AS_STRING(after), hsize - 8) != 0) {
+        PyErr_Clear();
+        return NULL;
+    }
+    if (PyObject_Length(self->remembered) >= self->max_inflight) { /* the reference forgets the oldest */
+        PyErr_Clear();
+        return NULL;
+    }
+    if (e->flags & E_PRODUCE) {
+        long acks = produce_acks(frame, keep, hsize, version, e->flags & E_PRODUCE_FLEXIBLE);
+        if (acks == 0 || acks == -1)
+            return NULL; /* acks=0 (no response to pair) or a long TransactionalId */
+    }
+    PyObject *client_id = PyTuple_GET_ITEM(memo, 2), *fields = PyTuple_GET_ITEM(memo, 3);
+    if (!PyDict_CheckExact(fields))
+        return NULL;
+
+    /* Everything the read makes, before anything changes. */
+    PyObject *frame_bytes = NULL, *key = NULL, *ver = NULL, *corr = NULL, *new_fields = NULL, *header = NULL;
+    PyObject *request = NULL, *pending = NULL, *software = NULL, *size_obj = NULL, *events = NULL, *mode = NULL;
+    PyObject *offset = NULL, *hv = NULL;
+    frame_bytes = PyBytes_FromStringAndSize((const char *)frame, keep);
+    key = PyLong_FromLong(api_key);
+    ver = PyLong_FromLong(version);
+    corr = PyLong_FromLong(correlation_id);
+    size_obj = PyLong_FromSsize_t(size);
+    mode = PyLong_FromLong(e->response_mode);
+    hv = PyLong_FromLong(e->request_header);
+    if (frame_bytes == NULL || key == NULL || ver == NULL || corr == NULL || size_obj == NULL || mode == NULL
+        || hv == NULL)
+        goto fail;
+    if ((e->flags & E_SOFTWARE) && complete) {
+        PyObject *args[2] = {frame_bytes, header_size};
+        software = PyObject_Vectorcall(software_of, args, 2, NULL);
+        if (software == NULL || !PyTuple_CheckExact(software) || PyTuple_GET_SIZE(software) != 2) {
+            PyErr_Clear(); /* the reference reads it again, and says what failed */
+            goto given_back;
+        }
+    }
+    if (PyDict_GET_SIZE(fields) == 4) {
+        new_fields = PyDict_New();
+        if (new_fields == NULL || PyDict_SetItem(new_fields, str_api_key_field, key) < 0
+            || PyDict_SetItem(new_fields, str_api_version_field, ver) < 0
+            || PyDict_SetItem(new_fields, str_correlation_field, corr) < 0
+            || PyDict_SetItem(new_fields, str_client_id_field, client_id) < 0)
+            goto fail;
+    } else {
+        new_fields = PyDict_Copy(fields);
+        if (new_fields == NULL || PyDict_SetItem(new_fields, str_api_key_field, key) < 0
+            || PyDict_SetItem(new_fields, str_api_version_field, ver) < 0
+            || PyDict_SetItem(new_fields, str_correlation_field, corr) < 0)
+            goto fail;
+    }
+    header = blank(classes[C_HEADER]);
+    request = blank(classes[C_REQUEST]);
+    pending = blank(classes[C_PENDING]);
+    events = PyList_New(1);
+    if (header == NULL || request == NULL || pending == NULL || events == NULL)
+        goto fail;
+    SLOT(header, h[H_API_KEY]) = Py_NewRef(key);
+    SLOT(header, h[H_API_VERSION]) = Py_NewRef(ver);
+    SLOT(header, h[H_CORRELATION]) = Py_NewRef(corr);
+    SLOT(header, h[H_CLIENT_ID]) = Py_NewRef(client_id);
+    SLOT(header, h[H_VERSION]) = hv;
+    hv = NULL;
+    SLOT(header, h[H_SIZE]) = Py_NewRef(header_size);
+    SLOT(header, h[H_FIELDS]) = new_fields;
+    new_fields = NULL;
+
+    /* From here on the session changes. */
+    offset = advance(stream, len);
+    if (offset == NULL)
+        goto fail;
+    SLOT(request, q[Q_CONNECTION]) = Py_NewRef(self->connection);
+    SLOT(request, q[Q_TIME]) = Py_NewRef(now);
+    SLOT(request, q[Q_OFFSET]) = offset;
+    SLOT(request, q[Q_HEADER]) = header;
+    header = NULL;
+    SLOT(request, q[Q_API_NAME]) = Py_NewRef(e->name);
+    SLOT(request, q[Q_KNOWN]) = Py_NewRef((e->flags & E_REQUEST_KNOWN) ? Py_True : Py_False);
+    SLOT(request, q[Q_TAG_BYTES]) = Py_NewRef(PyTuple_GET_ITEM(memo, 4));
+    SLOT(request, q[Q_TAGS]) = Py_NewRef(PyTuple_GET_ITEM(memo, 5));
+    SLOT(request, q[Q_SIZE]) = size_obj;
+    size_obj = NULL;
+    SLOT(request, q[Q_FRAME]) = frame_bytes;
+    frame_bytes = NULL;
+    SLOT(request, q[Q_COMPLETE]) = Py_NewRef(complete ? Py_True : Py_False);
+    SLOT(request, q[Q_CODEC]) = Py_NewRef(self->codec);
+    SLOT(request, q[Q_EXPECTS]) = Py_NewRef(Py_True);
+    SLOT(request, q[Q_DECODED]) = Py_NewRef(Py_None);
+    SLOT(request, q[Q_SCANNED]) = Py_NewRef(Py_None);
+    PyObject *connection = self->connection;
+    if (client_id != Py_None)
+        set_slot(connection, n[N_CLIENT_ID], Py_NewRef(client_id));
+    if (software != NULL) {
+        PyObject *name = PyTuple_GET_ITEM(software, 0), *sversion = PyTuple_GET_ITEM(software, 1);
+        if (name != Py_None || sversion != Py_None) {
+            set_slot(connection, n[N_SOFTWARE], Py_NewRef(name));
+            set_slot(connection, n[N_SOFTWARE_VERSION], Py_NewRef(sversion));
+        }
+        Py_CLEAR(software);
+    }
+    SLOT(pending, t[T_API_KEY]) = key;
+    SLOT(pending, t[T_API_VERSION]) = ver;
+    SLOT(pending, t[T_CORRELATION]) = Py_NewRef(corr);
+    SLOT(pending, t[T_REQUEST]) = Py_NewRef(request);
+    SLOT(pending, t[T_TIME]) = Py_NewRef(now);
+    SLOT(pending, t[T_MODE]) = mode;
+    SLOT(pending, t[T_MECHANISM]) = Py_NewRef(Py_None);
+    SLOT(pending, t[T_FORGOTTEN]) = Py_NewRef(Py_False);
+    key = ver = mode = NULL;
+    if (PyObject_SetItem(self->inflight, corr, pending) < 0)
+        goto fail;
+    PyObject *appended = PyObject_CallMethodOneArg(self->remembered, str_append, pending);
+    if (appended == NULL)
+        goto fail;
+    Py_DECREF(appended);
+    Py_DECREF(pending);
+    Py_DECREF(corr);
+    PyList_SET_ITEM(events, 0, request);
+    return output(events);
+
+given_back:
+    Py_XDECREF(frame_bytes);
+    Py_XDECREF(key);
+    Py_XDECREF(ver);
+    Py_XDECREF(corr);
+    Py_XDECREF(size_obj);
+    Py_XDECREF(mode);
+    Py_XDECREF(hv);
+    return NULL;
+fail:
+    Py_XDECREF(frame_bytes);
+    Py_XDECREF(key);
+    Py_XDECREF(ver);
+    Py_XDECREF(corr);
+    Py_XDECREF(size_obj);
+    Py_XDECREF(mode);
+    Py_XDECREF(hv);
+    Py_XDECREF(new_fields);
+    Py_XDECREF(header);
+    Py_XDECREF(request);
+    Py_XDECREF(pending);
+    Py_XDECREF(events);
+    Py_XDECREF(software);
+    if (!PyErr_Occurred())
+        PyErr_SetString(PyExc_RuntimeError, "_one_frame: a request could not be read");
+    return NULL;
+}
+
+/* The response read, or NULL without an error set where the reference must read it. */
+static PyObject *broker_one_frame(ReadsObject *self, PyObject *data, PyObject *now)
+{
+    if (!PyBytes_CheckExact(data))
+        return NULL;
+    Py_ssize_t len = PyBytes_GET_SIZE(data);
+    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(data);
+    if (len < 12 || (Py_ssize_t)be32(buf) != len - 4)
+        return NULL;
+    Py_ssize_t size = len - 4;
+    PyObject *stream = self->responses, *session = self->session;
+    if (size > stream_int(stream, S_MAX_FRAME) || !stream_idle(stream) || SLOT(stream, s[S_FORWARDING]) != Py_False)
+        return NULL;
+    if (!is_true(session, str_broker_framed) || !is_true(session, str_broker_inspected)
+        || !is_zero(session, str_raw_broker))
+        return NULL;
+    PyObject *corr = PyLong_FromLong((int32_t)be32(buf + 4));
+    if (corr == NULL)
+        return NULL;
+    PyObject *pending = PyDict_GetItemWithError(self->inflight, corr); /* borrowed */
+    if (pending == NULL || !Py_IS_TYPE(pending, classes[C_PENDING]) || SLOT(pending, t[T_FORGOTTEN]) != Py_False
+        || SLOT(pending, t[T_MECHANISM]) != Py_None) {
+        Py_DECREF(corr);
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *api_key_obj = SLOT(pending, t[T_API_KEY]), *version_obj = SLOT(pending, t[T_API_VERSION]);
+    long api_key = PyLong_AsLong(api_key_obj), version = PyLong_AsLong(version_obj);
+    long mode = PyLong_AsLong(SLOT(pending, t[T_MODE]));
+    double sent = PyFloat_AsDouble(SLOT(pending, t[T_TIME])), at = PyFloat_AsDouble(now);
+    Entry *e = PyErr_Occurred() || mode == HOLD ? NULL : entry_of(self, api_key, version);
+    if (e == NULL) {
+        Py_DECREF(corr);
+        PyErr_Clear();
+        return NULL;
+    }
+    int complete;
+    Py_ssize_t keep = kept(stream, (int)mode, size, &complete);
+    const unsigned char *frame = buf + 4;
+    long header_size = 4, tag_bytes = 0;
+    if (e->response_header >= 1) {
+        if (keep <= 4 || frame[4] != 0) { /* a header tag section with fields: Python reads it */
+            Py_DECREF(corr);
+            return NULL;
+        }
+        header_size = 5;
+        tag_bytes = 1;
+    }
+    long body_version = version;
+    if (api_key == API_VERSIONS && version > 0 && keep >= header_size + 2
+        && (int16_t)be16(frame + header_size) == UNSUPPORTED_VERSION)
+        body_version = 0; /* KIP-511: the broker answered with a v0 body */
+
+    PyObject *request = SLOT(pending, t[T_REQUEST]);
+    PyObject *frame_bytes = PyBytes_FromStringAndSize((const char *)frame, keep);
+    PyObject *response = blank(classes[C_RESPONSE]);
+    PyObject *exchange = request != Py_None ? blank(classes[C_EXCHANGE]) : NULL;
+    PyObject *events = PyList_New(request != Py_None ? 2 : 1);
+    PyObject *latency = request != Py_None ? PyFloat_FromDouble(at - sent) : NULL;
+    PyObject *body_version_obj = body_version == version ? Py_NewRef(version_obj) : PyLong_FromLong(body_version);
+    PyObject *hv = PyLong_FromLong(e->response_header), *hs = PyLong_FromLong(header_size);
+    PyObject *tb = PyLong_FromLong(tag_bytes), *size_obj = PyLong_FromSsize_t(size);
+    if (frame_bytes == NULL || response == NULL || events == NULL || body_version_obj == NULL || hv == NULL
+        || hs == NULL || tb == NULL || size_obj == NULL || (request != Py_None && (exchange == NULL || latency == NULL)))
+        goto fail;
+    /* From here on the session changes. */
+    Py_INCREF(pending);
+    if (PyObject_DelItem(self->inflight, corr) < 0) {
+        Py_DECREF(pending);
+        goto fail;
+    }
+    if (PyObject_Length(self->remembered) > 0) { /* answers come in order: the oldest is the one answered */
+        PyObject *first = PySequence_GetItem(self->remembered, 0);
+        if (first == NULL) {
+            Py_DECREF(pending);
+            goto fail;
+        }
+        Py_DECREF(first);
+        if (first == pending) {
+            PyObject *gone = PyObject_CallMethodNoArgs(self->remembered, str_popleft);
+            if (gone == NULL) {
+                Py_DECREF(pending);
+                goto fail;
+            }
+            Py_DECREF(gone);
+        }
+    }
+    PyObject *offset = advance(stream, len);
+    if (offset == NULL) {
+        Py_DECREF(pending);
+        goto fail;
+    }
+    SLOT(response, p[P_CONNECTION]) = Py_NewRef(self->connection);
+    SLOT(response, p[P_TIME]) = Py_NewRef(now);
+    SLOT(response, p[P_OFFSET]) = offset;
+    SLOT(response, p[P_API_KEY]) = Py_NewRef(api_key_obj);
+    SLOT(response, p[P_API_NAME]) = Py_NewRef(e->name);
+    SLOT(response, p[P_KNOWN]) = Py_NewRef((e->flags & E_RESPONSE_KNOWN) ? Py_True : Py_False);
+    SLOT(response, p[P_API_VERSION]) = body_version_obj;
+    SLOT(response, p[P_REQUEST_VERSION]) = Py_NewRef(version_obj);
+    SLOT(response, p[P_CORRELATION]) = Py_NewRef(SLOT(pending, t[T_CORRELATION]));
+    SLOT(response, p[P_HEADER_VERSION]) = hv;
+    SLOT(response, p[P_HEADER_SIZE]) = hs;
+    SLOT(response, p[P_TAG_BYTES]) = tb;
+    SLOT(response, p[P_TAGS]) = PyTuple_New(0);
+    SLOT(response, p[P_SIZE]) = size_obj;
+    SLOT(response, p[P_FRAME]) = frame_bytes;
+    SLOT(response, p[P_COMPLETE]) = Py_NewRef(complete ? Py_True : Py_False);
+    SLOT(response, p[P_CODEC]) = Py_NewRef(self->codec);
+    SLOT(response, p[P_DECODED]) = Py_NewRef(Py_None);
+    SLOT(response, p[P_SCANNED]) = Py_NewRef(Py_None);
+    PyList_SET_ITEM(events, 0, response);
+    if (exchange != NULL) {
+        SLOT(exchange, x[X_REQUEST]) = Py_NewRef(request);
+        SLOT(exchange, x[X_RESPONSE]) = Py_NewRef(response);
+        SLOT(exchange, x[X_LATENCY]) = latency;
+        PyList_SET_ITEM(events, 1, exchange);
+    }
+    Py_DECREF(pending);
+    Py_DECREF(corr);
+    return output(events);
+
+fail:
+    Py_DECREF(corr);
+    Py_XDECREF(frame_bytes);
+    Py_XDECREF(response);
+    Py_XDECREF(exchange);
+    Py_XDECREF(events);
+    Py_XDECREF(latency);
+    Py_XDECREF(body_version_obj);
+    Py_XDECREF(hv);
+    Py_XDECREF(hs);
+    Py_XDECREF(tb);
+    Py_XDECREF(size_obj);
+    if (!PyErr_Occurred())
+        PyErr_SetString(PyExc_RuntimeError, "_one_frame: a response could not be read");
+    return NULL;
+}
+
+static PyObject *reads_call(ReadsObject *self, PyObject *const *args, Py_ssize_t nargs, int client)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "expected (data, now)");
+        return NULL;
+    }
+    PyObject *out = client ? client_one_frame(self, args[0], args[1]) : broker_one_frame(self, args[0], args[1]);
+    if (out != NULL) {
+        self->taken++;
+        return out;
+    }
+    if (PyErr_Occurred())
+        return NULL;
+    PyObject *call[3] = {self->session, args[0], args[1]};
+    return PyObject_Vectorcall(client ? self->python_client : self->python_broker, call, 3, NULL);
+}
+
+static PyObject *reads_client_data(ReadsObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return reads_call(self, args, nargs, 1);
+}
+
+static PyObject *reads_broker_data(ReadsObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return reads_call(self, args, nargs, 0);
+}
+
+static PyObject *attr(PyObject *obj, PyObject *name, PyTypeObject *tp)
+{
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v != NULL && tp != NULL && !Py_IS_TYPE(v, tp)) {
+        PyErr_Format(PyExc_TypeError, "_one_frame: %R is not a %s", v, tp->tp_name);
+        Py_CLEAR(v);
+    }
+    return v;
+}
+
+static PyObject *reads_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *session, *table, *python_client, *python_broker;
+    if (kwargs != NULL && PyDict_GET_SIZE(kwargs)) {
+        PyErr_SetString(PyExc_TypeError, "Reads takes positional arguments only");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "OO!OO:Reads", &session, &TableType, &table, &python_client, &python_broker))
+        return NULL;
+    if (classes[0] == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_one_frame.configure() was not called");
+        return NULL;
+    }
+    ReadsObject *self = PyObject_GC_New(ReadsObject, type);
+    if (self == NULL)
+        return NULL;
+    self->session = Py_NewRef(session);
+    self->table = Py_NewRef(table);
+    self->python_client = Py_NewRef(python_client);
+    self->python_broker = Py_NewRef(python_broker);
+    self->requests = attr(session, str_requests, classes[C_STREAM]);
+    self->responses = self->requests ? attr(session, str_responses, classes[C_STREAM]) : NULL;
+    self->headers = self->responses ? attr(session, str_headers, classes[C_HEADERS]) : NULL;
+    self->connection = self->headers ? attr(session, str_connection, classes[C_CONNECTION]) : NULL;
+    self->codec = self->connection ? attr(session, str_codec, NULL) : NULL;
+    self->inflight = self->codec ? attr(session, str_inflight, NULL) : NULL;
+    self->remembered = self->inflight ? attr(session, str_remembered, NULL) : NULL;
+    self->max_inflight = -1;
+    self->taken = 0;
+    PyObject_GC_Track(self);
+    if (self->remembered == NULL || !PyDict_Check(self->inflight)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "_one_frame: the session's in-flight table is not a dict");
+        Py_DECREF(self);
+        return NULL;
+    }
+    PyObject *config = PyObject_GetAttr(session, str_config);
+    PyObject *limit = config ? PyObject_GetAttr(config, str_max_inflight) : NULL;
+    Py_XDECREF(config);
+    if (limit == NULL || (self->max_inflight = PyLong_AsSsize_t(limit)) < 0) {
+        Py_XDECREF(limit);
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "_one_frame: inspect.max_inflight below zero");
+        Py_DECREF(self);
+        return NULL;
+    }
+    Py_DECREF(limit);
+    return (PyObject *)self;
+}
+
+static int reads_traverse(ReadsObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->session);
+    Py_VISIT(self->table);
+    Py_VISIT(self->requests);
+    Py_VISIT(self->responses);
+    Py_VISIT(self->headers);
+    Py_VISIT(self->connection);
+    Py_VISIT(self->codec);
+    Py_VISIT(self->inflight);
+    Py_VISIT(self->remembered);
+    Py_VISIT(self->python_client);
+    Py_VISIT(self->python_broker);
+    return 0;
+}
+
+static int reads_clear(ReadsObject *self)
+{
+    Py_CLEAR(self->session);
+    Py_CLEAR(self->table);
+    Py_CLEAR(self->requests);
+    Py_CLEAR(self->responses);
+    Py_CLEAR(self->headers);
+    Py_CLEAR(self->connection);
+    Py_CLEAR(self->codec);
+    Py_CLEAR(self->inflight);
+    Py_CLEAR(self->remembered);
+    Py_CLEAR(self->python_client);
+    Py_CLEAR(self->python_broker);
+    return 0;
+}
+
+static void reads_dealloc(ReadsObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    reads_clear(self);
+    PyObject_GC_Del(self);
+}
+
+static PyMethodDef reads_methods[] = {
+    {"client_data", (PyCFunction)(void (*)(void))reads_client_data, METH_FASTCALL,
+     "Session.client_data: a one-frame read here, any other by the Python method."},
+    {"broker_data", (PyCFunction)(void (*)(void))reads_broker_data, METH_FASTCALL,
+     "Session.broker_data: a one-frame read here, any other by the Python method."},
+    {NULL}};
+
+static PyMemberDef reads_members[] = {
+    {"taken", T_PYSSIZET, offsetof(ReadsObject, taken), READONLY, "reads taken here, not by the Python methods"},
+    {NULL}};
+
+static PyTypeObject ReadsType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kinspect.session._one_frame.Reads",
+    .tp_basicsize = sizeof(ReadsObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "One session's reads that are exactly one frame, read in C.",
+    .tp_new = reads_new,
+    .tp_dealloc = (destructor)reads_dealloc,
+    .tp_traverse = (traverseproc)reads_traverse,
+    .tp_clear = (inquiry)reads_clear,
+    .tp_methods = reads_methods,
+    .tp_members = reads_members,
+};
+
+/* ------------------------------------------------------------------ module */
+
+static PyObject *configure(PyObject *module, PyObject *args)
+{
+    PyObject *tuple, *software;
+    if (!PyArg_ParseTuple(args, "O!O:configure", &PyTuple_Type, &tuple, &software))
+        return NULL;
+    if (PyTuple_GET_SIZE(tuple) != C_COUNT) {
+        PyErr_Format(PyExc_TypeError, "configure: %d classes expected", C_COUNT);
+        return NULL;
+    }
+    PyTypeObject *got[C_COUNT];
+    for (int i = 0; i < C_COUNT; i++) {
+        PyObject *c = PyTuple_GET_ITEM(tuple, i);
+        if (!PyType_Check(c)) {
+            PyErr_SetString(PyExc_TypeError, "configure: classes must be classes");
+            return NULL;
+        }
+        got[i] = (PyTypeObject *)c;
+    }
+    if (!PyType_IsSubtype(got[C_OUTPUT], &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "configure: Output must be a tuple class");
+        return NULL;
+    }
+    if (find_offsets(got[C_REQUEST], Q_NAMES, Q_COUNT, q) < 0 || find_offsets(got[C_RESPONSE], P_NAMES, P_COUNT, p) < 0
+        || find_offsets(got[C_EXCHANGE], X_NAMES, X_COUNT, x) < 0 || find_offsets(got[C_PENDING], T_NAMES, T_COUNT, t) < 0
+        || find_offsets(got[C_HEADER], H_NAMES, H_COUNT, h) < 0 || find_offsets(got[C_STREAM], S_NAMES, S_COUNT, s) < 0
+        || find_offsets(got[C_HEADERS], R_NAMES, R_COUNT, r) < 0
+        || find_offsets(got[C_CONNECTION], N_NAMES, N_COUNT, n) < 0)
+        return NULL;
+    for (int i = 0; i < C_COUNT; i++) {
+        Py_INCREF(got[i]);
+        Py_XSETREF(classes[i], got[i]);
+    }
+    Py_INCREF(software);
+    Py_XSETREF(software_of, software);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"configure", configure, METH_VARARGS,
+     "configure((Request, Response, Exchange, _Pending, RequestHeader, Output, FrameStream, RequestHeaders, "
+     "ConnectionInfo), software_of): the classes read and made, once."},
+    {NULL}};
+
+static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "kinspect.session._one_frame",
+                                        "A session's one-frame reads in C (kinspect.session.session is the reference).",
+                                        -1, module_methods};
+
+static int intern(PyObject **out, const char *text)
+{
+    *out = PyUnicode_InternFromString(text);
+    return *out == NULL ? -1 : 0;
+}
+
+PyMODINIT_FUNC PyInit__one_frame(void)
+{
+    if (PyType_Ready(&TableType) < 0 || PyType_Ready(&ReadsType) < 0)
+        return NULL;
+    if (intern(&str_client_framed, "client_framed") || intern(&str_client_inspected, "client_inspected")
+        || intern(&str_client_seen, "_client_seen") || intern(&str_raw_client, "_raw_client")
+        || intern(&str_broker_framed, "broker_framed") || intern(&str_broker_inspected, "broker_inspected")
+        || intern(&str_raw_broker, "_raw_broker") || intern(&str_entry, "_one_frame_entry")
+        || intern(&str_append, "append") || intern(&str_popleft, "popleft")
+        || intern(&str_api_key_field, "RequestApiKey") || intern(&str_api_version_field, "RequestApiVersion")
+        || intern(&str_correlation_field, "CorrelationId") || intern(&str_client_id_field, "ClientId")
+        || intern(&str_requests, "_requests") || intern(&str_responses, "_responses")
+        || intern(&str_headers, "_headers") || intern(&str_connection, "connection") || intern(&str_codec, "codec")
+        || intern(&str_inflight, "_inflight") || intern(&str_remembered, "_remembered")
+        || intern(&str_config, "config") || intern(&str_max_inflight, "max_inflight"))
+        return NULL;
+    PyObject *m = PyModule_Create(&module_def);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "Table", (PyObject *)&TableType) < 0
+        || PyModule_AddObjectRef(m, "Reads", (PyObject *)&ReadsType) < 0
+        || PyModule_AddIntConstant(m, "API_KEYS", API_KEYS) < 0 || PyModule_AddIntConstant(m, "VERSIONS", VERSIONS) < 0
+        || PyModule_AddIntConstant(m, "E_PRODUCE", E_PRODUCE) < 0
+        || PyModule_AddIntConstant(m, "E_PRODUCE_FLEXIBLE", E_PRODUCE_FLEXIBLE) < 0
+        || PyModule_AddIntConstant(m, "E_SOFTWARE", E_SOFTWARE) < 0
+        || PyModule_AddIntConstant(m, "E_REQUEST_PYTHON", E_REQUEST_PYTHON) < 0
+        || PyModule_AddIntConstant(m, "E_REQUEST_KNOWN", E_REQUEST_KNOWN) < 0
+        || PyModule_AddIntConstant(m, "E_RESPONSE_KNOWN", E_RESPONSE_KNOWN) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

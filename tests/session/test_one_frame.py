@@ -1,0 +1,295 @@
+"""The session's one-frame reads in C (session._one_frame) against the Python methods they stand in for.
+
+Two sessions read the same reads, one with the C reads (native, the default) and one without:
+after every read both give the same events (every fact of every event) and are in the same
+state (pairing table, stream offsets, what the connection learned). The reads are one frame
+each, the C reads' case: every recorded conversation, one request at a time and all requests
+first, under the configs that change what is kept (head only, no bodies, a small in-flight
+limit, rewrite mode); and a made-up conversation of the special cases the C reads give back
+to Python (acks=0, SASL, an unknown api, header tagged fields, KIP-511's fallback, a long
+TransactionalId, a new ClientId, unpaired and repeated correlation ids).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import os
+import struct
+import tracemalloc
+
+import pytest
+
+from kinspect.protocol.codec import Codec
+from kinspect.protocol.codec.wire_program import PURE_PYTHON_ENV
+from kinspect.session import ConnectionInfo, Exchange, Plan, Problem, Request, Response, Session, SessionConfig
+from kinspect.session.address_rewrite import AddressRewrite, NodeMap
+from kinspect.session.events import frame_bytes
+from tests.support.paths import TRAFFIC
+
+if os.environ.get(PURE_PYTHON_ENV) == "1":
+    pytest.skip(f"{PURE_PYTHON_ENV}=1 forces the pure-Python paths", allow_module_level=True)
+
+try:
+    from kinspect.session._one_frame import Reads
+except ImportError as exc:  # the tests below fail (never skip): CI installs with a compiler
+    Reads = None
+    _MISSING = f"kinspect.session._one_frame is not built ({exc}); reinstall with a C compiler or set {PURE_PYTHON_ENV}=1"
+
+CONVERSATIONS = sorted(TRAFFIC.glob("*/*.requests.bin"))
+
+
+def frames(stream: bytes) -> list[bytes]:
+    """A recorded stream cut into its frames, size prefixes included."""
+    out, pos = [], 0
+    while pos < len(stream):
+        end = pos + 4 + struct.unpack_from(">i", stream, pos)[0]
+        out.append(stream[pos:end])
+        pos = end
+    return out
+
+
+def framed(frame: bytes) -> bytes:
+    return struct.pack(">i", len(frame)) + frame
+
+
+def _header(h) -> tuple:
+    return h.api_key, h.api_version, h.correlation_id, h.client_id, h.version, h.size, h.fields
+
+
+def fact(event) -> tuple:
+    """Every fact of an event (the connection is compared apart: it is one object both sides change)."""
+    if type(event) is Exchange:
+        return "Exchange", fact(event.request), event.response and fact(event.response), event.latency
+    out = [type(event).__name__]
+    for f in dataclasses.fields(event):
+        if f.name in ("codec", "_decoded", "_scanned"):
+            continue
+        value = getattr(event, f.name)
+        if f.name == "connection":
+            assert type(value) is ConnectionInfo
+            continue
+        if f.name == "header":
+            value = _header(value)
+        elif f.name == "frame" and value is not None:
+            value = frame_bytes(value)
+        out.append((f.name, value))
+    return tuple(out)
+
+
+def state(session: Session) -> tuple:
+    inflight = [(k, p.api_key, p.api_version, p.request is not None, p.time, p.mode, p.mechanism, p.forgotten)
+                for k, p in session._inflight.items()]
+    return (session.inflight, session.buffered, session.client_framed, session.broker_framed,
+            session.client_inspected, session.broker_inspected, session.failures, session._requests._buffer_offset,
+            session._responses._buffer_offset, len(session._remembered), inflight, session._raw_client,
+            session._raw_broker, session._raw_turns, list(session._acks_zero), dataclasses.astuple(session.connection))
+
+
+def pair(codec: Codec, config: SessionConfig | None = None, plan=None) -> tuple[Session, Session]:
+    """A session with the C reads and one without, alike otherwise (each its own plan: the plan caches)."""
+    if Reads is None:
+        pytest.fail(_MISSING)
+    made = []
+    for native in (True, False):
+        made.append(Session(codec, ConnectionInfo(1, "127.0.0.1:50000", "127.0.0.1:9092"), config,
+                            plan() if plan else None, native=native))
+    native, reference = made
+    assert type(native.client_data.__self__) is Reads, "the C reads are built but the session does not use them"
+    assert not hasattr(reference.client_data, "__self__") or reference.client_data.__self__ is reference
+    return native, reference
+
+
+def run_both(native: Session, reference: Session, reads: list[tuple[str, bytes]]) -> int:
+    """Feed both sessions the reads ("c" client, "b" broker), comparing after each; the reads C took."""
+    for i, (side, data) in enumerate(reads):
+        now = 1.0 + i / 1024
+        a = (native.client_data if side == "c" else native.broker_data)(data, now)
+        b = (reference.client_data if side == "c" else reference.broker_data)(data, now)
+        assert a.forward == b.forward, i
+        assert [fact(e) for e in a.events] == [fact(e) for e in b.events], (i, side, data[:24])
+        assert all(e.connection is native.connection for e in a.events if type(e) is not Exchange)
+        assert state(native) == state(reference), i
+    for n, r in zip(native.close(9.0), reference.close(9.0)):
+        assert fact(n) == fact(r)
+    return native.client_data.__self__.taken
+
+
+def one_at_a_time(requests: bytes, responses: bytes) -> list[tuple[str, bytes]]:
+    """Each response read right after its request (acks=0 requests have none), a frame a read."""
+    pending = frames(requests)
+    reads = []
+    for response in frames(responses):
+        correlation_id = response[4:8]
+        while pending:
+            request = pending.pop(0)
+            reads.append(("c", request))
+            if request[8:12] == correlation_id:
+                break
+        reads.append(("b", response))
+    return reads + [("c", r) for r in pending]
+
+
+def all_requests_first(requests: bytes, responses: bytes) -> list[tuple[str, bytes]]:
+    return [("c", f) for f in frames(requests)] + [("b", f) for f in frames(responses)]
+
+
+def _recorded(path):
+    return path.read_bytes(), path.with_name(path.name.replace("requests", "responses")).read_bytes()
+
+
+def test_recorded_traffic_one_request_at_a_time(codec):
+    reads = taken = 0
+    for path in CONVERSATIONS:
+        conversation = one_at_a_time(*_recorded(path))
+        taken += run_both(*pair(codec), conversation)
+        reads += len(conversation)
+    assert reads > 400
+    # The first request of each header and whatever the C reads give back are Python's: the rest is C's.
+    assert taken > 0.8 * reads, (taken, reads)
+
+
+def _rewrite(codec):
+    return lambda: Plan(True, AddressRewrite(codec, NodeMap("kinspect.local", port_base=30000)))
+
+
+@pytest.mark.parametrize("variant", ["default", "heads", "no-bodies", "inflight-2", "rewrite"])
+def test_recorded_traffic_all_requests_first(codec, variant):
+    config, plan = SessionConfig(), None
+    if variant == "heads":
+        config = SessionConfig(inspect_max_bytes=300)  # larger frames are kept by their head
+    elif variant == "no-bodies":
+        plan = lambda: Plan(False)  # noqa: E731 (every frame kept by its head)
+    elif variant == "inflight-2":
+        config = SessionConfig(max_inflight=2)  # requests' facts are forgotten: Python reads those
+    elif variant == "rewrite":
+        plan = _rewrite(codec)  # responses framed by Python (held for the transform), requests by C
+    reads = taken = 0
+    for path in CONVERSATIONS:
+        conversation = all_requests_first(*_recorded(path))
+        taken += run_both(*pair(codec, config, plan), conversation)
+        reads += len(conversation)
+    # Forgotten requests' responses and responses held for the rewrite are Python's.
+    share = {"inflight-2": 0.3, "rewrite": 0.25}.get(variant, 0.75)
+    assert taken > share * reads, (taken, reads)
+
+
+def _request(codec, api_key, version, correlation_id, body, client_id="cid") -> bytes:
+    header = {"RequestApiKey": api_key, "RequestApiVersion": version, "CorrelationId": correlation_id,
+              "ClientId": client_id}
+    return framed(codec.encode_request(header, body))
+
+
+def _response(codec, api_key, version, correlation_id, body) -> bytes:
+    return framed(codec.encode_response(api_key, version, {"CorrelationId": correlation_id}, body))
+
+
+METADATA_REQUEST = {"Topics": None, "AllowAutoTopicCreation": True, "IncludeTopicAuthorizedOperations": False}
+METADATA_RESPONSE = {"ThrottleTimeMs": 0, "Brokers": [], "ClusterId": "c", "ControllerId": 1, "Topics": []}
+
+
+def special_cases(codec) -> list[tuple[str, bytes]]:
+    reads = []
+    cid = iter(range(1, 1000))
+
+    def exchange(api_key, version, request, response, client_id="cid"):
+        n = next(cid)
+        reads.append(("c", _request(codec, api_key, version, n, request, client_id)))
+        if response is not None:
+            reads.append(("b", _response(codec, api_key, version, n, response)))
+        return n
+
+    for _ in range(3):  # the header memo warms up; then each case follows a header C has read
+        exchange(3, 9, METADATA_REQUEST, METADATA_RESPONSE)
+        exchange(3, 12, {**METADATA_REQUEST, "Topics": []}, {**METADATA_RESPONSE, "ClusterId": None})
+    produce = {"TransactionalId": None, "Acks": 0, "TimeoutMs": 1000, "TopicData": []}
+    produced = {"Responses": [], "ThrottleTimeMs": 0}
+    exchange(0, 9, produce, None)  # acks=0: an Exchange at once, no pairing
+    exchange(0, 3, produce, None)
+    exchange(0, 3, {**produce, "Acks": -1}, produced)
+    exchange(0, 9, {**produce, "Acks": 1, "TransactionalId": "tx"}, produced)
+    exchange(0, 9, {**produce, "Acks": 1, "TransactionalId": "t" * 200}, produced)  # a two-byte length varint
+    exchange(0, 9, {**produce, "Acks": 0, "TransactionalId": "t" * 200}, None)
+    software = {"ClientSoftwareName": "kin\x1bspect", "ClientSoftwareVersion": "1.0"}
+    versions = {"ErrorCode": 0, "ApiKeys": [], "ThrottleTimeMs": 0}
+    exchange(18, 3, software, versions)
+    exchange(18, 3, {**software, "ClientSoftwareVersion": "2.0"}, versions)
+    n = next(cid)  # KIP-511: a v4 request answered with header v0 and a v0 body, error 35
+    reads.append(("c", _request(codec, 18, 4, n, software)))
+    reads.append(("b", _response(codec, 18, 0, n, {"ErrorCode": 35, "ApiKeys": []})))
+    exchange(3, 12, {**METADATA_REQUEST, "Topics": []}, METADATA_RESPONSE | {"ClusterId": None}, client_id="other")
+    exchange(3, 12, {**METADATA_REQUEST, "Topics": []}, METADATA_RESPONSE | {"ClusterId": None}, client_id=None)
+    # A response header v1 with a tagged field (tag 7, two bytes), then an empty one.
+    n = exchange(3, 12, {**METADATA_REQUEST, "Topics": []}, None)
+    body = _response(codec, 3, 12, n, {**METADATA_RESPONSE, "ClusterId": None})[9:]
+    reads.append(("b", framed(struct.pack(">i", n) + b"\x01\x07\x02hi" + body)))
+    reads.append(("b", _response(codec, 3, 12, 999, METADATA_RESPONSE)))  # unpaired
+    n = exchange(3, 12, {**METADATA_REQUEST, "Topics": []}, None)
+    reads.append(("c", _request(codec, 3, 12, n, {**METADATA_REQUEST, "Topics": []})))  # its correlation id again
+    reads.append(("b", _response(codec, 3, 12, n, METADATA_RESPONSE)))
+    reads.append(("b", _response(codec, 3, 12, n, METADATA_RESPONSE)))
+    reads.append(("c", framed(struct.pack(">hhih", 200, 0, next(cid), 3) + b"cid")))  # an api no spec defines
+    reads.append(("c", framed(struct.pack(">hhih", 3, 12, next(cid), 3))))  # a header cut short
+    exchange(17, 0, {"Mechanism": "PLAIN"}, {"ErrorCode": 0, "Mechanisms": ["PLAIN"]})
+    reads.append(("c", framed(b"\x00user\x00secret")))  # raw SASL tokens
+    reads.append(("b", framed(b"")))
+    for _ in range(2):
+        exchange(3, 9, METADATA_REQUEST, METADATA_RESPONSE)
+    reads.append(("c", b"\x00\x00"))  # a read of half a size prefix, then the rest and a frame
+    reads.append(("c", _request(codec, 3, 9, 777, METADATA_REQUEST)[2:]))
+    reads.append(("b", _response(codec, 3, 9, 777, METADATA_RESPONSE)))
+    return reads
+
+
+def test_special_cases_read_alike(codec):
+    reads = special_cases(codec)
+    taken = run_both(*pair(codec), reads)
+    assert 10 < taken < len(reads)
+
+
+def test_special_cases_in_rewrite_mode_and_with_heads(codec):
+    run_both(*pair(codec, None, _rewrite(codec)), special_cases(codec))
+    run_both(*pair(codec, SessionConfig(inspect_max_bytes=40)), special_cases(codec))
+    run_both(*pair(codec, SessionConfig(max_inflight=1)), special_cases(codec))
+
+
+def test_a_tls_client_hello_and_an_oversized_frame_stop_framing_alike(codec):
+    native, reference = pair(codec, SessionConfig(max_frame_bytes=100))
+    reads = special_cases(codec)[:6] + [("c", framed(b"x" * 200)), ("b", framed(b"y" * 200)), ("c", b"abc")]
+    run_both(native, reference, reads)
+    assert not native.client_framed and not native.broker_framed
+    native, reference = pair(codec)
+    run_both(native, reference, [("c", b"\x16\x03\x01\x00\x05hello")] + special_cases(codec)[:4])
+    assert not native.client_framed
+
+
+def test_many_reads_leave_no_garbage(codec):
+    """Every object the C reads make is released with its event (run long enough to show a leak)."""
+    native, _ = pair(codec)
+    request = _request(codec, 3, 9, 1, METADATA_REQUEST)
+    response = _response(codec, 3, 9, 1, METADATA_RESPONSE)
+    reads = [_request(codec, 3, 9, i, METADATA_REQUEST) for i in range(4000)]
+    replies = [response[:4] + struct.pack(">i", i) + response[8:] for i in range(4000)]
+    client, broker = native.client_data, native.broker_data
+    client(request, 0.0)
+    broker(response, 0.0)
+
+    def rounds():
+        for i in range(4000):
+            client(reads[i], 1.0)
+            broker(replies[i], 1.0)
+
+    rounds()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(3):
+            rounds()
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert native.client_data.__self__.taken > 15000
+    assert grown < 64 * 1024, grown
+    assert native.inflight == 0
