@@ -1,5 +1,6 @@
 """Builds the optional C extensions (the decoder/scanner _wire, the session's one-frame reads _one_frame, the
-capture's fact taker _take and column cutter _columns); everything else is in pyproject.toml."""
+metrics' counting _counting, the capture's fact taker _take and column cutter _columns); everything else is in
+pyproject.toml."""
 
 from setuptools import Extension, setup
 
@@ -15,6 +16,12 @@ setup(
         Extension(
             "kinspect.session._one_frame",
             ["kinspect/session/_one_frame.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
+        Extension(
+            "kinspect.observers._counting",
+            ["kinspect/observers/_counting.c"],
             extra_compile_args=["-O2"],
             optional=True,
         ),

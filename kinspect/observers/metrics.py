@@ -41,6 +41,7 @@ Choices the contract leaves open:
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from bisect import bisect_left
 from collections.abc import Iterable
@@ -54,7 +55,9 @@ from kinspect.observers.metric_families import CounterFamily, FamiliesCollector,
 from kinspect.observers.scan_needs import body_can_fail, metrics_scan_needed
 from kinspect.protocol.error_codes import ERROR_NAMES, error_name
 from kinspect.protocol.errors import DecodeError
+from kinspect.protocol.codec import RequestHeader
 from kinspect.protocol.codec.scan_result import ScanResult
+from kinspect.protocol.codec.wire_program import PURE_PYTHON_ENV
 from kinspect.session.events import Exchange, Problem, Request, Response
 
 PRODUCE = 0
@@ -157,13 +160,35 @@ class _Plan:
         self.hits = 0
 
 
+def _native_counter(observer: "MetricsObserver"):
+    """The C counting of requests, responses and exchanges (observers._counting), calling the observer's
+    Python handlers for what it leaves; None where it is not built, or KINSPECT_PURE_PYTHON=1."""
+    if os.environ.get(PURE_PYTHON_ENV) == "1":
+        return None
+    try:
+        from kinspect.observers._counting import Counter
+    except ImportError:
+        return None
+    try:
+        return Counter(observer, (Request, Response, Exchange, RequestHeader, _Plan, ScanResult),
+                       (_SIZE_BOUNDS, _HEADER_BOUNDS, _LATENCY_BOUNDS, _HEADER_V0_BUCKET),
+                       (MEMO_BODY_BYTES, MEMO_ENTRIES, MEMO_TRIAL),
+                       (observer._request, observer._response, observer._exchange),
+                       (observer._decode_failure, observer._body_tagged_fields, observer._produced_records,
+                        observer._topic_bytes, observer._error_codes), DecodeError)
+    except TypeError:  # a class without the slots it reads: Python counts everything
+        return None
+
+
 class MetricsObserver:
     """Counts and measures the proxy's events into plain cells, exported through the registry at scrape time."""
 
     needs_bodies = True
 
     def __init__(self, registry: CollectorRegistry | None = None, topic_bytes: bool = False, max_topics: int = 100,
-                 server=None, max_unknown_series: int = 200, codec=None) -> None:
+                 server=None, max_unknown_series: int = 200, codec=None, native: bool = True) -> None:
+        """native: requests, responses and exchanges are counted in C (observers._counting) where it is built;
+        _request, _response and _exchange below count what it leaves, and stay the reference."""
         # auto_describe: collectors without describe() (the process, platform and GC ones) are
         # collected once at registration, so their names clash-check like every other family's.
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
@@ -248,6 +273,9 @@ class MetricsObserver:
         # For the dispatcher: each event type's method (one call per event, no switch on the type).
         self.handlers = {Request: self._request, Response: self._response, Exchange: self._exchange,
                          Problem: self._problem}
+        counter = _native_counter(self) if native else None
+        if counter is not None:
+            self.handlers.update({Request: counter.request, Response: counter.response, Exchange: counter.exchange})
 
     # ------------------------------------------------------------------ body policy
 

@@ -12,6 +12,7 @@ both observers; their exposition texts (prometheus_client's generate_latest) mus
 from __future__ import annotations
 
 import collections
+import os
 import re
 import struct
 import uuid
@@ -24,6 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kinspect.observers.metrics import MetricsObserver
 from kinspect.protocol.codec import Codec
+from kinspect.protocol.codec.wire_program import PURE_PYTHON_ENV
 from kinspect.session import ConnectionInfo, Request, Session, SessionConfig
 from tests.support.paths import TRAFFIC
 from tests.support.proxy_harness import api_versions, metadata, produce, request_frame
@@ -79,6 +81,17 @@ def feed(codec: Codec, conversations, observers, config: SessionConfig | None = 
     return count
 
 
+def counting_observer(native: bool, **settings) -> MetricsObserver:
+    """A MetricsObserver counting in C (observers._counting; built in CI: never skipped) or in Python only."""
+    observer = MetricsObserver(native=native, **settings)
+    counting = type(observer.handlers[Request]).__name__ == "builtin_function_or_method"
+    if native and not counting and os.environ.get(PURE_PYTHON_ENV) != "1":
+        pytest.fail("kinspect.observers._counting is not built: reinstall with a C compiler, or set "
+                    f"{PURE_PYTHON_ENV}=1")
+    assert counting == (native and os.environ.get(PURE_PYTHON_ENV) != "1")
+    return observer
+
+
 def assert_same(reference, observer, started: float) -> str:
     text = exposition(observer)
     want, want_created = comparable(exposition(reference))
@@ -97,9 +110,10 @@ def assert_same(reference, observer, started: float) -> str:
     {"topic_bytes": True},
     {"topic_bytes": True, "max_topics": 3, "max_unknown_series": 2},
 ], ids=["defaults", "topic-bytes", "caps"])
-def test_recorded_traffic_gives_the_same_metrics(codec: Codec, settings: dict):
+@pytest.mark.parametrize("native", [True, False], ids=["C-counting", "python-counting"])
+def test_recorded_traffic_gives_the_same_metrics(codec: Codec, settings: dict, native: bool):
     started = time.time()
-    reference, observer = ReferenceMetricsObserver(**settings), MetricsObserver(**settings)
+    reference, observer = ReferenceMetricsObserver(**settings), counting_observer(native, **settings)
     events = feed(codec, recorded(), (reference, observer))
     assert events["Request"] > 250 and events["Response"] > 250
     text = assert_same(reference, observer, started)
@@ -217,9 +231,10 @@ def synthetic(codec: Codec) -> list[list[tuple[bytes, bytes]]]:
     {"topic_bytes": True, "max_topics": 2, "max_unknown_series": 3},
     {"topic_bytes": True, "max_topics": 0, "max_unknown_series": 0},
 ], ids=["defaults", "caps", "zero-caps"])
-def test_synthetic_events_give_the_same_metrics(codec: Codec, settings: dict):
+@pytest.mark.parametrize("native", [True, False], ids=["C-counting", "python-counting"])
+def test_synthetic_events_give_the_same_metrics(codec: Codec, settings: dict, native: bool):
     started = time.time()
-    reference, observer = ReferenceMetricsObserver(**settings), MetricsObserver(**settings)
+    reference, observer = ReferenceMetricsObserver(**settings), counting_observer(native, **settings)
     config = SessionConfig(max_frame_bytes=1 << 20, inspect_max_bytes=2000)
     feed(codec, synthetic(codec), (reference, observer), config)
     text = assert_same(reference, observer, started)

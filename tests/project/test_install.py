@@ -85,8 +85,8 @@ def test_build_makes_an_sdist_and_a_wheel_with_the_c_codec(dist):
     with zipfile.ZipFile(dist["wheel"]) as whl:
         names = set(whl.namelist())
         metadata = whl.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
-    for extension in ("kinspect/protocol/codec/_wire.", "kinspect/session/_one_frame.", "kinspect/capture/_take.",
-                      "kinspect/capture/_columns."):
+    for extension in ("kinspect/protocol/codec/_wire.", "kinspect/session/_one_frame.", "kinspect/observers/_counting.",
+                      "kinspect/capture/_take.", "kinspect/capture/_columns."):
         assert any(n.startswith(extension) and n.endswith(".so") for n in names), (extension, sorted(names)[:20])
     assert {"kinspect/cli/main.py", "kinspect/specs/index.json", "kinspect/specs/LICENSE"} <= names
     assert "-cp311-" in dist["wheel"].name  # a platform wheel: it carries the compiled codec
@@ -98,7 +98,8 @@ def test_build_makes_an_sdist_and_a_wheel_with_the_c_codec(dist):
     assert not any(r.startswith(("pyspark", "pyarrow")) and "extra ==" not in r for r in requires)
     with tarfile.open(dist["sdist"]) as sdist:
         members = {m.name.split("/", 1)[1] for m in sdist.getmembers() if "/" in m.name}
-    assert {"kinspect/protocol/codec/_wire.c", "kinspect/session/_one_frame.c", "kinspect/capture/_take.c",
+    assert {"kinspect/protocol/codec/_wire.c", "kinspect/session/_one_frame.c", "kinspect/observers/_counting.c",
+            "kinspect/capture/_take.c",
             "kinspect/capture/_columns.c", "setup.py", "pyproject.toml", "specs/index.json", "README.md"} <= members
 
 
@@ -163,6 +164,7 @@ def test_pip_install_dot_without_a_compiler(source, tmp_path):
     assert (site / "kinspect" / "cli" / "main.py").is_file()
     assert not list((site / "kinspect" / "protocol" / "codec").glob("_wire*.so")), "the C codec was built after all"
     assert not list((site / "kinspect" / "session").glob("_one_frame*.so")), "the C one-frame reads were built after all"
+    assert not list((site / "kinspect" / "observers").glob("_counting*.so")), "the C counting was built after all"
     assert not list((site / "kinspect" / "capture").glob("_take*.so")), "the C fact taker was built after all"
     assert not list((site / "kinspect" / "capture").glob("_columns*.so")), "the C column cutter was built after all"
     decoded = run(["kinspect", "decode", REQUESTS, RESPONSES, "-o", tmp_path / "out.jsonl"], env=env, cwd=tmp_path)

@@ -1,0 +1,675 @@
+/* The metrics observer's counting of requests, responses and exchanges, in C (MetricsObserver._request,
+ * _response and _exchange in kinspect/observers/metrics.py are the reference).
+ *
+ * Why C: every request and response of every connection is counted on the event loop, about 1.3 us
+ * each in Python (a plan lookup, three histogram cells, the memo of repeated bodies), as much as the
+ * session's framing. Here the same steps read the events' slots and update the same cells (the
+ * plain lists of metric_families), in the same order, with Python's own arithmetic.
+ *
+ * Counter(observer, classes, bounds, memo, fallbacks, helpers, decode_error) -> counter
+ *   classes: (Request, Response, Exchange, RequestHeader, _Plan, ScanResult);
+ *   bounds: (size bounds, header bounds, latency bounds, header v0 bucket), the histograms' bounds;
+ *   memo: (MEMO_BODY_BYTES, MEMO_ENTRIES, MEMO_TRIAL);
+ *   fallbacks: (observer._request, _response, _exchange), called for what is not counted here;
+ *   helpers: (observer._decode_failure, _body_tagged_fields, _produced_records, _topic_bytes, _error_codes),
+ *     called for the rarer facts, as the reference calls them.
+ * counter.request(e), counter.response(e), counter.exchange(e): the handlers the dispatcher calls.
+ *
+ * Counted here: events of a (api key, version) whose plan exists (the first event of each goes to
+ * the reference, which makes the plan) and whose header tag section holds no field. Those checks
+ * come before any cell changes. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+enum { C_REQUEST, C_RESPONSE, C_EXCHANGE, C_HEADER, C_PLAN, C_SCAN, C_COUNT };
+
+enum { Q_HEADER, Q_API_NAME, Q_TAG_BYTES, Q_SIZE, Q_FRAME, Q_COMPLETE, Q_SCANNED, Q_COUNT };
+static const char *const Q_NAMES[Q_COUNT] = {"header", "api_name", "header_tag_bytes", "size", "frame", "complete",
+                                             "_scanned"};
+
+enum { P_API_KEY, P_API_VERSION, P_HEADER_VERSION, P_HEADER_SIZE, P_TAG_BYTES, P_SIZE, P_FRAME, P_COMPLETE,
+       P_SCANNED, P_COUNT };
+static const char *const P_NAMES[P_COUNT] = {"api_key", "api_version", "header_version", "header_size",
+                                             "header_tag_bytes", "size", "frame", "complete", "_scanned"};
+
+enum { X_REQUEST, X_RESPONSE, X_LATENCY, X_COUNT };
+static const char *const X_NAMES[X_COUNT] = {"request", "response", "latency"};
+
+enum { H_API_KEY, H_API_VERSION, H_VERSION, H_SIZE, H_COUNT };
+static const char *const H_NAMES[H_COUNT] = {"api_key", "api_version", "version", "size"};
+
+enum { L_API, L_COUNT_CELL, L_SIZE, L_HEADER, L_TAG_BYTES, L_KNOWN, L_SCAN, L_MEMO, L_LOOKUPS, L_HITS, L_COUNT };
+static const char *const L_NAMES[L_COUNT] = {"api", "count", "size", "header", "tag_bytes", "known", "scan", "memo",
+                                             "lookups", "hits"};
+
+enum { S_TAG_BYTES, S_TAGGED, S_ERRORS, S_TOPICS, S_SPANS, S_COUNT };
+static const char *const S_NAMES[S_COUNT] = {"tag_section_bytes", "tagged_fields", "error_codes", "topics",
+                                             "record_spans"};
+
+enum { F_REQUEST, F_RESPONSE, F_EXCHANGE, F_COUNT };
+enum { K_DECODE_FAILURE, K_TAGGED, K_PRODUCED, K_TOPICS, K_ERRORS, K_COUNT };
+enum { B_SIZE, B_HEADER, B_LATENCY, B_COUNT };
+
+#define PRODUCE 0
+
+typedef struct {
+    double *at;
+    Py_ssize_t n; /* bounds, +Inf last; the cell's sum is at index n */
+} Bounds;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *observer, *req_plans, *resp_plans, *latency_cells, *decode_error;
+    PyTypeObject *classes[C_COUNT];
+    Py_ssize_t q[Q_COUNT], p[P_COUNT], x[X_COUNT], h[H_COUNT], l[L_COUNT], s[S_COUNT];
+    PyObject *fallback[F_COUNT], *helper[K_COUNT];
+    Bounds bounds[B_COUNT];
+    Py_ssize_t header_v0_bucket, memo_body_bytes, memo_entries, memo_trial;
+} CounterObject;
+
+static PyObject *str_request, *str_response, *str_decode_error, *str_topic_bytes, *str_records, *str_scan,
+    *str_unknown, *four; /* four: the int 4, a header v0's size */
+
+#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+
+static Py_ssize_t slot_offset(PyTypeObject *tp, const char *name)
+{
+    PyObject *descr = PyDict_GetItemString(tp->tp_dict, name); /* borrowed */
+    if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
+        PyErr_Format(PyExc_TypeError, "Counter: %s has no slot %s", tp->tp_name, name);
+        return -1;
+    }
+    PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
+    if (m->type != T_OBJECT_EX || m->offset <= 0 || m->offset + (Py_ssize_t)sizeof(PyObject *) > tp->tp_basicsize) {
+        PyErr_Format(PyExc_TypeError, "Counter: %s.%s is not an object slot", tp->tp_name, name);
+        return -1;
+    }
+    return m->offset;
+}
+
+static int find_offsets(PyTypeObject *tp, const char *const *names, int count, Py_ssize_t *out)
+{
+    for (int i = 0; i < count; i++) {
+        if ((out[i] = slot_offset(tp, names[i])) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* cell[i] += value, with Python's arithmetic (ints stay ints, a float sum a float). */
+static int add_at(PyObject *cell, Py_ssize_t i, PyObject *value)
+{
+    if (!PyList_CheckExact(cell) || i >= PyList_GET_SIZE(cell)) {
+        PyErr_SetString(PyExc_TypeError, "Counter: a cell is not a list of its family's length");
+        return -1;
+    }
+    PyObject *sum = PyNumber_Add(PyList_GET_ITEM(cell, i), value);
+    if (sum == NULL)
+        return -1;
+    PyObject *old = PyList_GET_ITEM(cell, i);
+    PyList_SET_ITEM(cell, i, sum);
+    Py_DECREF(old);
+    return 0;
+}
+
+static PyObject *one;
+
+/* bisect_left(bounds, value): the first bound at or above it. */
+static Py_ssize_t bucket(const Bounds *b, double value)
+{
+    Py_ssize_t lo = 0, hi = b->n;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (b->at[mid] < value)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* One observation in a histogram cell: its bucket and its sum. */
+static int observe(const Bounds *b, PyObject *cell, PyObject *value)
+{
+    double v = PyFloat_AsDouble(value);
+    if (v == -1.0 && PyErr_Occurred())
+        return -1;
+    if (add_at(cell, bucket(b, v), one) < 0)
+        return -1;
+    return add_at(cell, b->n, value);
+}
+
+static inline int nonempty(PyObject *v) { return v != NULL && v != Py_None && PyObject_IsTrue(v) == 1; }
+
+/* plan.<slot> += 1 (the memo's lookups and hits). */
+static int bump_slot(CounterObject *self, PyObject *c, int which)
+{
+    PyObject *old = SLOT(c, self->l[which]);
+    PyObject *next = PyNumber_Add(old, one);
+    if (next == NULL)
+        return -1;
+    SLOT(c, self->l[which]) = next;
+    Py_DECREF(old);
+    return 0;
+}
+
+static void set_slot(PyObject *obj, Py_ssize_t off, PyObject *value) /* steals value */
+{
+    PyObject *old = SLOT(obj, off);
+    SLOT(obj, off) = value;
+    Py_XDECREF(old);
+}
+
+/* The event's scan(): new reference, Py_None for a malformed body (DecodeError), NULL on another error. */
+static PyObject *scan_of(CounterObject *self, PyObject *e)
+{
+    PyObject *scan = PyObject_CallMethodNoArgs(e, str_scan);
+    if (scan == NULL && PyErr_ExceptionMatches(self->decode_error)) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    return scan;
+}
+
+/* MetricsObserver._scan: the event's scan, a small body seen before not scanned again. New reference, or
+ * Py_None for a malformed body; NULL with an error set on failure. The frame is bytes when the plan memoizes
+ * (the handlers give other frames to the reference). */
+static PyObject *memo_scan(CounterObject *self, PyObject *c, PyObject *e, PyObject *frame, Py_ssize_t body_start,
+                           Py_ssize_t scanned_off)
+{
+    PyObject *memo = SLOT(c, self->l[L_MEMO]);
+    if (memo == Py_None || PyBytes_GET_SIZE(frame) - body_start > self->memo_body_bytes)
+        return scan_of(self, e);
+    Py_ssize_t size = PyBytes_GET_SIZE(frame), from = body_start < size ? body_start : size;
+    PyObject *body = PyBytes_FromStringAndSize(PyBytes_AS_STRING(frame) + from, size - from);
+    if (body == NULL)
+        return NULL;
+    PyObject *outcome = PyDict_GetItemWithError(memo, body); /* borrowed */
+    if (outcome == NULL && PyErr_Occurred())
+        goto fail;
+    Py_XINCREF(outcome);
+    if (bump_slot(self, c, L_LOOKUPS) < 0)
+        goto fail;
+    if (outcome != NULL && outcome != Py_False) {
+        /* The same bytes scan the same: the event takes the remembered scan (Request/Response.adopt_scan),
+         * so that the other observers that ask for it do not scan the body again either. */
+        set_slot(e, scanned_off, Py_NewRef(outcome));
+        if (bump_slot(self, c, L_HITS) < 0)
+            goto fail;
+    } else if (outcome == NULL) {
+        outcome = scan_of(self, e);
+        if (outcome == NULL)
+            goto fail;
+        if (outcome == Py_None) {
+            Py_DECREF(outcome);
+            outcome = Py_NewRef(Py_False);
+        }
+        if (PyDict_GET_SIZE(memo) >= self->memo_entries)
+            PyDict_Clear(memo);
+        if (PyDict_SetItem(memo, body, outcome) < 0)
+            goto fail;
+    } else if (bump_slot(self, c, L_HITS) < 0) {
+        goto fail;
+    }
+    Py_CLEAR(body);
+    Py_ssize_t lookups = PyLong_AsSsize_t(SLOT(c, self->l[L_LOOKUPS]));
+    if (lookups >= self->memo_trial) {
+        if (2 * PyLong_AsSsize_t(SLOT(c, self->l[L_HITS])) < lookups)
+            set_slot(c, self->l[L_MEMO], Py_NewRef(Py_None)); /* these bodies do not repeat: hashing them is wasted */
+        PyObject *zero = PyLong_FromLong(0);
+        if (zero == NULL)
+            goto fail;
+        set_slot(c, self->l[L_LOOKUPS], Py_NewRef(zero));
+        set_slot(c, self->l[L_HITS], zero);
+    }
+    if (outcome == Py_False) {
+        Py_DECREF(outcome);
+        Py_RETURN_NONE;
+    }
+    return outcome;
+fail:
+    Py_XDECREF(body);
+    Py_XDECREF(outcome);
+    return NULL;
+}
+
+static PyObject *call_helper(CounterObject *self, int which, PyObject *a, PyObject *b, PyObject *c)
+{
+    PyObject *args[3] = {a, b, c};
+    int n = c != NULL ? 3 : b != NULL ? 2 : 1;
+    return PyObject_Vectorcall(self->helper[which], args, n, NULL);
+}
+
+#define HELPER(which, a, b, c)                                                                                         \
+    do {                                                                                                               \
+        PyObject *r_ = call_helper(self, which, a, b, c);                                                              \
+        if (r_ == NULL)                                                                                                \
+            goto fail;                                                                                                 \
+        Py_DECREF(r_);                                                                                                 \
+    } while (0)
+
+/* What both directions count after their header: the body's scan and the facts it holds. scan: set to the
+ * scan (new reference) or left NULL for none. Returns -1 on failure. */
+static int count_body(CounterObject *self, PyObject *c, PyObject *e, PyObject *direction, PyObject *frame,
+                      Py_ssize_t body_start, Py_ssize_t complete_off, Py_ssize_t scanned_off, PyObject **tag_bytes,
+                      PyObject **scan_out)
+{
+    PyObject *scan = NULL;
+    *scan_out = NULL;
+    if (PyObject_IsTrue(SLOT(c, self->l[L_SCAN])) == 1 && SLOT(e, complete_off) == Py_True) {
+        scan = memo_scan(self, c, e, frame, body_start, scanned_off);
+        if (scan == NULL)
+            return -1;
+        if (scan == Py_None) {
+            Py_CLEAR(scan);
+            HELPER(K_DECODE_FAILURE, SLOT(c, self->l[L_API]), direction, str_decode_error);
+        } else {
+            if (!Py_IS_TYPE(scan, self->classes[C_SCAN]) || SLOT(scan, self->s[S_TAG_BYTES]) == NULL) {
+                PyErr_SetString(PyExc_TypeError, "Counter: a scan is not a ScanResult");
+                goto fail;
+            }
+            PyObject *sum = PyNumber_Add(*tag_bytes, SLOT(scan, self->s[S_TAG_BYTES]));
+            if (sum == NULL)
+                goto fail;
+            Py_SETREF(*tag_bytes, sum);
+            PyObject *fields = SLOT(scan, self->s[S_TAGGED]);
+            if (nonempty(fields))
+                HELPER(K_TAGGED, c, direction, fields);
+        }
+    }
+    int any = PyObject_IsTrue(*tag_bytes);
+    if (any < 0 || (any && add_at(SLOT(c, self->l[L_TAG_BYTES]), 0, *tag_bytes) < 0))
+        goto fail;
+    *scan_out = scan;
+    return 0;
+fail:
+    Py_XDECREF(scan);
+    return -1;
+}
+
+static PyObject *fallback(CounterObject *self, int which, PyObject *e)
+{
+    return PyObject_CallOneArg(self->fallback[which], e);
+}
+
+static inline long long_of(PyObject *v) { return v != NULL && PyLong_Check(v) ? PyLong_AsLong(v) : -1; }
+
+/* Whether the plan would look its body up in its memo, which keys bytes: other frames go to the reference. */
+static inline int memo_needs_bytes(CounterObject *self, PyObject *c, PyObject *frame, PyObject *complete)
+{
+    return PyObject_IsTrue(SLOT(c, self->l[L_SCAN])) == 1 && complete == Py_True && SLOT(c, self->l[L_MEMO]) != Py_None
+           && !PyBytes_CheckExact(frame);
+}
+
+static PyObject *topic_bytes_on(CounterObject *self)
+{
+    PyObject *on = PyObject_GetAttr(self->observer, str_topic_bytes);
+    if (on == NULL)
+        return NULL;
+    int yes = PyObject_IsTrue(on);
+    Py_DECREF(on);
+    if (yes < 0)
+        return NULL;
+    return yes ? Py_True : Py_False;
+}
+
+/* MetricsObserver._request */
+static PyObject *counter_request(CounterObject *self, PyObject *e)
+{
+    if (!Py_IS_TYPE(e, self->classes[C_REQUEST]))
+        return fallback(self, F_REQUEST, e);
+    PyObject *header = SLOT(e, self->q[Q_HEADER]);
+    if (header == NULL || !Py_IS_TYPE(header, self->classes[C_HEADER]))
+        return fallback(self, F_REQUEST, e);
+    PyObject *api_key = SLOT(header, self->h[H_API_KEY]), *key = PyTuple_Pack(2, api_key,
+                                                                            SLOT(header, self->h[H_API_VERSION]));
+    if (key == NULL)
+        return NULL;
+    PyObject *c = PyDict_GetItemWithError(self->req_plans, key); /* borrowed */
+    Py_DECREF(key);
+    if (c == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        return fallback(self, F_REQUEST, e); /* the reference makes the plan */
+    }
+    if (!Py_IS_TYPE(c, self->classes[C_PLAN]))
+        return fallback(self, F_REQUEST, e);
+    int known = PyObject_IsTrue(SLOT(c, self->l[L_KNOWN])) == 1;
+    long hv = long_of(SLOT(header, self->h[H_VERSION]));
+    PyObject *frame = SLOT(e, self->q[Q_FRAME]);
+    if ((known && hv >= 2 && long_of(SLOT(e, self->q[Q_TAG_BYTES])) > 1)
+        || (known && memo_needs_bytes(self, c, frame, SLOT(e, self->q[Q_COMPLETE]))))
+        return fallback(self, F_REQUEST, e); /* header tagged fields; a frame that is not bytes */
+    PyObject *size = SLOT(e, self->q[Q_SIZE]), *header_size = SLOT(header, self->h[H_SIZE]);
+    Py_ssize_t body_start = PyLong_AsSsize_t(header_size);
+    if (body_start == -1 && PyErr_Occurred())
+        return NULL;
+    PyObject *tag_bytes = NULL, *scan = NULL;
+    if (add_at(SLOT(c, self->l[L_COUNT_CELL]), 0, one) < 0
+        || observe(&self->bounds[B_SIZE], SLOT(c, self->l[L_SIZE]), size) < 0
+        || observe(&self->bounds[B_HEADER], SLOT(c, self->l[L_HEADER]), header_size) < 0)
+        return NULL;
+    if (!known)
+        Py_RETURN_NONE; /* an unknown_api Problem comes with it */
+    tag_bytes = hv >= 2 ? Py_NewRef(SLOT(e, self->q[Q_TAG_BYTES])) : PyLong_FromLong(0);
+    if (tag_bytes == NULL
+        || count_body(self, c, e, str_request, frame, body_start, self->q[Q_COMPLETE], self->q[Q_SCANNED], &tag_bytes,
+                      &scan) < 0)
+        goto fail;
+    Py_CLEAR(tag_bytes);
+    if (scan == NULL)
+        Py_RETURN_NONE;
+    if (long_of(api_key) == PRODUCE && nonempty(SLOT(scan, self->s[S_SPANS]))) {
+        PyObject *records = PyObject_GetAttr(scan, str_records);
+        if (records == NULL)
+            goto fail;
+        PyObject *r = call_helper(self, K_PRODUCED, records, NULL, NULL);
+        Py_DECREF(records);
+        if (r == NULL)
+            goto fail;
+        Py_DECREF(r);
+    }
+    PyObject *topics = SLOT(scan, self->s[S_TOPICS]);
+    if (nonempty(topics)) {
+        PyObject *on = topic_bytes_on(self);
+        if (on == NULL)
+            goto fail;
+        if (on == Py_True)
+            HELPER(K_TOPICS, topics, size, str_request);
+    }
+    Py_DECREF(scan);
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(tag_bytes);
+    Py_XDECREF(scan);
+    return NULL;
+}
+
+/* MetricsObserver._response */
+static PyObject *counter_response(CounterObject *self, PyObject *e)
+{
+    if (!Py_IS_TYPE(e, self->classes[C_RESPONSE]))
+        return fallback(self, F_RESPONSE, e);
+    PyObject *key = PyTuple_Pack(2, SLOT(e, self->p[P_API_KEY]), SLOT(e, self->p[P_API_VERSION]));
+    if (key == NULL)
+        return NULL;
+    PyObject *c = PyDict_GetItemWithError(self->resp_plans, key); /* borrowed */
+    Py_DECREF(key);
+    if (c == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        return fallback(self, F_RESPONSE, e);
+    }
+    if (!Py_IS_TYPE(c, self->classes[C_PLAN]))
+        return fallback(self, F_RESPONSE, e);
+    long hv = long_of(SLOT(e, self->p[P_HEADER_VERSION]));
+    PyObject *frame = SLOT(e, self->p[P_FRAME]);
+    if ((hv >= 1 && long_of(SLOT(e, self->p[P_TAG_BYTES])) > 1)
+        || memo_needs_bytes(self, c, frame, SLOT(e, self->p[P_COMPLETE])))
+        return fallback(self, F_RESPONSE, e);
+    PyObject *size = SLOT(e, self->p[P_SIZE]), *tag_bytes = NULL, *scan = NULL;
+    PyObject *cell = SLOT(c, self->l[L_HEADER]);
+    if (add_at(SLOT(c, self->l[L_COUNT_CELL]), 0, one) < 0
+        || observe(&self->bounds[B_SIZE], SLOT(c, self->l[L_SIZE]), size) < 0)
+        return NULL;
+    if (hv >= 1) {
+        if (observe(&self->bounds[B_HEADER], cell, SLOT(e, self->p[P_HEADER_SIZE])) < 0)
+            return NULL;
+        tag_bytes = Py_NewRef(SLOT(e, self->p[P_TAG_BYTES]));
+    } else {
+        if (add_at(cell, self->header_v0_bucket, one) < 0 || add_at(cell, self->bounds[B_HEADER].n, four) < 0)
+            return NULL;
+        tag_bytes = PyLong_FromLong(0);
+        if (tag_bytes == NULL)
+            return NULL;
+    }
+    /* The memo's key is all after the correlation id, the header's tag section included. */
+    if (count_body(self, c, e, str_response, frame, 4, self->p[P_COMPLETE], self->p[P_SCANNED], &tag_bytes, &scan) < 0)
+        goto fail;
+    Py_CLEAR(tag_bytes);
+    if (scan == NULL)
+        Py_RETURN_NONE;
+    PyObject *codes = SLOT(scan, self->s[S_ERRORS]);
+    if (nonempty(codes))
+        HELPER(K_ERRORS, c, codes, NULL);
+    PyObject *topics = SLOT(scan, self->s[S_TOPICS]);
+    if (nonempty(topics)) {
+        PyObject *on = topic_bytes_on(self);
+        if (on == NULL)
+            goto fail;
+        if (on == Py_True)
+            HELPER(K_TOPICS, topics, size, str_response);
+    }
+    Py_DECREF(scan);
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(tag_bytes);
+    Py_XDECREF(scan);
+    return NULL;
+}
+
+/* MetricsObserver._exchange */
+static PyObject *counter_exchange(CounterObject *self, PyObject *e)
+{
+    if (!Py_IS_TYPE(e, self->classes[C_EXCHANGE]))
+        return fallback(self, F_EXCHANGE, e);
+    PyObject *latency = SLOT(e, self->x[X_LATENCY]), *request = SLOT(e, self->x[X_REQUEST]);
+    if (SLOT(e, self->x[X_RESPONSE]) == Py_None || latency == Py_None)
+        Py_RETURN_NONE;
+    if (latency == NULL || request == NULL || !Py_IS_TYPE(request, self->classes[C_REQUEST]))
+        return fallback(self, F_EXCHANGE, e);
+    PyObject *api = SLOT(request, self->q[Q_API_NAME]);
+    int named = api != NULL && PyObject_IsTrue(api) == 1;
+    PyObject *cell = PyDict_GetItemWithError(self->latency_cells, named ? api : str_unknown); /* borrowed */
+    if (cell == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        return fallback(self, F_EXCHANGE, e); /* the reference makes the cell */
+    }
+    if (observe(&self->bounds[B_LATENCY], cell, latency) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static int read_bounds(PyObject *tuple, Bounds *out)
+{
+    if (!PyTuple_Check(tuple) || PyTuple_GET_SIZE(tuple) == 0) {
+        PyErr_SetString(PyExc_TypeError, "Counter: bounds must be a tuple of floats");
+        return -1;
+    }
+    out->n = PyTuple_GET_SIZE(tuple);
+    out->at = PyMem_Malloc(sizeof(double) * out->n);
+    if (out->at == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < out->n; i++) {
+        out->at[i] = PyFloat_AsDouble(PyTuple_GET_ITEM(tuple, i));
+        if (out->at[i] == -1.0 && PyErr_Occurred())
+            return -1;
+        if (i > 0 && out->at[i] < out->at[i - 1]) {
+            PyErr_SetString(PyExc_ValueError, "Counter: bounds not in order");
+            return -1;
+        }
+    }
+    if (!Py_IS_INFINITY(out->at[out->n - 1])) {
+        PyErr_SetString(PyExc_ValueError, "Counter: the last bound must be +Inf");
+        return -1;
+    }
+    return 0;
+}
+
+static int counter_traverse(CounterObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->observer);
+    Py_VISIT(self->req_plans);
+    Py_VISIT(self->resp_plans);
+    Py_VISIT(self->latency_cells);
+    Py_VISIT(self->decode_error);
+    for (int i = 0; i < F_COUNT; i++)
+        Py_VISIT(self->fallback[i]);
+    for (int i = 0; i < K_COUNT; i++)
+        Py_VISIT(self->helper[i]);
+    for (int i = 0; i < C_COUNT; i++)
+        Py_VISIT(self->classes[i]);
+    return 0;
+}
+
+static int counter_clear(CounterObject *self)
+{
+    Py_CLEAR(self->observer);
+    Py_CLEAR(self->req_plans);
+    Py_CLEAR(self->resp_plans);
+    Py_CLEAR(self->latency_cells);
+    Py_CLEAR(self->decode_error);
+    for (int i = 0; i < F_COUNT; i++)
+        Py_CLEAR(self->fallback[i]);
+    for (int i = 0; i < K_COUNT; i++)
+        Py_CLEAR(self->helper[i]);
+    for (int i = 0; i < C_COUNT; i++)
+        Py_CLEAR(self->classes[i]);
+    return 0;
+}
+
+static void counter_dealloc(CounterObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    counter_clear(self);
+    for (int i = 0; i < B_COUNT; i++)
+        PyMem_Free(self->bounds[i].at);
+    PyObject_GC_Del(self);
+}
+
+static PyObject *attr_dict(PyObject *obj, const char *name)
+{
+    PyObject *v = PyObject_GetAttrString(obj, name);
+    if (v != NULL && !PyDict_Check(v)) {
+        PyErr_Format(PyExc_TypeError, "Counter: the observer's %s is not a dict", name);
+        Py_CLEAR(v);
+    }
+    return v;
+}
+
+static PyTypeObject CounterType;
+
+static PyObject *counter_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *observer, *classes, *bounds, *memo, *fallbacks, *helpers, *decode_error;
+    if (kwargs != NULL && PyDict_GET_SIZE(kwargs)) {
+        PyErr_SetString(PyExc_TypeError, "Counter takes positional arguments only");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "OO!O!O!O!O!O:Counter", &observer, &PyTuple_Type, &classes, &PyTuple_Type, &bounds,
+                          &PyTuple_Type, &memo, &PyTuple_Type, &fallbacks, &PyTuple_Type, &helpers, &decode_error))
+        return NULL;
+    if (PyTuple_GET_SIZE(classes) != C_COUNT || PyTuple_GET_SIZE(bounds) != 4 || PyTuple_GET_SIZE(memo) != 3
+        || PyTuple_GET_SIZE(fallbacks) != F_COUNT || PyTuple_GET_SIZE(helpers) != K_COUNT
+        || !PyExceptionClass_Check(decode_error)) {
+        PyErr_SetString(PyExc_TypeError, "Counter(observer, 6 classes, 4 bounds, 3 memo sizes, 3 fallbacks, 5 helpers, "
+                                         "DecodeError)");
+        return NULL;
+    }
+    for (int i = 0; i < C_COUNT; i++) {
+        if (!PyType_Check(PyTuple_GET_ITEM(classes, i))) {
+            PyErr_SetString(PyExc_TypeError, "Counter: classes must be classes");
+            return NULL;
+        }
+    }
+    CounterObject *self = PyObject_GC_New(CounterObject, type);
+    if (self == NULL)
+        return NULL;
+    self->observer = Py_NewRef(observer);
+    self->req_plans = self->resp_plans = self->latency_cells = NULL;
+    self->decode_error = Py_NewRef(decode_error);
+    for (int i = 0; i < C_COUNT; i++)
+        self->classes[i] = (PyTypeObject *)Py_NewRef(PyTuple_GET_ITEM(classes, i));
+    for (int i = 0; i < F_COUNT; i++)
+        self->fallback[i] = Py_NewRef(PyTuple_GET_ITEM(fallbacks, i));
+    for (int i = 0; i < K_COUNT; i++)
+        self->helper[i] = Py_NewRef(PyTuple_GET_ITEM(helpers, i));
+    for (int i = 0; i < B_COUNT; i++)
+        self->bounds[i].at = NULL;
+    PyObject_GC_Track(self);
+    self->req_plans = attr_dict(observer, "_req");
+    self->resp_plans = self->req_plans ? attr_dict(observer, "_resp") : NULL;
+    self->latency_cells = self->resp_plans ? attr_dict(observer, "_latency") : NULL;
+    if (self->latency_cells == NULL)
+        goto fail;
+    for (int i = 0; i < B_COUNT; i++) {
+        if (read_bounds(PyTuple_GET_ITEM(bounds, i), &self->bounds[i]) < 0)
+            goto fail;
+    }
+    self->header_v0_bucket = PyLong_AsSsize_t(PyTuple_GET_ITEM(bounds, 3));
+    self->memo_body_bytes = PyLong_AsSsize_t(PyTuple_GET_ITEM(memo, 0));
+    self->memo_entries = PyLong_AsSsize_t(PyTuple_GET_ITEM(memo, 1));
+    self->memo_trial = PyLong_AsSsize_t(PyTuple_GET_ITEM(memo, 2));
+    if (PyErr_Occurred())
+        goto fail;
+    if (self->header_v0_bucket < 0 || self->header_v0_bucket >= self->bounds[B_HEADER].n) {
+        PyErr_SetString(PyExc_ValueError, "Counter: the header v0 bucket is not a bucket");
+        goto fail;
+    }
+    if (find_offsets(self->classes[C_REQUEST], Q_NAMES, Q_COUNT, self->q) < 0
+        || find_offsets(self->classes[C_RESPONSE], P_NAMES, P_COUNT, self->p) < 0
+        || find_offsets(self->classes[C_EXCHANGE], X_NAMES, X_COUNT, self->x) < 0
+        || find_offsets(self->classes[C_HEADER], H_NAMES, H_COUNT, self->h) < 0
+        || find_offsets(self->classes[C_PLAN], L_NAMES, L_COUNT, self->l) < 0
+        || find_offsets(self->classes[C_SCAN], S_NAMES, S_COUNT, self->s) < 0)
+        goto fail;
+    return (PyObject *)self;
+fail:
+    Py_DECREF(self);
+    return NULL;
+}
+
+static PyMethodDef counter_methods[] = {
+    {"request", (PyCFunction)counter_request, METH_O, "MetricsObserver._request, in C where it can."},
+    {"response", (PyCFunction)counter_response, METH_O, "MetricsObserver._response, in C where it can."},
+    {"exchange", (PyCFunction)counter_exchange, METH_O, "MetricsObserver._exchange, in C where it can."},
+    {NULL}};
+
+static PyTypeObject CounterType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kinspect.observers._counting.Counter",
+    .tp_basicsize = sizeof(CounterObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The metrics observer's counting of requests, responses and exchanges.",
+    .tp_new = counter_new,
+    .tp_dealloc = (destructor)counter_dealloc,
+    .tp_traverse = (traverseproc)counter_traverse,
+    .tp_clear = (inquiry)counter_clear,
+    .tp_methods = counter_methods,
+};
+
+static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "kinspect.observers._counting",
+                                        "The metrics observer's counting in C (observers.metrics is the reference).",
+                                        -1, NULL};
+
+static int intern(PyObject **out, const char *text)
+{
+    *out = PyUnicode_InternFromString(text);
+    return *out == NULL ? -1 : 0;
+}
+
+PyMODINIT_FUNC PyInit__counting(void)
+{
+    if (PyType_Ready(&CounterType) < 0)
+        return NULL;
+    if (intern(&str_request, "request") || intern(&str_response, "response")
+        || intern(&str_decode_error, "decode_error") || intern(&str_topic_bytes, "topic_bytes")
+        || intern(&str_records, "records") || intern(&str_scan, "scan") || intern(&str_unknown, "unknown"))
+        return NULL;
+    one = PyLong_FromLong(1);
+    four = PyLong_FromLong(4);
+    if (one == NULL || four == NULL)
+        return NULL;
+    PyObject *m = PyModule_Create(&module_def);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "Counter", (PyObject *)&CounterType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
