@@ -1,25 +1,27 @@
-/* A session's reads that are exactly one frame, handled in C (kinspect.session.session is the reference).
+/* A session's reads of whole frames, handled in C (kinspect.session.session is the reference).
  *
  * Why C: with small requests sent one at a time, nearly every read is one whole frame, and the
- * session's Python for it (framing, the plan, the header, the event, pairing) cost about 6 us per
+ * session's Python for one (framing, the plan, the header, the event, pairing) cost about 6 us per
  * request and response, warm: as much as forwarding them. Here the same steps are loads at slot
  * offsets and a few allocations.
  *
- * Reads(session, table, classes, software_of) -> reads, made by Session.__init__ (see session.py):
+ * configure(classes, software_of): the classes read and made, once (session.py's _one_frame_module).
+ * Reads(session, table, Session.client_data, Session.broker_data) -> reads, made by Session.__init__:
  *   reads.client_data(data, now) and reads.broker_data(data, now) are Session.client_data and
  *   broker_data: they take the common read here and give every other one to the Python methods,
  *   which stay the reference (tests/session/test_one_frame.py feeds both the same traffic).
  * Table(): the per-(api key, version) facts of one Plan, shared by its sessions, filled on first
  *   use from Session._one_frame_entry.
  *
- * Taken here, a read that is a bytes object holding exactly one frame, while the direction's
- * stream holds nothing and the direction is framed and inspected, with:
+ * Taken here: the whole frames a bytes read starts with (one, in a read of one request sent at a
+ * time), while the direction's stream holds nothing and the direction is framed and inspected, with:
  *   requests: a known api at header v1 or v2 whose header repeats the previous one's bytes
  *     (RequestHeaders' memo), not SaslHandshake, not a Produce with acks=0, within
  *     inspect.max_inflight;
  *   responses: one paired with a request in flight whose facts were kept, not held for a
  *     transform, after no SASL handshake, with header v0 or an empty header tag section.
- * Every check is made before anything changes, so a read given back is read by Python from scratch. */
+ * Every check of a frame is made before anything changes: from the first frame not taken here, the rest
+ * of the read goes to the Python methods, which read it from scratch. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -315,57 +317,58 @@ static long produce_acks(const unsigned char *frame, Py_ssize_t len, Py_ssize_t 
     return (int16_t)be16(frame + pos);
 }
 
-/* The request read, or NULL without an error set where the reference must read it. */
-static PyObject *client_one_frame(ReadsObject *self, PyObject *data, PyObject *now)
+/* Read the request whose size prefix is at data[pos], if it is whole in data and taken here: 1 (its event
+ * appended to events), 0 where the reference must read it, -1 on failure. */
+static int client_frame(ReadsObject *self, PyObject *data, Py_ssize_t pos, PyObject *now, PyObject *events)
 {
-    if (!PyBytes_CheckExact(data))
-        return NULL;
-    Py_ssize_t len = PyBytes_GET_SIZE(data);
-    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(data);
-    if (len < 12 || (Py_ssize_t)be32(buf) != len - 4)
-        return NULL;
-    Py_ssize_t size = len - 4;
+    Py_ssize_t avail = PyBytes_GET_SIZE(data) - pos;
+    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(data) + pos;
+    if (avail < 12)
+        return 0;
+    Py_ssize_t size = (int32_t)be32(buf), len = 4 + size;
+    if (size < 8 || len > avail)
+        return 0;
     PyObject *stream = self->requests, *session = self->session;
     if (size > stream_int(stream, S_MAX_FRAME) || !stream_idle(stream))
-        return NULL;
+        return 0;
     if (!is_true(session, str_client_seen) || !is_true(session, str_client_framed)
         || !is_true(session, str_client_inspected) || !is_zero(session, str_raw_client))
-        return NULL;
+        return 0;
     long api_key = (int16_t)be16(buf + 4), version = (int16_t)be16(buf + 6);
     long correlation_id = (int32_t)be32(buf + 8);
     Entry *e = entry_of(self, api_key, version);
     if (e == NULL || (e->flags & E_REQUEST_PYTHON) || e->request_header == 0)
-        return NULL;
+        return 0;
     int complete;
     Py_ssize_t keep = kept(stream, e->request_mode, size, &complete);
     const unsigned char *frame = buf + 4;
     /* The header: the previous one's bytes again (RequestHeaders' memo), else Python reads it. */
     PyObject *memo = SLOT(self->headers, r[e->request_header == 2 ? R_V2 : R_V1]);
     if (memo == NULL || !PyTuple_CheckExact(memo) || PyTuple_GET_SIZE(memo) != 6)
-        return NULL;
+        return 0;
     PyObject *after = PyTuple_GET_ITEM(memo, 0), *header_size = PyTuple_GET_ITEM(memo, 1);
     Py_ssize_t hsize = PyLong_AsSsize_t(header_size);
     if (!PyBytes_CheckExact(after) || hsize < 8 || PyBytes_GET_SIZE(after) != hsize - 8 || keep < hsize
         || memcmp(frame + 8, PyBytes_AS_STRING(after), hsize - 8) != 0) {
         PyErr_Clear();
-        return NULL;
+        return 0;
     }
     if (PyObject_Length(self->remembered) >= self->max_inflight) { /* the reference forgets the oldest */
         PyErr_Clear();
-        return NULL;
+        return 0;
     }
     if (e->flags & E_PRODUCE) {
         long acks = produce_acks(frame, keep, hsize, version, e->flags & E_PRODUCE_FLEXIBLE);
         if (acks == 0 || acks == -1)
-            return NULL; /* acks=0 (no response to pair) or a long TransactionalId */
+            return 0; /* acks=0 (no response to pair) or a long TransactionalId */
     }
     PyObject *client_id = PyTuple_GET_ITEM(memo, 2), *fields = PyTuple_GET_ITEM(memo, 3);
     if (!PyDict_CheckExact(fields))
-        return NULL;
+        return 0;
 
     /* Everything the read makes, before anything changes. */
     PyObject *frame_bytes = NULL, *key = NULL, *ver = NULL, *corr = NULL, *new_fields = NULL, *header = NULL;
-    PyObject *request = NULL, *pending = NULL, *software = NULL, *size_obj = NULL, *events = NULL, *mode = NULL;
+    PyObject *request = NULL, *pending = NULL, *software = NULL, *size_obj = NULL, *mode = NULL;
     PyObject *offset = NULL, *hv = NULL;
     frame_bytes = PyBytes_FromStringAndSize((const char *)frame, keep);
     key = PyLong_FromLong(api_key);
@@ -402,8 +405,7 @@ static PyObject *client_one_frame(ReadsObject *self, PyObject *data, PyObject *n
     header = blank(classes[C_HEADER]);
     request = blank(classes[C_REQUEST]);
     pending = blank(classes[C_PENDING]);
-    events = PyList_New(1);
-    if (header == NULL || request == NULL || pending == NULL || events == NULL)
+    if (header == NULL || request == NULL || pending == NULL)
         goto fail;
     SLOT(header, h[H_API_KEY]) = Py_NewRef(key);
     SLOT(header, h[H_API_VERSION]) = Py_NewRef(ver);
@@ -465,8 +467,9 @@ static PyObject *client_one_frame(ReadsObject *self, PyObject *data, PyObject *n
     Py_DECREF(appended);
     Py_DECREF(pending);
     Py_DECREF(corr);
-    PyList_SET_ITEM(events, 0, request);
-    return output(events);
+    int appended_event = PyList_Append(events, request);
+    Py_DECREF(request);
+    return appended_event < 0 ? -1 : 1;
 
 given_back:
     Py_XDECREF(frame_bytes);
@@ -476,7 +479,7 @@ given_back:
     Py_XDECREF(size_obj);
     Py_XDECREF(mode);
     Py_XDECREF(hv);
-    return NULL;
+    return 0;
 fail:
     Py_XDECREF(frame_bytes);
     Py_XDECREF(key);
@@ -489,38 +492,37 @@ fail:
     Py_XDECREF(header);
     Py_XDECREF(request);
     Py_XDECREF(pending);
-    Py_XDECREF(events);
     Py_XDECREF(software);
     if (!PyErr_Occurred())
         PyErr_SetString(PyExc_RuntimeError, "_one_frame: a request could not be read");
-    return NULL;
+    return -1;
 }
 
-/* The response read, or NULL without an error set where the reference must read it. */
-static PyObject *broker_one_frame(ReadsObject *self, PyObject *data, PyObject *now)
+/* Read the response whose size prefix is at data[pos], as client_frame reads a request. */
+static int broker_frame(ReadsObject *self, PyObject *data, Py_ssize_t pos, PyObject *now, PyObject *events)
 {
-    if (!PyBytes_CheckExact(data))
-        return NULL;
-    Py_ssize_t len = PyBytes_GET_SIZE(data);
-    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(data);
-    if (len < 12 || (Py_ssize_t)be32(buf) != len - 4)
-        return NULL;
-    Py_ssize_t size = len - 4;
+    Py_ssize_t avail = PyBytes_GET_SIZE(data) - pos;
+    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(data) + pos;
+    if (avail < 12)
+        return 0;
+    Py_ssize_t size = (int32_t)be32(buf), len = 4 + size;
+    if (size < 8 || len > avail)
+        return 0;
     PyObject *stream = self->responses, *session = self->session;
     if (size > stream_int(stream, S_MAX_FRAME) || !stream_idle(stream) || SLOT(stream, s[S_FORWARDING]) != Py_False)
-        return NULL;
+        return 0;
     if (!is_true(session, str_broker_framed) || !is_true(session, str_broker_inspected)
         || !is_zero(session, str_raw_broker))
-        return NULL;
+        return 0;
     PyObject *corr = PyLong_FromLong((int32_t)be32(buf + 4));
     if (corr == NULL)
-        return NULL;
+        return 0;
     PyObject *pending = PyDict_GetItemWithError(self->inflight, corr); /* borrowed */
     if (pending == NULL || !Py_IS_TYPE(pending, classes[C_PENDING]) || SLOT(pending, t[T_FORGOTTEN]) != Py_False
         || SLOT(pending, t[T_MECHANISM]) != Py_None) {
         Py_DECREF(corr);
         PyErr_Clear();
-        return NULL;
+        return 0;
     }
     PyObject *api_key_obj = SLOT(pending, t[T_API_KEY]), *version_obj = SLOT(pending, t[T_API_VERSION]);
     long api_key = PyLong_AsLong(api_key_obj), version = PyLong_AsLong(version_obj);
@@ -530,7 +532,7 @@ static PyObject *broker_one_frame(ReadsObject *self, PyObject *data, PyObject *n
     if (e == NULL) {
         Py_DECREF(corr);
         PyErr_Clear();
-        return NULL;
+        return 0;
     }
     int complete;
     Py_ssize_t keep = kept(stream, (int)mode, size, &complete);
@@ -539,7 +541,7 @@ static PyObject *broker_one_frame(ReadsObject *self, PyObject *data, PyObject *n
     if (e->response_header >= 1) {
         if (keep <= 4 || frame[4] != 0) { /* a header tag section with fields: Python reads it */
             Py_DECREF(corr);
-            return NULL;
+            return 0;
         }
         header_size = 5;
         tag_bytes = 1;
@@ -553,12 +555,11 @@ static PyObject *broker_one_frame(ReadsObject *self, PyObject *data, PyObject *n
     PyObject *frame_bytes = PyBytes_FromStringAndSize((const char *)frame, keep);
     PyObject *response = blank(classes[C_RESPONSE]);
     PyObject *exchange = request != Py_None ? blank(classes[C_EXCHANGE]) : NULL;
-    PyObject *events = PyList_New(request != Py_None ? 2 : 1);
     PyObject *latency = request != Py_None ? PyFloat_FromDouble(at - sent) : NULL;
     PyObject *body_version_obj = body_version == version ? Py_NewRef(version_obj) : PyLong_FromLong(body_version);
     PyObject *hv = PyLong_FromLong(e->response_header), *hs = PyLong_FromLong(header_size);
     PyObject *tb = PyLong_FromLong(tag_bytes), *size_obj = PyLong_FromSsize_t(size);
-    if (frame_bytes == NULL || response == NULL || events == NULL || body_version_obj == NULL || hv == NULL
+    if (frame_bytes == NULL || response == NULL || body_version_obj == NULL || hv == NULL
         || hs == NULL || tb == NULL || size_obj == NULL || (request != Py_None && (exchange == NULL || latency == NULL)))
         goto fail;
     /* From here on the session changes. */
@@ -607,23 +608,26 @@ static PyObject *broker_one_frame(ReadsObject *self, PyObject *data, PyObject *n
     SLOT(response, p[P_CODEC]) = Py_NewRef(self->codec);
     SLOT(response, p[P_DECODED]) = Py_NewRef(Py_None);
     SLOT(response, p[P_SCANNED]) = Py_NewRef(Py_None);
-    PyList_SET_ITEM(events, 0, response);
     if (exchange != NULL) {
-        SLOT(exchange, x[X_REQUEST]) = Py_NewRef(request);
+        SLOT(exchange, x[X_REQUEST]) = Py_NewRef(request); /* request: borrowed from pending, still held */
         SLOT(exchange, x[X_RESPONSE]) = Py_NewRef(response);
         SLOT(exchange, x[X_LATENCY]) = latency;
-        PyList_SET_ITEM(events, 1, exchange);
     }
     Py_DECREF(pending);
     Py_DECREF(corr);
-    return output(events);
+    int failed = PyList_Append(events, response);
+    Py_DECREF(response);
+    if (exchange != NULL) {
+        failed |= PyList_Append(events, exchange);
+        Py_DECREF(exchange);
+    }
+    return failed ? -1 : 1;
 
 fail:
     Py_DECREF(corr);
     Py_XDECREF(frame_bytes);
     Py_XDECREF(response);
     Py_XDECREF(exchange);
-    Py_XDECREF(events);
     Py_XDECREF(latency);
     Py_XDECREF(body_version_obj);
     Py_XDECREF(hv);
@@ -632,7 +636,7 @@ fail:
     Py_XDECREF(size_obj);
     if (!PyErr_Occurred())
         PyErr_SetString(PyExc_RuntimeError, "_one_frame: a response could not be read");
-    return NULL;
+    return -1;
 }
 
 static PyObject *reads_call(ReadsObject *self, PyObject *const *args, Py_ssize_t nargs, int client)
@@ -641,15 +645,49 @@ static PyObject *reads_call(ReadsObject *self, PyObject *const *args, Py_ssize_t
         PyErr_SetString(PyExc_TypeError, "expected (data, now)");
         return NULL;
     }
-    PyObject *out = client ? client_one_frame(self, args[0], args[1]) : broker_one_frame(self, args[0], args[1]);
-    if (out != NULL) {
-        self->taken++;
-        return out;
+    PyObject *data = args[0], *now = args[1], *python = client ? self->python_client : self->python_broker;
+    PyObject *events = NULL;
+    Py_ssize_t pos = 0, len = 0;
+    if (PyBytes_CheckExact(data)) {
+        len = PyBytes_GET_SIZE(data);
+        events = PyList_New(0);
+        if (events == NULL)
+            return NULL;
+        /* Whole frames from the read's start, as long as each is one taken here. */
+        while (pos < len) {
+            int taken = client ? client_frame(self, data, pos, now, events) : broker_frame(self, data, pos, now, events);
+            if (taken < 0) {
+                Py_DECREF(events);
+                return NULL;
+            }
+            if (taken == 0)
+                break;
+            self->taken++;
+            pos += 4 + (Py_ssize_t)(int32_t)be32((const unsigned char *)PyBytes_AS_STRING(data) + pos);
+        }
     }
-    if (PyErr_Occurred())
-        return NULL;
-    PyObject *call[3] = {self->session, args[0], args[1]};
-    return PyObject_Vectorcall(client ? self->python_client : self->python_broker, call, 3, NULL);
+    if (pos == 0) { /* nothing taken: the reference reads it all */
+        Py_XDECREF(events);
+        PyObject *call[3] = {self->session, data, now};
+        return PyObject_Vectorcall(python, call, 3, NULL);
+    }
+    if (pos < len) { /* the rest from the first frame not taken here (a frame cut short, a special case) */
+        PyObject *rest = PyBytes_FromStringAndSize(PyBytes_AS_STRING(data) + pos, len - pos);
+        PyObject *call[3] = {self->session, rest, now};
+        PyObject *out = rest != NULL ? PyObject_Vectorcall(python, call, 3, NULL) : NULL;
+        Py_XDECREF(rest);
+        if (out == NULL || !PyTuple_Check(out) || PyTuple_GET_SIZE(out) != 2 || PyTuple_GET_ITEM(out, 0) != Py_None
+            || !PyList_Check(PyTuple_GET_ITEM(out, 1))
+            || PyList_SetSlice(events, PY_SSIZE_T_MAX, PY_SSIZE_T_MAX, PyTuple_GET_ITEM(out, 1)) < 0) {
+            if (out != NULL && !PyErr_Occurred())
+                PyErr_SetString(PyExc_RuntimeError, "_one_frame: the session forwarded a changed read");
+            Py_XDECREF(out);
+            Py_DECREF(events);
+            return NULL;
+        }
+        Py_DECREF(out);
+    }
+    return output(events);
 }
 
 static PyObject *reads_client_data(ReadsObject *self, PyObject *const *args, Py_ssize_t nargs)

@@ -1,10 +1,10 @@
-"""The session's one-frame reads in C (session._one_frame) against the Python methods they stand in for.
+"""The session's reads of whole frames in C (session._one_frame) against the Python methods they stand in for.
 
 Two sessions read the same reads, one with the C reads (native, the default) and one without:
 after every read both give the same events (every fact of every event) and are in the same
 state (pairing table, stream offsets, what the connection learned). The reads are one frame
-each, the C reads' case: every recorded conversation, one request at a time and all requests
-first, under the configs that change what is kept (head only, no bodies, a small in-flight
+each (the C reads' case), several frames each, and cut anywhere: every recorded conversation,
+one request at a time and all requests first, under the configs that change what is kept (head only, no bodies, a small in-flight
 limit, rewrite mode); and a made-up conversation of the special cases the C reads give back
 to Python (acks=0, SASL, an unknown api, header tagged fields, KIP-511's fallback, a long
 TransactionalId, a new ClientId, unpaired and repeated correlation ids).
@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import os
+import random
 import struct
 import tracemalloc
 
@@ -147,6 +148,55 @@ def test_recorded_traffic_one_request_at_a_time(codec):
     assert reads > 400
     # The first request of each header and whatever the C reads give back are Python's: the rest is C's.
     assert taken > 0.8 * reads, (taken, reads)
+
+
+def in_reads_of(frames_per_read: int, reads: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
+    """Consecutive frames of one side joined into reads of up to frames_per_read frames (pipelined requests)."""
+    out: list = []
+    for side, data in reads:
+        if out and out[-1][0] == side and out[-1][2] < frames_per_read:
+            out[-1] = (side, out[-1][1] + data, out[-1][2] + 1)
+        else:
+            out.append((side, data, 1))
+    return [(side, data) for side, data, _ in out]
+
+
+def in_random_reads(reads: list[tuple[str, bytes]], seed: int) -> list[tuple[str, bytes]]:
+    """Each side's bytes cut anywhere (frames split across reads), the sides taking turns as before."""
+    rng = random.Random(seed)
+    out = []
+    for side, data in in_reads_of(1000, reads):
+        pos = 0
+        while pos < len(data):
+            step = rng.choice((3, 17, 60, 200, 1000, 5000))
+            out.append((side, data[pos : pos + step]))
+            pos += step
+    return out
+
+
+@pytest.mark.parametrize("frames_per_read", [2, 5, 1000])
+def test_recorded_traffic_several_frames_a_read(codec, frames_per_read):
+    reads = frames_read = taken = 0
+    for path in CONVERSATIONS:
+        conversation = in_reads_of(frames_per_read, all_requests_first(*_recorded(path)))
+        taken += run_both(*pair(codec), conversation)
+        frames_read += len(all_requests_first(*_recorded(path)))
+        reads += len(conversation)
+    # A read's frames after one that Python reads (a header not seen before) are Python's too.
+    assert taken > 0.4 * frames_read and reads < frames_read, (taken, frames_read, reads)
+
+
+def test_recorded_traffic_cut_anywhere(codec):
+    taken = 0
+    for n, path in enumerate(CONVERSATIONS):
+        taken += run_both(*pair(codec), in_random_reads(one_at_a_time(*_recorded(path)), n))
+    assert taken > 100
+
+
+def test_special_cases_several_frames_a_read(codec):
+    for frames_per_read in (2, 3, 7):
+        run_both(*pair(codec), in_reads_of(frames_per_read, special_cases(codec)))
+    run_both(*pair(codec), in_random_reads(special_cases(codec), 1))
 
 
 def _rewrite(codec):
