@@ -472,6 +472,7 @@ static int client_frame(ReadsObject *self, PyObject *data, Py_ssize_t pos, PyObj
     return appended_event < 0 ? -1 : 1;
 
 given_back:
+    Py_XDECREF(software);
     Py_XDECREF(frame_bytes);
     Py_XDECREF(key);
     Py_XDECREF(ver);
