@@ -38,7 +38,7 @@ class Plan:
         self.bodies = bodies
         self.transform = transform
         self.spec_facts: dict[tuple[int, int], tuple] = {}  # filled by sessions (Session._spec_facts)
-        self.one_frame = None  # the C one-frame reads' table of (api, version) facts, made by the first session
+        self.one_frame = None  # the C reads' table of (api, version) facts (session._one_frame), made by the first session
         self._requests: dict[tuple[int, int], int] = {}
         self._responses: dict[tuple[int, int], int] = {}
 

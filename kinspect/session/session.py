@@ -6,6 +6,10 @@ and the events. Client bytes are never changed (`forward` is None: send them as 
 Broker bytes are changed only by the plan's ResponseTransform (the address rewrite):
 a response it wants is held until whole and sent transformed; every other byte passes.
 
+The common reads (whole frames of a known api, a header like the previous one, a paired
+response) are read in C (`_one_frame.c`); the methods here read everything else and are the
+reference the C reads are tested against, read by read.
+
 Correlation never depends on inspection. A request's api key, version and correlation id
 sit at fixed offsets, so the session pairs and plans every response from them; the rest of
 the facts (header, client id, tagged fields) are inspection, and if computing them fails
@@ -133,8 +137,9 @@ class Session:
 
     def __init__(self, codec: Codec, connection: ConnectionInfo, config: SessionConfig | None = None,
                  plan: Plan | None = None, native: bool = True) -> None:
-        """native: reads that are exactly one frame are read in C (kinspect.session._one_frame) where it is
-        built; client_data and broker_data below read every other read, and stay the reference."""
+        """native: the whole frames a read starts with are read in C (kinspect.session._one_frame) where it is
+        built; client_data and broker_data below read the rest, and every read the C reads give back, and stay
+        the reference."""
         self.codec = codec
         self.connection = connection
         self.config = config = config or SessionConfig()
@@ -166,9 +171,9 @@ class Session:
             if plan.transform is None:  # responses held for a transform are framed by Python
                 self.broker_data = reads.broker_data
 
-    def _one_frame_entry(self, api_key: int, version: int) -> tuple | None:
-        """What the C one-frame reads need of an (api key, version), asked once per Plan: (request mode,
-        response mode, request header version, response header version, flags, api name)."""
+    def _one_frame_entry(self, api_key: int, version: int) -> tuple:
+        """What the C reads need of an (api key, version), asked once per Plan: (request mode, response mode,
+        request header version, response header version, flags, api name)."""
         module = _ONE_FRAME[0]
         spec, name, response_known, response_header, request_header = self._spec_facts(api_key, version)
         flags = module.E_RESPONSE_KNOWN if response_known else 0
