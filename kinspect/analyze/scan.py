@@ -154,6 +154,7 @@ def reader(buckets: dict[str, list[int]]):
     def read(batches):
         from kinspect.analyze.partials import partial_blobs, read_file
 
+        _kept_memory()
         for batch in batches:
             for path, groups, content in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(),
                                              batch.column(2).to_pylist()):
@@ -169,9 +170,38 @@ def merger():
     def merge(batches):
         from kinspect.analyze.merge import merge_batches
 
+        _kept_memory()
         yield from merge_batches(batches)
         _settled()
     return merge
+
+
+_MALLOC_SET = False
+# glibc's mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+
+
+def _kept_memory() -> None:
+    """Once per Python worker (glibc only): the memory numpy's large arrays free is kept for
+    the next ones, not handed back to the kernel. By default glibc maps each array of more
+    than a few hundred kilobytes on its own and unmaps it when freed, and trims the heap's
+    top, so every piece's arrays were fresh pages again: page faults, a third of a worker's
+    system time. With arrays up to 32 MB (glibc's largest threshold on 64 bits) taken from
+    the heap and the heap's top kept up to 1 GB, the 5M capture's pieces took 5 to 10 times
+    fewer page faults (the system CPU of four pieces 0.2-0.3 s -> 0.05-0.08 s) at the same
+    peak memory. A worker then holds its peak until it exits, which was a piece's anyway."""
+    global _MALLOC_SET
+    if _MALLOC_SET:
+        return
+    _MALLOC_SET = True
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(_M_MMAP_THRESHOLD, 32 << 20)
+        libc.mallopt(_M_TRIM_THRESHOLD, 1 << 30)
+    except (OSError, AttributeError):  # not glibc (musl, macOS): its own defaults
+        pass
 
 
 def _settled() -> None:
