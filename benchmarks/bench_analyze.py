@@ -20,8 +20,9 @@ where the job's time went (read into the aggregates, tables, report), the CPU se
 each used (/proc: Spark's JVM with its Python workers plus this process for the job, this process
 for the read),
 a ratio that a busy machine skews less than the wall-clock one, and the peak resident memory
-during a job of the JVM (driver and local executors), this process (the Python driver) and
-the largest Python worker. Last,
+during a job of the JVM (driver and local executors), of the largest Python worker, and of
+this process (the Python driver) for a job that no pyarrow read preceded (the first size's
+first repetition: run one size alone for its figure). Last,
 time(largest) / time(smallest) against the ideal linear ratio of the sizes.
 """
 
@@ -336,7 +337,10 @@ def measure(args, root: Path, sizes: list[int], reps: list[int]) -> int:
             for _ in range(n):
                 reset_peaks(spark)
                 seconds, where_time, job_cpu = run_job(spark, datasets[rows])
-                memory.append(peaks(spark))
+                jvm_peak, driver_peak, worker_peak = peaks(spark)
+                # once a pyarrow read of whole files has run here, this process's resident
+                # memory holds what its allocator kept of it: no longer the job's own peak
+                memory.append((jvm_peak, None if read_cpus or results else driver_peak, worker_peak))
                 jobs.append(seconds)
                 parts.append(where_time)
                 job_cpus.append(job_cpu)
@@ -352,8 +356,10 @@ def measure(args, root: Path, sizes: list[int], reps: list[int]) -> int:
                   f"[read+aggregate {split['read']:.1f} s, tables {split['tables']:.1f} s, "
                   f"report {split['report']:.1f} s]  CPU: job {job_cpu:.1f} s ({_spread(job_cpus)}), "
                   f"read {read_cpu:.1f} s ({_spread(read_cpus)}), job/read {job_cpu / max(read_cpu, 0.01):.2f}x  "
-                  "peak RSS in a job: JVM {:.0f} MiB, Python driver {:.0f} MiB, a Python worker {:.0f} MiB"
-                  .format(*(max(m[i] for m in memory) for i in range(3))), flush=True)
+                  f"peak RSS in a job: JVM {max(m[0] for m in memory):.0f} MiB, Python driver "
+                  + (f"{max(m[1] for m in memory if m[1] is not None):.0f} MiB (its first job)"
+                     if memory[0][1] is not None else "n/a (a pyarrow read ran in this process before)")
+                  + f", a Python worker {max(m[2] for m in memory):.0f} MiB", flush=True)
     finally:
         spark.stop()
     small, large = sizes[0], sizes[-1]
