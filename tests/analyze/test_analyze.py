@@ -815,7 +815,7 @@ def test_cli_without_java(tmp_path):
 @pytest.mark.integration
 @pytest.mark.timeout(240)
 def test_cli_end_to_end(tmp_path):
-    """`python -m kinspect.analyze` on a small local capture (--master local[1]): no Spark started;
+    """`kinspect analyze` on a small local capture (--master local[1]): no Spark started;
     the tables, the report and the progress lines."""
     write_captures(tmp_path / "c", 300, files=2, seed=3)
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
