@@ -6,9 +6,9 @@ hdfs://...), Spark lists the files through its Hadoop filesystems and each file 
 piece, its bytes fetched by Spark. Local pieces go to at most WAVES tasks per core, a bin
 of pieces about equal in rows each. A task reads its pieces in turn and, for each aggregate
 in turn, only the columns it needs, up to half a million rows at a time, and yields the
-aggregate's partial rows (kinspect.analyze.partials) in buckets by key, as Arrow bytes:
-Spark's `mapInArrow`, no Python per row. A small local capture is read the same way on the
-driver.
+aggregate's partial rows (kinspect.analyze.partials) in buckets by key, as Arrow bytes
+keyed by their shuffle partition (an RDD's mapPartitions, no Python per row); a second
+stage merges them (`merger`). A small local capture is read the same way on the driver.
 """
 
 from __future__ import annotations
