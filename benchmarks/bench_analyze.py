@@ -16,10 +16,13 @@ run on the route the sizes take (Spark's read tasks above kinspect.analyze.scan.
 rows, the driver's own read below). The peer, measured in the same run right after each job: a plain pyarrow read of
 every column of the same files (`pyarrow.parquet.read_table`). Printed per size: median
 job seconds with every repetition, rows per second, the median read and job/read ratio,
-where the job's time went (read into the aggregates, tables, report), and the CPU seconds
+where the job's time went (read into the aggregates, tables, report), the CPU seconds
 each used (/proc: Spark's JVM with its Python workers plus this process for the job, this process
 for the read),
-a ratio that a busy machine skews less than the wall-clock one. Last,
+a ratio that a busy machine skews less than the wall-clock one, and the peak resident memory
+during a job of the JVM (driver and local executors), of the largest Python worker, and of
+this process (the Python driver) for a job that no pyarrow read preceded (the first size's
+first repetition: run one size alone for its figure). Last,
 time(largest) / time(smallest) against the ideal linear ratio of the sizes.
 """
 
@@ -36,7 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from proc_cpu import cpu_seconds, tree_cpu_seconds  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+from proc_cpu import cpu_seconds, descendants, tree_cpu_seconds  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 from kinspect.analyze.inputs import session_conf  # noqa: E402
 from kinspect.analyze.job import analyze  # noqa: E402
 from kinspect.analyze.scan import DRIVER_ROWS  # noqa: E402
@@ -235,6 +238,39 @@ def pyarrow_read(where: Path) -> tuple[float, float]:
     return time.perf_counter() - started, cpu_seconds(os.getpid()) - cpu
 
 
+def peak_mib(pid: int) -> float:
+    """A process's peak resident memory so far (VmHWM), MiB; 0 if it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
+    except (OSError, StopIteration):
+        return 0.0
+
+
+def _processes(spark) -> list[int]:
+    """Spark's JVM (the driver, and the executors of a local master), this process (the Python
+    driver), and the JVM's Python workers."""
+    jvm = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    return [jvm, os.getpid(), *descendants(jvm)]
+
+
+def reset_peaks(spark) -> None:
+    """Each process's peak resident memory (VmHWM) starts again from its current one (clear_refs 5)."""
+    for pid in _processes(spark):
+        try:
+            with open(f"/proc/{pid}/clear_refs", "w") as f:
+                f.write("5")
+        except OSError:
+            pass
+
+
+def peaks(spark) -> tuple[float, float, float]:
+    """Peak resident MiB since reset_peaks of Spark's JVM, of this process, and of the largest
+    Python worker alive."""
+    jvm, me, *workers = _processes(spark)
+    return peak_mib(jvm), peak_mib(me), max((peak_mib(p) for p in workers), default=0.0)
+
+
 def run_job(spark, where: Path, driver_rows: int | None = None) -> tuple[float, dict, float]:
     """Seconds, where they went, and CPU seconds (Spark's JVM with its Python workers, and this
     process) of the whole job."""
@@ -297,9 +333,14 @@ def measure(args, root: Path, sizes: list[int], reps: list[int]) -> int:
             # the route the measured sizes take: Spark's read tasks above DRIVER_ROWS, else the driver
             run_job(spark, warm, driver_rows=0 if max(sizes) > DRIVER_ROWS else None)
         for rows, n in zip(sizes, reps):
-            jobs, reads, parts, job_cpus, read_cpus = [], [], [], [], []
+            jobs, reads, parts, job_cpus, read_cpus, memory = [], [], [], [], [], []
             for _ in range(n):
+                reset_peaks(spark)
                 seconds, where_time, job_cpu = run_job(spark, datasets[rows])
+                jvm_peak, driver_peak, worker_peak = peaks(spark)
+                # once a pyarrow read of whole files has run here, this process's resident
+                # memory holds what its allocator kept of it: no longer the job's own peak
+                memory.append((jvm_peak, None if read_cpus or results else driver_peak, worker_peak))
                 jobs.append(seconds)
                 parts.append(where_time)
                 job_cpus.append(job_cpu)
@@ -314,8 +355,11 @@ def measure(args, root: Path, sizes: list[int], reps: list[int]) -> int:
                   f"pyarrow read {read:6.1f} s ({_spread(reads)})  job/read {job / read:5.2f}x  "
                   f"[read+aggregate {split['read']:.1f} s, tables {split['tables']:.1f} s, "
                   f"report {split['report']:.1f} s]  CPU: job {job_cpu:.1f} s ({_spread(job_cpus)}), "
-                  f"read {read_cpu:.1f} s ({_spread(read_cpus)}), job/read {job_cpu / max(read_cpu, 0.01):.2f}x",
-                  flush=True)
+                  f"read {read_cpu:.1f} s ({_spread(read_cpus)}), job/read {job_cpu / max(read_cpu, 0.01):.2f}x  "
+                  f"peak RSS in a job: JVM {max(m[0] for m in memory):.0f} MiB, Python driver "
+                  + (f"{max(m[1] for m in memory if m[1] is not None):.0f} MiB (its first job)"
+                     if memory[0][1] is not None else "n/a (a pyarrow read ran in this process before)")
+                  + f", a Python worker {max(m[2] for m in memory):.0f} MiB", flush=True)
     finally:
         spark.stop()
     small, large = sizes[0], sizes[-1]

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from kinspect.analyze.merge import MERGED_SCHEMA, MERGES, merge_arrow
-from kinspect.analyze.partials import BLOB_SCHEMA, arrow_schema_of, from_ipc
+from kinspect.analyze.merge import MERGES, merge_arrow
+from kinspect.analyze.partials import arrow_schema_of, from_ipc
 
 # The aggregates whose merge is spread over the shuffle's buckets: they grow with the input
 # (the distinct sizes and latencies; clients times apis and versions). The others hold a few
@@ -40,49 +40,34 @@ LARGE = ("exchanges", "values")
 def compute(spark, scan, buckets: int) -> dict[str, pa.Table]:
     """Every aggregate of the captures that Spark's read tasks cover (`kinspect.analyze.scan.Scan`),
     in one Spark job: each piece read and partially grouped, its partial rows shuffled in
-    `buckets` by key as Arrow bytes, each bucket merged; collected on the driver."""
-    from kinspect.analyze.scan import merger, reader
+    `buckets` by key as Arrow bytes, each bucket merged; collected on the driver.
 
-    merged = (scan.pieces.mapInArrow(reader(placement(buckets)), BLOB_SCHEMA)
-              .repartition(buckets, "bucket")
-              .mapInArrow(merger(), MERGED_SCHEMA)
-              .toArrow())
+    The job is two RDD stages, not DataFrame ones: the JVM holds the Arrow bytes as opaque
+    byte arrays from the Python worker to the shuffle and back, where mapInArrow copied them
+    into and out of Spark SQL rows and Arrow batches at each step (a toy job moving 132 MB of
+    bytes through the same two stages: JVM CPU 1.1-1.3 s and 5.8 s wall as DataFrames, 0.7 s
+    and 1.2 s as RDDs)."""
+    from kinspect.analyze.scan import merger, partition_of, reader
+
+    merged = (scan.pieces.mapPartitions(reader(placement(buckets)))
+              .partitionBy(buckets, partition_of)
+              .mapPartitions(merger())
+              .collect())
     parts: dict[str, list] = {name: [] for name in MERGES}
-    for name, blob in zip(merged.column("aggregate").to_pylist(), merged.column("data").to_pylist()):
+    for name, blob in merged:
         parts[name].append(from_ipc(blob))
     return {name: _concat(name, tables) for name, tables in parts.items()}
 
 
 def placement(partitions: int) -> dict[str, list[int]]:
-    """Each aggregate's buckets, as the labels its partial rows carry (BLOB_SCHEMA's bucket):
-    Spark's shuffle sends a label to partition pmod(hash(label), partitions), and these are
-    chosen to spread the merges evenly: the large aggregates' bucket b to partition b, the
-    small ones' single bucket round the partitions. (Hashing (aggregate, bucket) instead put
-    four of the six values buckets of the 5M capture in one partition: one merging task took
-    most of the stage.) A label's partition only balances the work: rows with equal keys share
-    a bucket, so a label, whichever partition it goes to."""
-    labels = [_label(p, partitions) for p in range(partitions)]
+    """Each aggregate's buckets, as the shuffle partition each goes to: the large aggregates'
+    bucket b to partition b, the small ones' single bucket round the partitions, so that the
+    merges are spread evenly. (Hashing (aggregate, bucket) instead had put four of the six
+    values buckets of the 5M capture in one partition: one merging task took most of the
+    stage.) A bucket's partition only balances the work: rows with equal keys share a bucket,
+    whichever partition it goes to."""
     small = [name for name in MERGES if name not in LARGE]
-    return {name: labels if name in LARGE else [labels[small.index(name) % partitions]] for name in MERGES}
-
-
-def _label(partition: int, partitions: int) -> int:
-    """The smallest int that Spark's hash partitioning sends to `partition`."""
-    return next(label for label in range(1 << 20) if _spark_hash(label) % partitions == partition)
-
-
-def _spark_hash(value: int, seed: int = 42) -> int:
-    """Spark's hash() of an int (Murmur3_x86_32.hashInt with Spark's seed), as a signed int."""
-    def rotated(x: int, r: int) -> int:
-        return ((x << r) | (x >> (32 - r))) & 0xFFFFFFFF
-
-    k1 = rotated((value & 0xFFFFFFFF) * 0xCC9E2D51 & 0xFFFFFFFF, 15) * 0x1B873593 & 0xFFFFFFFF
-    h1 = (rotated(seed ^ k1, 13) * 5 + 0xE6546B64) & 0xFFFFFFFF
-    h1 ^= 4  # the length in bytes
-    h1 = (h1 ^ (h1 >> 16)) * 0x85EBCA6B & 0xFFFFFFFF
-    h1 = (h1 ^ (h1 >> 13)) * 0xC2B2AE35 & 0xFFFFFFFF
-    h1 ^= h1 >> 16
-    return h1 - (1 << 32) if h1 >= 1 << 31 else h1
+    return {name: list(range(partitions)) if name in LARGE else [small.index(name) % partitions] for name in MERGES}
 
 
 def _concat(name: str, tables: list) -> pa.Table:

@@ -34,21 +34,13 @@ class Analysis:
 # the tables that take longest on the driver (the 5M capture's: 0.2, 0.1 and 0.05 s), started first
 COSTLY = ("api_sizes", "upgrade_versions", "kip482_savings")
 
-TUNED = ("spark.sql.adaptive.enabled", "spark.sql.adaptive.coalescePartitions.enabled",
-         "spark.sql.shuffle.partitions")
-
-
 def size_shuffle(spark, input_bytes: int) -> int:
-    """Shuffle partitions sized to the input (one per 64 MB of capture files; at least the
-    cores once there are two or more, and one for a small input, whose tasks would be
-    mostly scheduling), with adaptive execution on to coalesce them further. Returns the number."""
+    """The shuffle's partitions, sized to the input: one per 64 MB of capture files; at least
+    the cores once there are two or more, and one for a small input, whose tasks would be
+    mostly scheduling."""
     cores = spark.sparkContext.defaultParallelism
     partitions = min(400, -(-input_bytes // (64 << 20)))
-    partitions = 1 if partitions <= 1 else max(cores, partitions)
-    spark.conf.set("spark.sql.adaptive.enabled", "true")
-    spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", "true")
-    spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
-    return partitions
+    return 1 if partitions <= 1 else max(cores, partitions)
 
 
 def compute(spark, paths: list[str], top: int = 50, progress: Progress | None = None,
@@ -97,8 +89,6 @@ def compute(spark, paths: list[str], top: int = 50, progress: Progress | None = 
             raise AnalyzeInputError(str(exc)) from None
         how = "read on the driver"
     else:
-        # the session may be the caller's: its settings come back as they were when the job ends
-        saved = {key: spark.conf.get(key, None) for key in TUNED}
         partitions = size_shuffle(spark, pieces.input_bytes)
         try:
             spark.sparkContext.setJobDescription("kinspect analyze: the captures into the aggregates")
@@ -106,12 +96,6 @@ def compute(spark, paths: list[str], top: int = 50, progress: Progress | None = 
         except (PySparkException, Py4JJavaError) as exc:
             # the one pass reads every file: a corrupt remote file shows up here
             raise AnalyzeInputError(f"cannot read captures at {', '.join(paths)}: {scan.first_line(exc)}") from None
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    spark.conf.unset(key)
-                else:
-                    spark.conf.set(key, value)
         how = f"{pieces.tasks} read tasks, {partitions} shuffle partitions"
     aggs = Aggregates(aggs)  # what several tables derive from the aggregates is computed once
     result.fact_rows = sum(agg.num_rows for agg in aggs.values())

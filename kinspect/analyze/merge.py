@@ -76,24 +76,18 @@ def merge_arrow(name: str, partials, decode: bool = True):
     return pa.table({c: decoded(columns[c]) if decode else columns[c] for c in aggregate_columns(name)})
 
 
-MERGED_SCHEMA = "aggregate string, data binary"  # a merging task's rows of one aggregate, as Arrow IPC
-
-
-def merge_batches(batches):
-    """A merging task: partial rows of some aggregates' buckets in (record batches of
-    partials.BLOB_SCHEMA), each aggregate merged and out as (aggregate, Arrow IPC bytes of its
-    rows in their narrowest types: aggregates.compute casts them back)."""
+def merge_blobs(blobs):
+    """A merging task: (aggregate, Arrow IPC bytes of partial rows) in, of some aggregates'
+    buckets; each aggregate merged and out as (aggregate, Arrow IPC bytes of its rows in their
+    narrowest types: aggregates.compute casts them back)."""
     import pyarrow as pa
 
     from kinspect.analyze.partials import arrow_schema_of, from_ipc, ipc_bytes, shrunk
 
-    blobs: dict[str, list] = {}
-    for batch in batches:
-        for name, blob in zip(batch.column(0).to_pylist(), batch.column(2).to_pylist()):
-            blobs.setdefault(name, []).append(blob)
-    for name, parts in blobs.items():
+    parts: dict[str, list] = {}
+    for name, blob in blobs:
+        parts.setdefault(name, []).append(blob)
+    for name, tables in parts.items():
         schema = arrow_schema_of(name)  # each bucket's rows came in their own narrowest types
-        partials = pa.concat_tables([from_ipc(blob).cast(schema) for blob in parts])
-        yield pa.RecordBatch.from_pydict({"aggregate": pa.array([name], pa.string()),
-                                          "data": pa.array([ipc_bytes(shrunk(merge_arrow(name, partials, False)))],
-                                                           pa.binary())})
+        partials = pa.concat_tables([from_ipc(blob).cast(schema) for blob in tables])
+        yield name, ipc_bytes(shrunk(merge_arrow(name, partials, False)))

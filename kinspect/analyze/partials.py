@@ -410,10 +410,6 @@ def buckets_of(table: pa.Table, keys, buckets: int) -> np.ndarray:
     return (combined % np.uint64(buckets)).astype(np.int32)
 
 
-# a task's partial rows of one aggregate and bucket (by the bucket's label), as an Arrow IPC stream
-BLOB_SCHEMA = "aggregate string, bucket int, data binary"
-
-
 def ipc_bytes(table: pa.Table) -> bytes:
     """`table` as the bytes of one Arrow IPC stream (how partial and merged rows cross Spark)."""
     sink = pa.BufferOutputStream()
@@ -457,33 +453,26 @@ def shrunk(table: pa.Table) -> pa.Table:
     return pa.table({column: _narrowest(table[column]) for column in table.column_names})
 
 
-def blob_batch(names: list, buckets: list, blobs: list) -> pa.RecordBatch:
-    """A record batch of BLOB_SCHEMA."""
-    return pa.RecordBatch.from_pydict({"aggregate": pa.array(names, pa.string()),
-                                       "bucket": pa.array(buckets, pa.int32()),
-                                       "data": pa.array(blobs, pa.binary())})
-
-
-def partial_blobs(name: str, parquet, path: str, groups: list[int] | None, labels: list[int],
-                  keys) -> pa.RecordBatch:
+def partial_blobs(name: str, parquet, path: str, groups: list[int] | None, partitions: list[int],
+                  keys) -> list[tuple[int, bytes]]:
     """Aggregate `name`'s partial rows of one piece (as partial_batches takes it), split into
-    len(labels) buckets by a hash of `keys`: a record batch of (aggregate, bucket's label,
-    Arrow IPC bytes of its rows), for Spark to shuffle by label as opaque bytes (the merge is
-    then pyarrow's and numpy's, not a row-by-row aggregation in the JVM)."""
+    len(partitions) buckets by a hash of `keys`: (bucket's partition, Arrow IPC bytes of its
+    rows) for each bucket with rows, for Spark to shuffle as opaque bytes (the merge is then
+    pyarrow's and numpy's, not a row-by-row aggregation in the JVM)."""
     parts = list(partial_batches(name, parquet, path, groups))
     table = pa.Table.from_batches(parts, schema=arrow_schema_of(name)) if parts else None
     if table is None or not table.num_rows:
-        return blob_batch([], [], [])
+        return []
     # shrunk once for every bucket (a bucket's own narrowest types saved few bytes, and
     # shrinking each of six buckets took 30 ms of the 166 ms of a 524k-row exchanges piece)
     table = shrunk(table)
-    if len(labels) == 1:
-        return blob_batch([name], labels, [ipc_bytes(table)])
-    bucket = buckets_of(table, keys, len(labels))
+    if len(partitions) == 1:
+        return [(partitions[0], ipc_bytes(table))]
+    bucket = buckets_of(table, keys, len(partitions))
     # a stable sort of small integers is a radix sort in numpy (int32 buckets: a timsort, 12x slower)
-    order = np.argsort(bucket.astype(np.uint8) if len(labels) <= 256 else bucket, kind="stable")
+    order = np.argsort(bucket.astype(np.uint8) if len(partitions) <= 256 else bucket, kind="stable")
     ordered, sorted_buckets = table.take(pa.array(order)), bucket[order]
     present = np.flatnonzero(np.diff(sorted_buckets, prepend=-1))  # where each bucket's rows start
     ends = np.append(present[1:], len(order))
-    blobs = [ipc_bytes(ordered.slice(start, end - start)) for start, end in zip(present, ends)]
-    return blob_batch([name] * len(blobs), [labels[b] for b in sorted_buckets[present]], blobs)
+    return [(partitions[b], ipc_bytes(ordered.slice(start, end - start)))
+            for b, start, end in zip(sorted_buckets[present].tolist(), present, ends)]

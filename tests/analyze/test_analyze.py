@@ -487,32 +487,23 @@ def test_partial_rows_shrink_for_the_shuffle_and_widen_back():
     assert shrunk(table.slice(0, 999)).schema == schema
 
 
-@pytest.mark.integration
-def test_bucket_labels_land_on_their_partitions(spark):
-    """The merge's buckets are spread over the shuffle's partitions by their labels: this module's
-    copy of Spark's hash() of an int agrees with Spark's, and each large aggregate puts one
-    bucket in every partition."""
-    from pyspark.sql import functions as F
+def test_buckets_spread_over_the_partitions():
+    """The merge's buckets are spread over the shuffle's partitions: each large aggregate puts
+    one bucket in every partition, each small one its single bucket in one of them, round the
+    partitions; the shuffle's partitioner takes a pair's key as its partition."""
+    from kinspect.analyze.aggregates import LARGE, placement
+    from kinspect.analyze.scan import partition_of
 
-    from kinspect.analyze.aggregates import LARGE, _spark_hash, placement
-
-    ints = [0, 1, -1, 42, 123456789, -(1 << 31), (1 << 31) - 1]
-    hashed = spark.createDataFrame([(i,) for i in ints], "i int").select(F.hash("i")).collect()
-    assert [row[0] for row in hashed] == [_spark_hash(i) for i in ints]
-    adaptive = spark.conf.get("spark.sql.adaptive.enabled")
-    spark.conf.set("spark.sql.adaptive.enabled", "false")  # partitions as planned, none coalesced
-    try:
-        for partitions in (1, 2, 6, 13):
-            labels = placement(partitions)
-            rows = [(name, label) for name, named in labels.items() for label in named]
-            where = {(r[0], r[1]): r[2] for r in spark.createDataFrame(rows, "aggregate string, bucket int")
-                     .repartition(partitions, "bucket").select("aggregate", "bucket", F.spark_partition_id())
-                     .collect()}
-            for name in LARGE:
-                assert [where[name, label] for label in labels[name]] == list(range(partitions))
-            assert {len(named) for name, named in labels.items() if name not in LARGE} == {1}
-    finally:
-        spark.conf.set("spark.sql.adaptive.enabled", adaptive)
+    for partitions in (1, 2, 6, 13):
+        where = placement(partitions)
+        for name in LARGE:
+            assert where[name] == list(range(partitions))
+        small = [named for name, named in where.items() if name not in LARGE]
+        assert {len(named) for named in small} == {1}
+        assert all(0 <= named[0] < partitions for named in small)
+        if partitions >= len(small):
+            assert len({named[0] for named in small}) == len(small)
+        assert [partition_of(p) % partitions for p in range(partitions)] == list(range(partitions))
 
 
 def test_buckets_hash_a_subset_of_the_merge_keys():
@@ -824,7 +815,7 @@ def test_cli_without_java(tmp_path):
 @pytest.mark.integration
 @pytest.mark.timeout(240)
 def test_cli_end_to_end(tmp_path):
-    """`python -m kinspect.analyze` on a small local capture (--master local[1]): no Spark started;
+    """`kinspect analyze` on a small local capture (--master local[1]): no Spark started;
     the tables, the report and the progress lines."""
     write_captures(tmp_path / "c", 300, files=2, seed=3)
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
