@@ -16,18 +16,21 @@ setup(
         Extension(
             "kinspect.session._one_frame",
             ["kinspect/session/_one_frame.c"],
+            depends=["kinspect/slot_offsets.h"],
             extra_compile_args=["-O2"],
             optional=True,
         ),
         Extension(
             "kinspect.observers._counting",
             ["kinspect/observers/_counting.c"],
+            depends=["kinspect/slot_offsets.h"],
             extra_compile_args=["-O2"],
             optional=True,
         ),
         Extension(
             "kinspect.capture._take",
             ["kinspect/capture/_take.c"],
+            depends=["kinspect/slot_offsets.h"],
             extra_compile_args=["-O2"],
             optional=True,
         ),

@@ -22,6 +22,8 @@
 #include <Python.h>
 #include <structmember.h>
 
+#include "../slot_offsets.h"
+
 enum { C_EXCHANGE, C_REQUEST, C_RESPONSE, C_HEADER, C_CONNECTION, C_SCAN, C_COUNT };
 
 enum { X_REQUEST, X_RESPONSE, X_LATENCY, X_COUNT };
@@ -59,33 +61,6 @@ typedef struct {
 } TakerObject;
 
 static PyObject *taker_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames);
-
-#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
-
-/* The offset of a writable object slot `name` of a class (its member descriptor), or -1 with an error set. */
-static Py_ssize_t slot_offset(PyTypeObject *tp, const char *name)
-{
-    PyObject *descr = PyDict_GetItemString(tp->tp_dict, name); /* borrowed */
-    if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
-        PyErr_Format(PyExc_TypeError, "Taker: %s has no slot %s", tp->tp_name, name);
-        return -1;
-    }
-    PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
-    if (m->type != T_OBJECT_EX || m->offset <= 0 || m->offset + (Py_ssize_t)sizeof(PyObject *) > tp->tp_basicsize) {
-        PyErr_Format(PyExc_TypeError, "Taker: %s.%s is not an object slot", tp->tp_name, name);
-        return -1;
-    }
-    return m->offset;
-}
-
-static int find_offsets(PyTypeObject *tp, const char *const *names, int count, Py_ssize_t *out)
-{
-    for (int i = 0; i < count; i++) {
-        if ((out[i] = slot_offset(tp, names[i])) < 0)
-            return -1;
-    }
-    return 0;
-}
 
 static void taker_clear_memo(TakerObject *self)
 {

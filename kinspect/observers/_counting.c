@@ -23,6 +23,8 @@
 #include <Python.h>
 #include <structmember.h>
 
+#include "../slot_offsets.h"
+
 enum { C_REQUEST, C_RESPONSE, C_EXCHANGE, C_HEADER, C_PLAN, C_SCAN, C_COUNT };
 
 enum { Q_HEADER, Q_API_NAME, Q_TAG_BYTES, Q_SIZE, Q_FRAME, Q_COMPLETE, Q_SCANNED, Q_COUNT };
@@ -72,31 +74,6 @@ typedef struct {
 static PyObject *str_request, *str_response, *str_decode_error, *str_topic_bytes, *str_records, *str_scan,
     *str_unknown, *four; /* four: the int 4, a header v0's size */
 
-#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
-
-static Py_ssize_t slot_offset(PyTypeObject *tp, const char *name)
-{
-    PyObject *descr = PyDict_GetItemString(tp->tp_dict, name); /* borrowed */
-    if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
-        PyErr_Format(PyExc_TypeError, "Counter: %s has no slot %s", tp->tp_name, name);
-        return -1;
-    }
-    PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
-    if (m->type != T_OBJECT_EX || m->offset <= 0 || m->offset + (Py_ssize_t)sizeof(PyObject *) > tp->tp_basicsize) {
-        PyErr_Format(PyExc_TypeError, "Counter: %s.%s is not an object slot", tp->tp_name, name);
-        return -1;
-    }
-    return m->offset;
-}
-
-static int find_offsets(PyTypeObject *tp, const char *const *names, int count, Py_ssize_t *out)
-{
-    for (int i = 0; i < count; i++) {
-        if ((out[i] = slot_offset(tp, names[i])) < 0)
-            return -1;
-    }
-    return 0;
-}
 
 /* cell[i] += value, with Python's arithmetic (ints stay ints, a float sum a float). */
 static int add_at(PyObject *cell, Py_ssize_t i, PyObject *value)
@@ -153,13 +130,6 @@ static int bump_slot(CounterObject *self, PyObject *c, int which)
     SLOT(c, self->l[which]) = next;
     Py_DECREF(old);
     return 0;
-}
-
-static void set_slot(PyObject *obj, Py_ssize_t off, PyObject *value) /* steals value */
-{
-    PyObject *old = SLOT(obj, off);
-    SLOT(obj, off) = value;
-    Py_XDECREF(old);
 }
 
 /* The event's scan(): new reference, Py_None for a malformed body (DecodeError), NULL on another error. */

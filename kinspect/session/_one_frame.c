@@ -27,6 +27,8 @@
 #include <Python.h>
 #include <structmember.h>
 
+#include "../slot_offsets.h"
+
 #define API_KEYS 128
 #define VERSIONS 32
 enum { KEEP_HEAD = 0, KEEP_WHOLE = 1, HOLD = 2, KEEP_PIECES = 4 }; /* framing.stream's modes */
@@ -95,39 +97,7 @@ static PyObject *str_client_framed, *str_client_inspected, *str_client_seen, *st
     *str_api_version_field, *str_correlation_field, *str_client_id_field, *str_requests, *str_responses,
     *str_headers, *str_connection, *str_codec, *str_inflight, *str_remembered, *str_config, *str_max_inflight;
 
-#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
 
-/* Set a slot to a new reference (stolen), dropping what it held. */
-static inline void set_slot(PyObject *obj, Py_ssize_t off, PyObject *value)
-{
-    PyObject *old = SLOT(obj, off);
-    SLOT(obj, off) = value;
-    Py_XDECREF(old);
-}
-
-static Py_ssize_t slot_offset(PyTypeObject *tp, const char *name)
-{
-    PyObject *descr = PyDict_GetItemString(tp->tp_dict, name); /* borrowed */
-    if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
-        PyErr_Format(PyExc_TypeError, "_one_frame: %s has no slot %s", tp->tp_name, name);
-        return -1;
-    }
-    PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
-    if (m->type != T_OBJECT_EX || m->offset <= 0 || m->offset + (Py_ssize_t)sizeof(PyObject *) > tp->tp_basicsize) {
-        PyErr_Format(PyExc_TypeError, "_one_frame: %s.%s is not an object slot", tp->tp_name, name);
-        return -1;
-    }
-    return m->offset;
-}
-
-static int find_offsets(PyTypeObject *tp, const char *const *names, int count, Py_ssize_t *out)
-{
-    for (int i = 0; i < count; i++) {
-        if ((out[i] = slot_offset(tp, names[i])) < 0)
-            return -1;
-    }
-    return 0;
-}
 
 /* A new instance of a slotted class, every slot empty (set them all before it is seen). */
 static inline PyObject *blank(PyTypeObject *tp)
@@ -251,6 +221,21 @@ static inline Py_ssize_t stream_int(PyObject *stream, int which)
     return v != NULL && PyLong_CheckExact(v) ? PyLong_AsSsize_t(v) : -1;
 }
 
+/* The size of the frame whose size prefix is at data[pos] (buf: where that prefix is), if the frame is
+ * whole in data, of 8 bytes or more, within the stream's max_frame_bytes, and the stream holds nothing
+ * before it; else -1. */
+static Py_ssize_t whole_frame(PyObject *stream, PyObject *data, Py_ssize_t pos, const unsigned char **buf)
+{
+    Py_ssize_t avail = PyBytes_GET_SIZE(data) - pos;
+    *buf = (const unsigned char *)PyBytes_AS_STRING(data) + pos;
+    if (avail < 12)
+        return -1;
+    Py_ssize_t size = (int32_t)be32(*buf);
+    if (size < 8 || 4 + size > avail || size > stream_int(stream, S_MAX_FRAME) || !stream_idle(stream))
+        return -1;
+    return size;
+}
+
 /* How much of a frame of this size its mode keeps (framing.stream's _one_frame), and whether that is all of it. */
 static Py_ssize_t kept(PyObject *stream, int mode, Py_ssize_t size, int *complete)
 {
@@ -321,15 +306,10 @@ static long produce_acks(const unsigned char *frame, Py_ssize_t len, Py_ssize_t 
  * appended to events), 0 where the reference must read it, -1 on failure. */
 static int client_frame(ReadsObject *self, PyObject *data, Py_ssize_t pos, PyObject *now, PyObject *events)
 {
-    Py_ssize_t avail = PyBytes_GET_SIZE(data) - pos;
-    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(data) + pos;
-    if (avail < 12)
-        return 0;
-    Py_ssize_t size = (int32_t)be32(buf), len = 4 + size;
-    if (size < 8 || len > avail)
-        return 0;
     PyObject *stream = self->requests, *session = self->session;
-    if (size > stream_int(stream, S_MAX_FRAME) || !stream_idle(stream))
+    const unsigned char *buf;
+    Py_ssize_t size = whole_frame(stream, data, pos, &buf), len = 4 + size;
+    if (size < 0)
         return 0;
     if (!is_true(session, str_client_seen) || !is_true(session, str_client_framed)
         || !is_true(session, str_client_inspected) || !is_zero(session, str_raw_client))
@@ -502,15 +482,10 @@ fail:
 /* Read the response whose size prefix is at data[pos], as client_frame reads a request. */
 static int broker_frame(ReadsObject *self, PyObject *data, Py_ssize_t pos, PyObject *now, PyObject *events)
 {
-    Py_ssize_t avail = PyBytes_GET_SIZE(data) - pos;
-    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(data) + pos;
-    if (avail < 12)
-        return 0;
-    Py_ssize_t size = (int32_t)be32(buf), len = 4 + size;
-    if (size < 8 || len > avail)
-        return 0;
     PyObject *stream = self->responses, *session = self->session;
-    if (size > stream_int(stream, S_MAX_FRAME) || !stream_idle(stream) || SLOT(stream, s[S_FORWARDING]) != Py_False)
+    const unsigned char *buf;
+    Py_ssize_t size = whole_frame(stream, data, pos, &buf), len = 4 + size;
+    if (size < 0 || SLOT(stream, s[S_FORWARDING]) != Py_False)
         return 0;
     if (!is_true(session, str_broker_framed) || !is_true(session, str_broker_inspected)
         || !is_zero(session, str_raw_broker))

@@ -99,7 +99,7 @@ def test_build_makes_an_sdist_and_a_wheel_with_the_c_codec(dist):
     with tarfile.open(dist["sdist"]) as sdist:
         members = {m.name.split("/", 1)[1] for m in sdist.getmembers() if "/" in m.name}
     assert {"kinspect/protocol/codec/_wire.c", "kinspect/session/_one_frame.c", "kinspect/observers/_counting.c",
-            "kinspect/capture/_take.c",
+            "kinspect/slot_offsets.h", "kinspect/capture/_take.c",
             "kinspect/capture/_columns.c", "setup.py", "pyproject.toml", "specs/index.json", "README.md"} <= members
 
 
