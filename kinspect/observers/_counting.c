@@ -72,8 +72,8 @@ typedef struct {
 } CounterObject;
 
 static PyObject *str_request, *str_response, *str_decode_error, *str_topic_bytes, *str_records, *str_scan,
-    *str_unknown, *four; /* four: the int 4, a header v0's size */
-
+    *str_unknown;
+static PyObject *one, *four; /* the ints 1 (a count) and 4 (a header v0's size) */
 
 /* cell[i] += value, with Python's arithmetic (ints stay ints, a float sum a float). */
 static int add_at(PyObject *cell, Py_ssize_t i, PyObject *value)
@@ -90,8 +90,6 @@ static int add_at(PyObject *cell, Py_ssize_t i, PyObject *value)
     Py_DECREF(old);
     return 0;
 }
-
-static PyObject *one;
 
 /* bisect_left(bounds, value): the first bound at or above it. */
 static Py_ssize_t bucket(const Bounds *b, double value)
