@@ -283,6 +283,34 @@ static PyObject *topic_bytes_on(CounterObject *self)
     return yes ? Py_True : Py_False;
 }
 
+/* The plan of (api key, version) in one direction's plans (borrowed); NULL without an error set when it
+ * has none yet (the reference makes it) or is not a _Plan. */
+static PyObject *plan_of(CounterObject *self, PyObject *plans, PyObject *api_key, PyObject *version)
+{
+    PyObject *key = PyTuple_Pack(2, api_key, version);
+    if (key == NULL)
+        return NULL;
+    PyObject *c = PyDict_GetItemWithError(plans, key); /* borrowed */
+    Py_DECREF(key);
+    return c != NULL && Py_IS_TYPE(c, self->classes[C_PLAN]) ? c : NULL;
+}
+
+/* The frame's bytes shared among the topics its scan names, when metrics.topic_bytes is on. */
+static int count_topics(CounterObject *self, PyObject *scan, PyObject *size, PyObject *direction)
+{
+    PyObject *topics = SLOT(scan, self->s[S_TOPICS]);
+    if (!nonempty(topics))
+        return 0;
+    PyObject *on = topic_bytes_on(self);
+    if (on == NULL)
+        return -1;
+    if (on == Py_False)
+        return 0;
+    PyObject *r = call_helper(self, K_TOPICS, topics, size, direction);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
 /* MetricsObserver._request */
 static PyObject *counter_request(CounterObject *self, PyObject *e)
 {
@@ -291,19 +319,10 @@ static PyObject *counter_request(CounterObject *self, PyObject *e)
     PyObject *header = SLOT(e, self->q[Q_HEADER]);
     if (header == NULL || !Py_IS_TYPE(header, self->classes[C_HEADER]))
         return fallback(self, F_REQUEST, e);
-    PyObject *api_key = SLOT(header, self->h[H_API_KEY]), *key = PyTuple_Pack(2, api_key,
-                                                                            SLOT(header, self->h[H_API_VERSION]));
-    if (key == NULL)
-        return NULL;
-    PyObject *c = PyDict_GetItemWithError(self->req_plans, key); /* borrowed */
-    Py_DECREF(key);
-    if (c == NULL) {
-        if (PyErr_Occurred())
-            return NULL;
-        return fallback(self, F_REQUEST, e); /* the reference makes the plan */
-    }
-    if (!Py_IS_TYPE(c, self->classes[C_PLAN]))
-        return fallback(self, F_REQUEST, e);
+    PyObject *api_key = SLOT(header, self->h[H_API_KEY]);
+    PyObject *c = plan_of(self, self->req_plans, api_key, SLOT(header, self->h[H_API_VERSION]));
+    if (c == NULL)
+        return PyErr_Occurred() ? NULL : fallback(self, F_REQUEST, e); /* the reference makes the plan */
     int known = PyObject_IsTrue(SLOT(c, self->l[L_KNOWN])) == 1;
     long hv = long_of(SLOT(header, self->h[H_VERSION]));
     PyObject *frame = SLOT(e, self->q[Q_FRAME]);
@@ -339,14 +358,8 @@ static PyObject *counter_request(CounterObject *self, PyObject *e)
             goto fail;
         Py_DECREF(r);
     }
-    PyObject *topics = SLOT(scan, self->s[S_TOPICS]);
-    if (nonempty(topics)) {
-        PyObject *on = topic_bytes_on(self);
-        if (on == NULL)
-            goto fail;
-        if (on == Py_True)
-            HELPER(K_TOPICS, topics, size, str_request);
-    }
+    if (count_topics(self, scan, size, str_request) < 0)
+        goto fail;
     Py_DECREF(scan);
     Py_RETURN_NONE;
 fail:
@@ -360,18 +373,9 @@ static PyObject *counter_response(CounterObject *self, PyObject *e)
 {
     if (!Py_IS_TYPE(e, self->classes[C_RESPONSE]))
         return fallback(self, F_RESPONSE, e);
-    PyObject *key = PyTuple_Pack(2, SLOT(e, self->p[P_API_KEY]), SLOT(e, self->p[P_API_VERSION]));
-    if (key == NULL)
-        return NULL;
-    PyObject *c = PyDict_GetItemWithError(self->resp_plans, key); /* borrowed */
-    Py_DECREF(key);
-    if (c == NULL) {
-        if (PyErr_Occurred())
-            return NULL;
-        return fallback(self, F_RESPONSE, e);
-    }
-    if (!Py_IS_TYPE(c, self->classes[C_PLAN]))
-        return fallback(self, F_RESPONSE, e);
+    PyObject *c = plan_of(self, self->resp_plans, SLOT(e, self->p[P_API_KEY]), SLOT(e, self->p[P_API_VERSION]));
+    if (c == NULL)
+        return PyErr_Occurred() ? NULL : fallback(self, F_RESPONSE, e);
     long hv = long_of(SLOT(e, self->p[P_HEADER_VERSION]));
     PyObject *frame = SLOT(e, self->p[P_FRAME]);
     if ((hv >= 1 && long_of(SLOT(e, self->p[P_TAG_BYTES])) > 1)
@@ -402,14 +406,8 @@ static PyObject *counter_response(CounterObject *self, PyObject *e)
     PyObject *codes = SLOT(scan, self->s[S_ERRORS]);
     if (nonempty(codes))
         HELPER(K_ERRORS, c, codes, NULL);
-    PyObject *topics = SLOT(scan, self->s[S_TOPICS]);
-    if (nonempty(topics)) {
-        PyObject *on = topic_bytes_on(self);
-        if (on == NULL)
-            goto fail;
-        if (on == Py_True)
-            HELPER(K_TOPICS, topics, size, str_response);
-    }
+    if (count_topics(self, scan, size, str_response) < 0)
+        goto fail;
     Py_DECREF(scan);
     Py_RETURN_NONE;
 fail:

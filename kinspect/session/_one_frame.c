@@ -97,8 +97,6 @@ static PyObject *str_client_framed, *str_client_inspected, *str_client_seen, *st
     *str_api_version_field, *str_correlation_field, *str_client_id_field, *str_requests, *str_responses,
     *str_headers, *str_connection, *str_codec, *str_inflight, *str_remembered, *str_config, *str_max_inflight;
 
-
-
 /* A new instance of a slotted class, every slot empty (set them all before it is seen). */
 static inline PyObject *blank(PyTypeObject *tp)
 {
@@ -137,6 +135,8 @@ typedef struct {
     PyObject *session, *table, *requests, *responses, *headers, *connection, *codec, *inflight, *remembered;
     PyObject *python_client, *python_broker; /* Session.client_data and broker_data: the reference */
     Py_ssize_t max_inflight;
+    /* Each stream's (client, broker) limits, fixed when it was made: max_frame_bytes, keep_limit, head_bytes. */
+    Py_ssize_t max_frame[2], keep_limit[2], head_bytes[2];
     Py_ssize_t taken; /* reads taken here (the tests check that the common reads are) */
 } ReadsObject;
 
@@ -161,9 +161,7 @@ static Entry *entry_of(ReadsObject *self, long api_key, long version)
         }
         int request_mode, response_mode, request_header, response_header, flags;
         PyObject *name;
-        if (got == Py_None) {
-            e->state = -1;
-        } else if (PyTuple_Check(got) && PyArg_ParseTuple(got, "iiiiiO", &request_mode, &response_mode,
+        if (PyTuple_Check(got) && PyArg_ParseTuple(got, "iiiiiO", &request_mode, &response_mode,
                                                           &request_header, &response_header, &flags, &name)) {
             e->request_mode = (unsigned char)request_mode;
             e->response_mode = (unsigned char)response_mode;
@@ -172,7 +170,7 @@ static Entry *entry_of(ReadsObject *self, long api_key, long version)
             e->flags = (unsigned char)flags;
             e->name = Py_NewRef(name);
             e->state = 1;
-        } else {
+        } else { /* not the tuple Session._one_frame_entry answers: Python reads every frame of it */
             PyErr_Clear();
             e->state = -1;
         }
@@ -215,31 +213,50 @@ static int stream_idle(PyObject *stream)
            && PyLong_AsLong(skip) == 0;
 }
 
-static inline Py_ssize_t stream_int(PyObject *stream, int which)
+/* An int attribute of a stream, at its slot; -1 with an error set if it is not an int. */
+static Py_ssize_t stream_int(PyObject *stream, int which)
 {
     PyObject *v = SLOT(stream, s[which]);
-    return v != NULL && PyLong_CheckExact(v) ? PyLong_AsSsize_t(v) : -1;
+    if (v == NULL || !PyLong_CheckExact(v)) {
+        PyErr_Format(PyExc_TypeError, "_one_frame: a stream's %s is not an int", S_NAMES[which]);
+        return -1;
+    }
+    return PyLong_AsSsize_t(v);
+}
+
+/* Whether this read's frames may be taken here at all: the direction is framed and inspected, no raw
+ * SASL token is expected, and its stream holds nothing (no frame under way). Checked once a read:
+ * the frames taken here change none of it. */
+static int direction_open(ReadsObject *self, int client)
+{
+    PyObject *session = self->session;
+    if (client)
+        return stream_idle(self->requests) && is_true(session, str_client_seen) && is_true(session, str_client_framed)
+               && is_true(session, str_client_inspected) && is_zero(session, str_raw_client);
+    return stream_idle(self->responses) && SLOT(self->responses, s[S_FORWARDING]) == Py_False
+           && is_true(session, str_broker_framed) && is_true(session, str_broker_inspected)
+           && is_zero(session, str_raw_broker);
 }
 
 /* The size of the frame whose size prefix is at data[pos] (buf: where that prefix is), if the frame is
- * whole in data, of 8 bytes or more, within the stream's max_frame_bytes, and the stream holds nothing
- * before it; else -1. */
-static Py_ssize_t whole_frame(PyObject *stream, PyObject *data, Py_ssize_t pos, const unsigned char **buf)
+ * whole in data, of 8 bytes or more and within the stream's max_frame_bytes; else -1. */
+static Py_ssize_t whole_frame(ReadsObject *self, int client, PyObject *data, Py_ssize_t pos,
+                              const unsigned char **buf)
 {
     Py_ssize_t avail = PyBytes_GET_SIZE(data) - pos;
     *buf = (const unsigned char *)PyBytes_AS_STRING(data) + pos;
     if (avail < 12)
         return -1;
     Py_ssize_t size = (int32_t)be32(*buf);
-    if (size < 8 || 4 + size > avail || size > stream_int(stream, S_MAX_FRAME) || !stream_idle(stream))
+    if (size < 8 || 4 + size > avail || size > self->max_frame[!client])
         return -1;
     return size;
 }
 
 /* How much of a frame of this size its mode keeps (framing.stream's _one_frame), and whether that is all of it. */
-static Py_ssize_t kept(PyObject *stream, int mode, Py_ssize_t size, int *complete)
+static Py_ssize_t kept(ReadsObject *self, int client, int mode, Py_ssize_t size, int *complete)
 {
-    Py_ssize_t keep_limit = stream_int(stream, S_KEEP_LIMIT), head_bytes = stream_int(stream, S_HEAD_BYTES);
+    Py_ssize_t keep_limit = self->keep_limit[!client], head_bytes = self->head_bytes[!client];
     *complete = 0;
     if ((mode == KEEP_WHOLE || mode == KEEP_PIECES) && size > keep_limit)
         return size < head_bytes ? size : head_bytes;
@@ -306,13 +323,10 @@ static long produce_acks(const unsigned char *frame, Py_ssize_t len, Py_ssize_t 
  * appended to events), 0 where the reference must read it, -1 on failure. */
 static int client_frame(ReadsObject *self, PyObject *data, Py_ssize_t pos, PyObject *now, PyObject *events)
 {
-    PyObject *stream = self->requests, *session = self->session;
+    PyObject *stream = self->requests;
     const unsigned char *buf;
-    Py_ssize_t size = whole_frame(stream, data, pos, &buf), len = 4 + size;
+    Py_ssize_t size = whole_frame(self, 1, data, pos, &buf), len = 4 + size;
     if (size < 0)
-        return 0;
-    if (!is_true(session, str_client_seen) || !is_true(session, str_client_framed)
-        || !is_true(session, str_client_inspected) || !is_zero(session, str_raw_client))
         return 0;
     long api_key = (int16_t)be16(buf + 4), version = (int16_t)be16(buf + 6);
     long correlation_id = (int32_t)be32(buf + 8);
@@ -320,7 +334,7 @@ static int client_frame(ReadsObject *self, PyObject *data, Py_ssize_t pos, PyObj
     if (e == NULL || (e->flags & E_REQUEST_PYTHON) || e->request_header == 0)
         return 0;
     int complete;
-    Py_ssize_t keep = kept(stream, e->request_mode, size, &complete);
+    Py_ssize_t keep = kept(self, 1, e->request_mode, size, &complete);
     const unsigned char *frame = buf + 4;
     /* The header: the previous one's bytes again (RequestHeaders' memo), else Python reads it. */
     PyObject *memo = SLOT(self->headers, r[e->request_header == 2 ? R_V2 : R_V1]);
@@ -482,13 +496,10 @@ fail:
 /* Read the response whose size prefix is at data[pos], as client_frame reads a request. */
 static int broker_frame(ReadsObject *self, PyObject *data, Py_ssize_t pos, PyObject *now, PyObject *events)
 {
-    PyObject *stream = self->responses, *session = self->session;
+    PyObject *stream = self->responses;
     const unsigned char *buf;
-    Py_ssize_t size = whole_frame(stream, data, pos, &buf), len = 4 + size;
-    if (size < 0 || SLOT(stream, s[S_FORWARDING]) != Py_False)
-        return 0;
-    if (!is_true(session, str_broker_framed) || !is_true(session, str_broker_inspected)
-        || !is_zero(session, str_raw_broker))
+    Py_ssize_t size = whole_frame(self, 0, data, pos, &buf), len = 4 + size;
+    if (size < 0)
         return 0;
     PyObject *corr = PyLong_FromLong((int32_t)be32(buf + 4));
     if (corr == NULL)
@@ -511,7 +522,7 @@ static int broker_frame(ReadsObject *self, PyObject *data, Py_ssize_t pos, PyObj
         return 0;
     }
     int complete;
-    Py_ssize_t keep = kept(stream, (int)mode, size, &complete);
+    Py_ssize_t keep = kept(self, 0, (int)mode, size, &complete);
     const unsigned char *frame = buf + 4;
     long header_size = 4, tag_bytes = 0;
     if (e->response_header >= 1) {
@@ -624,7 +635,7 @@ static PyObject *reads_call(ReadsObject *self, PyObject *const *args, Py_ssize_t
     PyObject *data = args[0], *now = args[1], *python = client ? self->python_client : self->python_broker;
     PyObject *events = NULL;
     Py_ssize_t pos = 0, len = 0;
-    if (PyBytes_CheckExact(data)) {
+    if (PyBytes_CheckExact(data) && direction_open(self, client)) {
         len = PyBytes_GET_SIZE(data);
         events = PyList_New(0);
         if (events == NULL)
@@ -733,6 +744,17 @@ static PyObject *reads_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         return NULL;
     }
     Py_DECREF(limit);
+    PyObject *streams[2] = {self->requests, self->responses};
+    for (int i = 0; i < 2; i++) {
+        if ((self->max_frame[i] = stream_int(streams[i], S_MAX_FRAME)) < 0
+            || (self->keep_limit[i] = stream_int(streams[i], S_KEEP_LIMIT)) < 0
+            || (self->head_bytes[i] = stream_int(streams[i], S_HEAD_BYTES)) < 0) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "_one_frame: a stream's limit below zero");
+            Py_DECREF(self);
+            return NULL;
+        }
+    }
     return (PyObject *)self;
 }
 

@@ -97,7 +97,7 @@ def pair(codec: Codec, config: SessionConfig | None = None, plan=None) -> tuple[
                             plan() if plan else None, native=native))
     native, reference = made
     assert type(native.client_data.__self__) is Reads, "the C reads are built but the session does not use them"
-    assert not hasattr(reference.client_data, "__self__") or reference.client_data.__self__ is reference
+    assert reference.client_data.__self__ is reference  # the Python method
     return native, reference
 
 
