@@ -3,7 +3,8 @@
 No image registry is reachable, so the Dockerfile's base (ARG PYTHON_IMAGE) is a local image
 made from Debian packages (tests/deploy/container_base.py: debootstrap, cached per user). The
 build runs on the host network (apt-get and pip need Debian's mirror and PyPI). The image is
-checked (non-root user, HEALTHCHECK kept, entrypoint, ports), then run on the host network with
+checked (non-root user, HEALTHCHECK kept, entrypoint, ports; no compiler, every C extension, the
+proxy's packages and no PySpark, pytest or pip), then run on the host network with
 a read-only root filesystem in front of a Tansu broker on loopback: its HEALTHCHECK passes
 (`podman healthcheck run`) and fails when pointed at a closed port, a real confluent-kafka
 client produces and consumes through it, and its /metrics shows the traffic, the native codec,
@@ -42,6 +43,10 @@ RUNTIME = "runc"
 TANSU_NODE_ID = 111  # Tansu's fixed broker node id
 TOPIC = "container-demo"
 RECORDS = 20
+C_EXTENSIONS = ("kinspect.protocol.codec._wire", "kinspect.session._one_frame", "kinspect.observers._counting",
+                "kinspect.capture._take", "kinspect.capture._columns")
+RUNTIME_PACKAGES = ("uvloop", "prometheus_client", "structlog", "pyarrow", "numpy")  # the core and the proxy extra
+ABSENT_PACKAGES = ("pyspark", "pytest", "pip")  # no pipeline extra, no test tools, no installer
 
 
 def require(binary: str) -> None:
@@ -127,12 +132,19 @@ def test_image_config(image):
     assert image.inspect["Size"] < 1024 ** 3, image.inspect["Size"]
 
 
-def test_image_has_no_compiler_and_runs_the_native_codec(image):
+def test_image_has_no_compiler_and_only_the_proxy_runtime(image):
+    """The runtime stage: no compiler, kinspect from /opt/venv with every C extension loading, the
+    proxy's packages, and no PySpark, pytest or pip."""
+    packages = (*RUNTIME_PACKAGES, *ABSENT_PACKAGES)
+    probe = (f"import importlib, importlib.util, json, kinspect; [importlib.import_module(m) for m in {C_EXTENSIONS!r}]; "
+             f"print(json.dumps([kinspect.__file__, {{m: importlib.util.find_spec(m) is not None for m in {packages!r}}}]))")
     r = podman("run", "--rm", *ulimits(), "--entrypoint", "sh", image.name, "-c",
-               "command -v gcc cc; python -P -c 'import kinspect.protocol.codec._wire, kinspect; print(kinspect.__file__)'",
-               check=False)
+               f'command -v gcc cc; python -P -c "{probe}" && kinspect --help >/dev/null', check=False)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.strip().splitlines() == ["/opt/venv/lib/python3.11/site-packages/kinspect/__init__.py"], r.stdout
+    (line,) = r.stdout.strip().splitlines()  # `command -v` printed nothing: no compiler
+    where, found = json.loads(line)
+    assert where == "/opt/venv/lib/python3.11/site-packages/kinspect/__init__.py", where
+    assert found == {m: m in RUNTIME_PACKAGES for m in packages}, found
 
 
 @dataclass
@@ -185,6 +197,10 @@ def test_container_passes_its_healthcheck(container):
     r = podman("exec", "-e", f"KINSPECT_HEALTHZ_URL=http://127.0.0.1:{closed}/healthz", container.name,
                *container.healthcheck, check=False)
     assert r.returncode == 1 and "Connection refused" in r.stderr, r.stdout + r.stderr
+    # And so does a non-2xx answer (urllib raises on it).
+    r = podman("exec", "-e", f"KINSPECT_HEALTHZ_URL=http://127.0.0.1:{container.metrics}/nope", container.name,
+               *container.healthcheck, check=False)
+    assert r.returncode == 1 and "404" in r.stderr, r.stdout + r.stderr
 
 
 def test_a_real_client_produces_and_consumes_through_the_container(container):

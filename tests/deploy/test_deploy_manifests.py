@@ -2,11 +2,9 @@
 
 - Dockerfile: parsed and held to the rules (two stages on a slim base, numeric non-root USER,
   EXPOSE, a HEALTHCHECK on /healthz that needs only Python, the config at a mounted path, only
-  the `proxy` extra installed). The builder stage's work is redone the same way from the same
-  build context (.dockerignore applied): a wheel with `pip wheel --no-deps`, installed with
-  `[proxy]` into a clean venv; that venv has every subpackage, the specs and the C extension,
-  and no PySpark; kinspect runs from it with the image's default config, and the Dockerfile's
-  own HEALTHCHECK command passes against it and fails once it is down.
+  the `proxy` extra installed, .dockerignore sending what COPY needs). The image itself is
+  built and run with podman in tests/deploy/test_container_image.py; the wheel's contents are
+  checked in tests/project/test_install.py.
 - deploy/kubernetes: every core manifest validates (strict) against the Kubernetes schemas
   bundled by kubernetes-validate; the PodMonitor against the prometheus-operator CRD models of
   cloudcoil-models-prometheus-operator; the ConfigMap's config loads with load_config, and
@@ -21,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import re
 import shlex
 import shutil
@@ -32,7 +29,6 @@ import time
 import tomllib
 import urllib.error
 import urllib.request
-import zipfile
 from pathlib import Path, PurePosixPath
 
 import pytest
@@ -204,25 +200,6 @@ def ignored(rel: str, rules) -> bool:
     return result
 
 
-def build_context(dest: Path) -> Path:
-    """Copy what `docker build .` would send (the repository less .dockerignore) to dest."""
-    rules = dockerignore_rules()
-    for dirpath, dirnames, filenames in os.walk(ROOT):
-        rel_dir = Path(dirpath).relative_to(ROOT).as_posix()
-        rel_dir = "" if rel_dir == "." else rel_dir + "/"
-        # Skip big excluded trees only when no later "!" line could bring part of them back.
-        dirnames[:] = [d for d in dirnames if not (
-            ignored(rel_dir + d, rules) and not any(
-                not ex and regex.pattern.startswith(re.escape(rel_dir + d)) for ex, regex in rules))]
-        for name in filenames:
-            rel = rel_dir + name
-            if not ignored(rel, rules):
-                target = dest / rel
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(Path(dirpath) / name, target)
-    return dest
-
-
 # ------------------------------------------------------------------------ Dockerfile tests
 
 
@@ -313,134 +290,6 @@ def test_dockerignore_sends_what_copy_needs_and_nothing_else(stages, tmp_path):
         assert ignored(rel, rules), rel
     for rel in ("kinspect/protocol/codec/_wire.c", "specs/index.json", "setup.py"):
         assert not ignored(rel, rules), rel
-
-
-# ------------------------------------------------- the builder stage, redone, and its venv
-
-
-@pytest.fixture(scope="module")
-def image_venv(tmp_path_factory, builder):
-    """Redo the builder stage: context -> wheel (pip wheel --no-deps) -> clean venv with [proxy]."""
-    work = tmp_path_factory.mktemp("image")
-    context = build_context(work / "context")
-    src = work / "src"
-    src.mkdir()
-    for rest in of(builder, "COPY"):  # the builder's COPY lines, from the context into WORKDIR
-        _, sources, dest = copy_args(rest)
-        for source in sources:
-            target = src / (Path(source).name if dest.endswith("/") else dest)
-            if (context / source).is_dir():
-                shutil.copytree(context / source, target)
-            else:
-                shutil.copy2(context / source, target)
-    venv, wheels = work / "venv", work / "wheels"
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
-
-    def run(*argv, cwd=None):
-        r = subprocess.run([str(a) for a in argv], check=False, capture_output=True, text=True, env=env,
-                           cwd=cwd, timeout=300)
-        assert r.returncode == 0, f"{argv}: {r.stdout[-3000:]}{r.stderr[-3000:]}"
-        return r
-
-    base_python = getattr(sys, "_base_executable", sys.executable)
-    run(base_python, "-m", "venv", venv)
-    run(venv / "bin" / "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", wheels, ".", cwd=src)
-    (wheel,) = wheels.glob("kinspect-*.whl")
-    run(venv / "bin" / "pip", "install", "--quiet", f"{wheel}[proxy]")
-    run(venv / "bin" / "python", "-c", "import kinspect.protocol.codec._wire")
-    run(venv / "bin" / "python", "-m", "pip", "uninstall", "-y", "--quiet", "pip", "setuptools")
-    return {"venv": venv, "wheel": wheel, "env": env}
-
-
-@pytest.mark.integration
-def test_wheel_holds_every_subpackage_the_specs_and_the_c_extension(image_venv):
-    names = zipfile.ZipFile(image_venv["wheel"]).namelist()
-    packages = sorted(p.parent.relative_to(ROOT).as_posix()
-                      for p in (ROOT / "kinspect").rglob("__init__.py") if "__pycache__" not in p.parts)
-    assert len(packages) >= 7
-    for package in packages:
-        assert f"{package}/__init__.py" in names, f"{package} is missing from the wheel"
-    specs = sorted(p.relative_to(ROOT / "specs").as_posix() for p in (ROOT / "specs").rglob("*")
-                   if p.is_file() and (p.suffix == ".json" or p.name in ("LICENSE", "NOTICE")))
-    assert len(specs) > 100
-    missing = [s for s in specs if f"kinspect/specs/{s}" not in names]
-    assert not missing, missing[:10]
-    assert [n for n in names if re.fullmatch(r"kinspect/protocol/codec/_wire\.[^/]*\.so", n)], "no C extension"
-    assert not [n for n in names if n.startswith(("tests/", "benchmarks/", "deploy/"))]
-
-
-@pytest.mark.integration
-def test_installed_runtime_has_kinspect_and_no_pyspark(image_venv):
-    py = image_venv["venv"] / "bin" / "python"
-    r = subprocess.run([image_venv["venv"] / "bin" / "kinspect", "--help"], check=False, capture_output=True,
-                       text=True, timeout=60, env=image_venv["env"])
-    assert r.returncode == 0 and "proxy" in r.stdout, r.stdout + r.stderr
-    probe = ("import importlib.util as u, json, kinspect.protocol.codec._wire as w; print(json.dumps("
-             "{m: u.find_spec(m) is not None for m in ('pyspark', 'pytest', 'uvloop', "
-             "'prometheus_client', 'structlog', 'pip')} | {'wire': w.__file__}))")
-    r = subprocess.run([py, "-c", probe], check=False, capture_output=True, text=True, timeout=60,
-                       env=image_venv["env"], cwd="/")
-    assert r.returncode == 0, r.stderr
-    found = json.loads(r.stdout)
-    assert found["pyspark"] is False and found["pytest"] is False, found
-    assert found["uvloop"] and found["prometheus_client"] and found["structlog"], found
-    assert found["pip"] is False, "the image's venv carries no pip"
-    assert found["wire"].startswith(str(image_venv["venv"])), found["wire"]  # not the repo's .so
-    site = next((image_venv["venv"] / "lib").glob("python3.*/site-packages"))
-    assert not list(site.glob("pyspark*"))
-
-
-@pytest.mark.integration
-def test_healthcheck_passes_against_kinspect_and_fails_without_it(image_venv, runtime):
-    """kinspect from the image's venv with the image's config; the Dockerfile's HEALTHCHECK CMD."""
-    venv = image_venv["venv"]
-    metrics_port, listen_port = free_port(), free_port()
-    image_env = env_of(runtime)
-    env = dict(image_venv["env"], PATH=f"{venv / 'bin'}:{image_venv['env']['PATH']}",
-               PYTHONDONTWRITEBYTECODE=image_env["PYTHONDONTWRITEBYTECODE"],
-               KINSPECT_HEALTHZ_URL=image_env["KINSPECT_HEALTHZ_URL"].replace(
-                   ":9464/", f":{metrics_port}/"))
-    (health,) = of(runtime, "HEALTHCHECK")
-    check = exec_form(health.partition(" CMD ")[2])
-
-    def healthcheck(**extra) -> int:
-        return subprocess.run(check, env=dict(env, **extra), check=False, capture_output=True,
-                              timeout=30, cwd="/").returncode
-
-    # Only the ports change (loopback, free): the image binds 0.0.0.0 inside its own network.
-    argv = [venv / "bin" / "kinspect", "proxy", *exec_form(of(runtime, "CMD")[-1])[:1],
-            image_default_config(runtime), "--listen", f"127.0.0.1:{listen_port}",
-            "--metrics-listen", f"127.0.0.1:{metrics_port}"]
-    assert healthcheck() != 0, "nothing listens yet: the check must fail"
-    proc = subprocess.Popen([str(a) for a in argv], env=env, cwd="/", stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 30
-        while healthcheck() != 0:
-            assert proc.poll() is None, proc.stdout.read()
-            assert time.monotonic() < deadline, "kinspect never became healthy"
-            time.sleep(0.2)
-        # Ready means a broker was reached: the image's config names one this test does not run.
-        def readyz() -> tuple[int, str]:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/readyz", timeout=5) as r:
-                    return r.status, r.read().decode()
-            except urllib.error.HTTPError as exc:
-                return exc.code, exc.read().decode()
-
-        deadline = time.monotonic() + 30
-        while (answer := readyz())[0] != 503:
-            assert time.monotonic() < deadline, f"/readyz never said the broker is unreachable: {answer}"
-            time.sleep(0.2)
-        assert "reach a broker failed" in answer[1]
-        # A non-2xx answer fails the check too (urllib raises on it).
-        assert healthcheck(KINSPECT_HEALTHZ_URL=f"http://127.0.0.1:{metrics_port}/nope") != 0
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=30)
-    assert proc.returncode == 0, out
-    assert f"proxy listening on 127.0.0.1:{listen_port} (rewrite mode)" in out
-    assert healthcheck() != 0, "kinspect is down: the check must fail"
 
 
 # ------------------------------------------------------------------------------ Kubernetes

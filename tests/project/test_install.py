@@ -89,6 +89,14 @@ def test_build_makes_an_sdist_and_a_wheel_with_the_c_codec(dist):
                       "kinspect/capture/_take.", "kinspect/capture/_columns."):
         assert any(n.startswith(extension) and n.endswith(".so") for n in names), (extension, sorted(names)[:20])
     assert {"kinspect/cli/main.py", "kinspect/specs/index.json", "kinspect/specs/LICENSE"} <= names
+    # Every subpackage and every spec file of the checkout, and nothing of the tests, benchmarks or deploy/.
+    packages = sorted(p.parent.relative_to(ROOT).as_posix()
+                      for p in (ROOT / "kinspect").rglob("__init__.py") if "__pycache__" not in p.parts)
+    assert len(packages) >= 7 and not [p for p in packages if f"{p}/__init__.py" not in names]
+    specs = sorted(p.relative_to(ROOT / "specs").as_posix() for p in (ROOT / "specs").rglob("*")
+                   if p.is_file() and (p.suffix == ".json" or p.name in ("LICENSE", "NOTICE")))
+    assert len(specs) > 100 and not [s for s in specs if f"kinspect/specs/{s}" not in names]
+    assert not [n for n in names if n.startswith(("tests/", "benchmarks/", "deploy/"))]
     assert "-cp311-" in dist["wheel"].name  # a platform wheel: it carries the compiled codec
     requires = [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
     for core in ("uvloop", "prometheus-client", "structlog"):

@@ -136,9 +136,9 @@ EXERCISED = {
     "python tools/readme_tables.py": ("test_readme.py", "test_config_reference_is_generated_from_the_documented_config"),
     "python benchmarks/": ("test_benchmarks.py", "test_make_bench_runs_every_benchmark"),
     "python benchmarks/soak.py": ("test_benchmarks.py", "test_the_soak_command"),
-    # No Docker engine here: the image's build and healthcheck are redone from the wheel.
-    "docker build": ("test_deploy_manifests.py", None),
-    "docker run": ("test_deploy_manifests.py", None),
+    # No Docker engine here: podman builds and runs the Dockerfile's image.
+    "docker build": ("test_container_image.py", "test_image_config"),
+    "docker run": ("test_container_image.py", "test_a_real_client_produces_and_consumes_through_the_container"),
     "docker compose": ("test_deploy_manifests.py", None),
     ".venv/bin/pip install -e '.[fuzz]'": ("test_readme.py", "test_fuzz_commands"),
     ".venv/bin/python fuzz/make_corpus.py": ("test_readme.py", "test_fuzz_commands"),
