@@ -1,6 +1,6 @@
 """Builds the optional C extensions (the decoder/scanner _wire, the session's one-frame reads _one_frame, the
-metrics' counting _counting, the capture's fact taker _take and column cutter _columns); everything else is in
-pyproject.toml."""
+metrics' counting _counting, the inspection queue's batch _batch, the capture's fact taker _take and column
+cutter _columns); everything else is in pyproject.toml."""
 
 from setuptools import Extension, setup
 
@@ -23,6 +23,13 @@ setup(
         Extension(
             "kinspect.observers._counting",
             ["kinspect/observers/_counting.c"],
+            depends=["kinspect/slot_offsets.h"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
+        Extension(
+            "kinspect.proxy._batch",
+            ["kinspect/proxy/_batch.c"],
             depends=["kinspect/slot_offsets.h"],
             extra_compile_args=["-O2"],
             optional=True,

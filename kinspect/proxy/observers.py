@@ -89,9 +89,12 @@ class Dispatcher:
                 try:
                     on_event(event)
                 except Exception:  # an observer's bug must never reach the relay
-                    self.failures += 1
-                    if self.failures <= 10:
-                        log.exception("observer %r failed on %s", getattr(on_event, "__self__", on_event),
-                                      kind.__name__)
+                    self._failed(on_event, kind)
             if kind is Request and type(event.frame) is FramePieces:
                 self._release(event)
+
+    def _failed(self, on_event, kind: type) -> None:
+        """An observer raised (the exception being handled): counted, and the first ten logged."""
+        self.failures += 1
+        if self.failures <= 10:
+            log.exception("observer %r failed on %s", getattr(on_event, "__self__", on_event), kind.__name__)
