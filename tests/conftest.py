@@ -5,10 +5,26 @@ from __future__ import annotations
 import inspect
 from pathlib import Path
 
+import functools
+
+import hypothesis.core
 import pytest
+from hypothesis import settings
 
 from kinspect.protocol.codec import Codec
 from tests.support.spark import spark  # noqa: F401  (the session-wide SparkSession fixture)
+
+
+# No example database: `make test` runs on a clean checkout with pytest's cache off, so no saved
+# example is ever replayed, while saving and looking them up cost every test. A failure prints
+# its example and a @reproduce_failure line to replay it.
+settings.register_profile("kinspect", database=None)
+settings.load_profile("kinspect")
+# Hypothesis hashes a test's source (tokenize, ast.parse) on every run of it, for the database
+# key: once per parametrized case, thousands of times in the codec's exhaustive tests. The hash
+# depends on the function alone, so it is remembered per function.
+if hasattr(hypothesis.core, "function_digest"):
+    hypothesis.core.function_digest = functools.lru_cache(maxsize=None)(hypothesis.core.function_digest)
 
 
 @pytest.fixture(scope="session")
