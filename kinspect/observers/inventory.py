@@ -63,7 +63,7 @@ class InventoryObserver:
         self._incompatible: dict[tuple, list] = {}  # (target, api key, version, software) -> [labels, count]
         self._software_series = 0
         self._incompatible_series = 0
-        self._last = None  # (connection, its address, its record) of the latest request
+        self._records = self.inventory._records  # the records by key, least recently seen first
         # (api key, version, record magics) -> the targets that reject it (a request's verdicts depend on these alone)
         self._rejecting: dict[tuple, tuple] = {}
         self.handlers = {Request: self._request, Response: self._response}  # for the dispatcher
@@ -84,23 +84,29 @@ class InventoryObserver:
 
     def _request(self, e: Request) -> None:
         conn = e.connection
+        header = e.header
         software = (conn.client_software_name, conn.client_software_version)
-        api_key, version = e.header.api_key, e.header.api_version
+        api_key, version = header.api_key, header.api_version
         if self._unnamed:  # no api_name given: name apis with the sessions' own specs
             self.inventory.api_name = e.codec.registry.api_name
             self._unnamed = False
-        last = self._last
-        if last is not None and last[0] is conn and last[1] == conn.client_address:
-            record, new = last[2], False  # the newest record already: nothing to look up or reorder
+        # The connection's record, now the most recently seen (Inventory.record's common case, inline:
+        # a batch interleaves many connections' requests, so this runs for nearly every request).
+        address = conn.client_address
+        key = (conn.id, address)
+        record = self._records.get(key)
+        if record is not None:
+            self._records.move_to_end(key)
+            new = False
         else:
-            record, new = self.inventory.record((conn.id, conn.client_address), conn.client_address, conn.broker)
-            if self.inventory.max_connections > 0:
-                self._last = (conn, conn.client_address, record)
+            record, new = self.inventory.record(key, address, conn.broker)
         magics = ()
         if api_key == PRODUCE and e.complete:
             magics = _magics(e)
-        record.note(api_key, version, magics, e.time + self._wall_offset, e.header.client_id, software)
-        counts = self._counts(software)
+        record.note(api_key, version, magics, e.time + self._wall_offset, header.client_id, software)
+        counts = self._software.get(software)
+        if counts is None:
+            counts = self._counts(software)
         if new:
             counts.connections += 1
         counts.requests += 1
@@ -132,7 +138,6 @@ class InventoryObserver:
         conn = e.connection
         key = (conn.id, conn.client_address)
         record, _ = self.inventory.record(key, conn.client_address, conn.broker)
-        self._last = None  # the newest record may be another connection's now
         record.unsupported_version += 1
         self._counts((conn.client_software_name, conn.client_software_version)).unsupported += 1
 

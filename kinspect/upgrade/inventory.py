@@ -105,6 +105,7 @@ class Inventory:
     def __init__(self, max_connections: int = DEFAULT_MAX_CONNECTIONS, api_name=None) -> None:
         self.max_connections = max_connections
         self.api_name = api_name or (lambda key: None)
+        # By key, least recently seen first (InventoryObserver looks its requests' records up here directly).
         self._records: OrderedDict[tuple, ConnectionRecord] = OrderedDict()
         self.forgotten = 0  # connections dropped to stay under max_connections
 

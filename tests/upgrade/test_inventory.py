@@ -161,6 +161,23 @@ def test_unsupported_version_responses_are_counted_per_software(codec):
     assert observer.clients_json()["clients"][0]["unsupported_version_responses"] == 1
 
 
+def test_the_least_recently_seen_connection_is_forgotten_first(codec):
+    """At most max_connections records: requests from interleaved connections keep theirs recent."""
+    observer = InventoryObserver(max_connections=2)
+    sessions = {name: Session(codec, ConnectionInfo(i, f"10.0.0.{i}:1000", "b:9092"))
+                for i, name in enumerate("ABC", 1)}
+    for step, name in enumerate("ABABAC"):  # C arrives when B was seen less recently than A
+        for e in sessions[name].client_data(api_versions_v3(name.encode(), b"1", step), float(step)).events:
+            observer.on_event(e)
+    records = observer.inventory.records()
+    assert [r.address for r in records] == ["10.0.0.1:1000", "10.0.0.3:1000"]  # A, then C (the newest)
+    assert observer.inventory.forgotten == 1
+    assert [sum(r.requests.values()) for r in records] == [3, 1]
+    counted = {s.labels["software"]: s.value for m in observer.collector().collect() for s in m.samples
+               if m.name == "kinspect_client_connections"}
+    assert counted == {"A": 1, "B": 1, "C": 1}
+
+
 # ----------------------------------------------------------------------------- recorded traffic
 
 
