@@ -1,11 +1,10 @@
-"""Shared fixtures (one codec for the whole run) and how the run is spread over pytest-xdist workers."""
+"""Shared fixtures (one codec for the whole run), Hypothesis's settings for the suite, and how the run is spread over pytest-xdist workers."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 from pathlib import Path
-
-import functools
 
 import hypothesis.core
 import pytest

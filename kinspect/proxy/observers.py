@@ -80,6 +80,7 @@ class Dispatcher:
         request.release_frame()
 
     def dispatch(self, events: list) -> None:
+        """Every event to the observers routed its type (kinspect/proxy/_batch.c does the same in C: change both)."""
         routes = self._routes
         if self._routed != self.observers:  # observers were added or removed since
             routes = self._route()

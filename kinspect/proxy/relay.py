@@ -141,7 +141,9 @@ class Relay:
             self.inspect(False, data, self._clock())
 
     def inspect(self, from_client: bool, data, now: float) -> None:
-        """Hand a read that was forwarded to the session, and its events to the observers."""
+        """Hand a read that was forwarded to the session, and its events to the observers.
+
+        The reference of kinspect/proxy/_batch.c, which does the same for a queued batch: change both."""
         session = self.session
         try:
             if from_client:
