@@ -9,7 +9,6 @@ taker hands to the reference.
 
 from __future__ import annotations
 
-import os
 import uuid
 import tracemalloc
 
@@ -17,19 +16,13 @@ import pytest
 
 from kinspect.capture.facts import FactsTaker, held_bytes
 from kinspect.protocol.codec import Codec
-from kinspect.protocol.codec.wire_program import PURE_PYTHON_ENV
 from kinspect.session import ConnectionInfo, Exchange, Session
 from tests.capture.test_capture_rows import exchange, req, resp
+from tests.support.native import native_module
 from tests.support.paths import TRAFFIC
 
-if os.environ.get(PURE_PYTHON_ENV) == "1":
-    pytest.skip(f"{PURE_PYTHON_ENV}=1 forces the pure-Python paths", allow_module_level=True)
-
-try:
-    from kinspect.capture._take import Taker
-except ImportError as exc:  # the tests below fail (never skip): CI installs with a compiler
-    Taker = None
-    _MISSING = f"kinspect.capture._take is not built ({exc}); reinstall with a C compiler or set {PURE_PYTHON_ENV}=1"
+_take, _MISSING = native_module("kinspect.capture._take")
+Taker = None if _take is None else _take.Taker
 
 
 def replayed(codec: Codec) -> list[Exchange]:

@@ -6,21 +6,16 @@ both against the prometheus_client reference, on recorded and made-up traffic.
 
 from __future__ import annotations
 
-import gc
-import os
-import tracemalloc
-
 import pytest
 
 from kinspect.observers.metrics import MetricsObserver
 from kinspect.protocol.codec import Codec
-from kinspect.protocol.codec.wire_program import PURE_PYTHON_ENV
 from kinspect.session import ConnectionInfo, Session
 from tests.observers.test_metrics_equivalence import metadata_response, recorded
+from tests.support.native import bytes_grown, native_module
 from tests.support.proxy_harness import metadata
 
-if os.environ.get(PURE_PYTHON_ENV) == "1":
-    pytest.skip(f"{PURE_PYTHON_ENV}=1 forces the pure-Python paths", allow_module_level=True)
+_counting, _MISSING = native_module("kinspect.observers._counting")
 
 
 class CountingCalls(MetricsObserver):
@@ -76,16 +71,6 @@ def test_many_events_leave_no_garbage(codec: Codec):
             for e in session.client_data(client, 0.0).events + session.broker_data(broker, 0.001).events:
                 observer.on_event(e)
 
-    rounds()
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        for _ in range(3):
-            rounds()
-        gc.collect()
-        grown = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
+    grown = bytes_grown(rounds)
     assert grown < 64 * 1024, grown
     assert observer.registry.get_sample_value("kinspect_requests_total", {"api": "Metadata", "version": "12"}) == 12000

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import os
 import random
 import struct
 import tracemalloc
@@ -20,17 +19,11 @@ from kinspect.protocol.errors import DecodeError
 from kinspect.protocol.codec.scan_result import ScanResult
 from kinspect.protocol.framing.pieces import FramePieces
 from kinspect.protocol.specs.model import parse_message
-from kinspect.protocol.codec.wire_program import PURE_PYTHON_ENV, build_program, native_available
+from kinspect.protocol.codec.wire_program import build_program, native_available
 from tests.spec_values import struct_value
+from tests.support.native import native_module
 
-if os.environ.get(PURE_PYTHON_ENV) == "1":
-    pytest.skip(f"{PURE_PYTHON_ENV}=1 forces the pure-Python codecs", allow_module_level=True)
-
-try:
-    from kinspect.protocol.codec import _wire
-except ImportError as exc:  # the tests below fail (never skip): CI installs with a compiler
-    _wire = None
-    _MISSING = f"kinspect.protocol.codec._wire is not built ({exc}); reinstall with a C compiler or set {PURE_PYTHON_ENV}=1"
+_wire, _MISSING = native_module("kinspect.protocol.codec._wire")
 
 CODEC = Codec()
 CASES = [

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import array
 import gc
-import os
 import random
 import struct
 import sys
@@ -28,7 +27,6 @@ from kinspect.protocol.codec.runtime import summarize_spans_python
 from kinspect.protocol.framing.pieces import FramePieces
 from kinspect.protocol.records import BatchSummary, RecordsError, RecordsSummary, summarize_records_python
 from kinspect.protocol.codec.scan_result import ScanResult
-from kinspect.protocol.codec.wire_program import PURE_PYTHON_ENV
 from tests.protocol.test_records import (
     CODEC_NAMES,
     GZIP,
@@ -54,15 +52,9 @@ from tests.protocol.test_records import (
     refresh_v2_crc,
     v2_batch,
 )
+from tests.support.native import native_module
 
-if os.environ.get(PURE_PYTHON_ENV) == "1":
-    pytest.skip(f"{PURE_PYTHON_ENV}=1 forces the pure-Python summaries", allow_module_level=True)
-
-try:
-    from kinspect.protocol.codec import _wire
-except ImportError as exc:  # the tests below fail (never skip): CI installs with a compiler
-    _wire = None
-    _MISSING = f"kinspect.protocol.codec._wire is not built ({exc}); reinstall with a C compiler or set {PURE_PYTHON_ENV}=1"
+_wire, _MISSING = native_module("kinspect.protocol.codec._wire")
 
 
 def native():

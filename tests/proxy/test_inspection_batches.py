@@ -29,10 +29,10 @@ from kinspect.proxy.inspection_queue import InspectionQueue
 from kinspect.proxy.relay import Relay
 from kinspect.proxy.server import ProxyServer
 from kinspect.protocol.codec import Codec
-from kinspect.session import ConnectionInfo, Exchange, Problem, Request, Response, Session
-from kinspect.session.events import frame_bytes
+from kinspect.session import ConnectionInfo, Session
 from kinspect.session.replay import frame_ends
 from tests.support.event_log import EventLog
+from tests.support.relay_stubs import RecordingTransport, event_fact
 from tests.support.paths import TRAFFIC
 from tests.support.proxy_harness import ProxyHarness, api_versions, poll_until, recv_frame
 from tests.support.tansu import TansuBroker, free_port
@@ -96,36 +96,6 @@ def test_the_queue_inspects_a_lone_read_after_its_delay():
     asyncio.run(scenario())
 
 
-class _Transport:
-    def __init__(self) -> None:
-        self.sent: list[bytes] = []
-
-    def write(self, data) -> None:
-        self.sent.append(bytes(data))
-
-    def is_closing(self) -> bool:
-        return False
-
-    def close(self) -> None:
-        pass
-
-    def get_extra_info(self, key):
-        return ("127.0.0.1", 1) if key == "peername" else None
-
-
-def _fact(event) -> tuple:
-    if isinstance(event, Request):
-        return ("Request", event.time, event.offset, event.api_key, event.api_version, event.correlation_id,
-                event.size, event.header_tags, event.complete, frame_bytes(event.frame))
-    if isinstance(event, Response):
-        return ("Response", event.time, event.offset, event.api_key, event.api_version, event.correlation_id,
-                event.size, event.complete, frame_bytes(event.frame))
-    if isinstance(event, Exchange):
-        return ("Exchange", event.request.correlation_id, event.latency)
-    assert isinstance(event, Problem)
-    return ("Problem", event.time, event.kind, event.direction, event.detail)
-
-
 async def _replay(batch_delay_ms: float, conversations: list[tuple[bytes, bytes]]) -> tuple[list, list, str]:
     """Every conversation through its own relay of one app, frame by frame, each request's reads then its
     response's; the events, the bytes forwarded and the /metrics text once every connection has ended."""
@@ -141,7 +111,7 @@ async def _replay(batch_delay_ms: float, conversations: list[tuple[bytes, bytes]
     for number, (requests, responses) in enumerate(conversations, 1):
         session = Session(server.codec, ConnectionInfo(number, "c:1", "b:1"), server.session_config, server.plan)
         relay = Relay(server, session, server.dispatcher, [])
-        relay.client.transport, relay.broker.transport = _Transport(), _Transport()
+        relay.client.transport, relay.broker.transport = RecordingTransport(), RecordingTransport()
         relay._early, relay._clock = None, lambda: float(next(clock))
         request_ends, response_ends = frame_ends(requests), frame_ends(responses)
         start_q = start_r = 0
@@ -155,7 +125,7 @@ async def _replay(batch_delay_ms: float, conversations: list[tuple[bytes, bytes]
         relay.close()  # a connection's end inspects what of it was waiting
         assert server.inspection_queue is None or len(server.inspection_queue) == 0
         forwarded.append((relay.broker.transport.sent, relay.client.transport.sent))
-    facts = [_fact(e) for e in log.events]
+    facts = [event_fact(e) for e in log.events]
     metrics = generate_latest(app.metrics.registry).decode()
     return facts, forwarded, metrics
 

@@ -10,35 +10,25 @@ interrupt; the events, the bytes forwarded, the failures counted, what was logge
 
 from __future__ import annotations
 
-import gc
 import itertools
 import logging
-import os
 import random
-import tracemalloc
 
 import pytest
 from prometheus_client import generate_latest
 
 from kinspect.app import build_app
 from kinspect.config import load_config
-from kinspect.protocol.codec.wire_program import PURE_PYTHON_ENV
 from kinspect.proxy.inspection_queue import native_inspect_reads
 from kinspect.proxy.relay import Relay
 from kinspect.session import ConnectionInfo, Exchange, Problem, Request, Response, Session
-from kinspect.session.events import frame_bytes
 from kinspect.session.replay import frame_ends
 from tests.support.event_log import EventLog
+from tests.support.relay_stubs import RecordingTransport, event_fact
+from tests.support.native import bytes_grown, native_module
 from tests.support.paths import TRAFFIC
 
-if os.environ.get(PURE_PYTHON_ENV) == "1":
-    pytest.skip(f"{PURE_PYTHON_ENV}=1 forces the pure-Python paths", allow_module_level=True)
-
-try:
-    from kinspect.proxy import _batch
-except ImportError as exc:  # the tests below fail (never skip): CI installs with a compiler
-    _batch = None
-    _MISSING = f"kinspect.proxy._batch is not built ({exc}); reinstall with a C compiler or set {PURE_PYTHON_ENV}=1"
+_batch, _MISSING = native_module("kinspect.proxy._batch")
 
 CONVERSATIONS = sorted(TRAFFIC.glob("*/*.requests.bin"))
 
@@ -48,36 +38,6 @@ def built():
     if _batch is None:
         pytest.fail(_MISSING)
     assert native_inspect_reads() is _batch.inspect_reads
-
-
-class _Transport:
-    def __init__(self) -> None:
-        self.sent: list[bytes] = []
-
-    def write(self, data) -> None:
-        self.sent.append(bytes(data))
-
-    def is_closing(self) -> bool:
-        return False
-
-    def close(self) -> None:
-        pass
-
-    def get_extra_info(self, key):
-        return ("127.0.0.1", 1) if key == "peername" else None
-
-
-def _fact(event) -> tuple:
-    if isinstance(event, Request):
-        return ("Request", event.time, event.offset, event.api_key, event.api_version, event.correlation_id,
-                event.size, event.complete, frame_bytes(event.frame) if event.frame is not None else None)
-    if isinstance(event, Response):
-        return ("Response", event.time, event.offset, event.api_key, event.api_version, event.correlation_id,
-                event.size, event.complete, frame_bytes(event.frame) if event.frame is not None else None)
-    if isinstance(event, Exchange):
-        return ("Exchange", event.request.correlation_id, event.latency)
-    assert isinstance(event, Problem)
-    return ("Problem", event.time, event.kind, event.direction, event.detail)
 
 
 class _Harness:
@@ -103,7 +63,7 @@ class _Harness:
         session = Session(self.server.codec, ConnectionInfo(number, "c:1", "b:1"), self.server.session_config,
                           self.server.plan, native=native_session)
         relay = Relay(self.server, session, self.server.dispatcher, [])
-        relay.client.transport, relay.broker.transport = _Transport(), _Transport()
+        relay.client.transport, relay.broker.transport = RecordingTransport(), RecordingTransport()
         relay._early, relay._clock = None, lambda: float(next(self.clock))
         self.relays.append(relay)
         return relay
@@ -112,7 +72,7 @@ class _Harness:
         drop = ("kinspect_event_loop_", "process_", "python_gc_")
         metrics = [line for line in generate_latest(self.app.metrics.registry).decode().splitlines()
                    if not line.startswith(drop) and "_created" not in line.split(" ")[0] and not line.startswith("# ")]
-        return ([_fact(e) for e in self.log.events], [(r.broker.transport.sent, r.client.transport.sent)
+        return ([event_fact(e) for e in self.log.events], [(r.broker.transport.sent, r.client.transport.sent)
                                                       for r in self.relays],
                 self.server.inspection_failures, self.server.dispatcher.failures,
                 [(r.session.client_framed, r.session.broker_framed) for r in self.relays], metrics,
@@ -366,15 +326,5 @@ async def test_many_batches_leave_no_garbage():
             harness.queue.flush()
         harness.log.events.clear()
 
-    rounds()
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        for _ in range(20):
-            rounds()
-        gc.collect()
-        grown = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
+    grown = bytes_grown(rounds, 20)
     assert grown < 64 * 1024, grown

@@ -13,29 +13,20 @@ TransactionalId, a new ClientId, unpaired and repeated correlation ids).
 from __future__ import annotations
 
 import dataclasses
-import gc
-import os
 import random
 import struct
-import tracemalloc
 
 import pytest
 
 from kinspect.protocol.codec import Codec
-from kinspect.protocol.codec.wire_program import PURE_PYTHON_ENV
-from kinspect.session import ConnectionInfo, Exchange, Plan, Problem, Request, Response, Session, SessionConfig
+from kinspect.session import ConnectionInfo, Exchange, Plan, Session, SessionConfig
 from kinspect.session.address_rewrite import AddressRewrite, NodeMap
 from kinspect.session.events import frame_bytes
+from tests.support.native import bytes_grown, native_module
 from tests.support.paths import TRAFFIC
 
-if os.environ.get(PURE_PYTHON_ENV) == "1":
-    pytest.skip(f"{PURE_PYTHON_ENV}=1 forces the pure-Python paths", allow_module_level=True)
-
-try:
-    from kinspect.session._one_frame import Reads
-except ImportError as exc:  # the tests below fail (never skip): CI installs with a compiler
-    Reads = None
-    _MISSING = f"kinspect.session._one_frame is not built ({exc}); reinstall with a C compiler or set {PURE_PYTHON_ENV}=1"
+_one_frame, _MISSING = native_module("kinspect.session._one_frame")
+Reads = None if _one_frame is None else _one_frame.Reads
 
 CONVERSATIONS = sorted(TRAFFIC.glob("*/*.requests.bin"))
 
@@ -329,17 +320,7 @@ def test_many_reads_leave_no_garbage(codec):
             client(reads[i], 1.0)
             broker(replies[i], 1.0)
 
-    rounds()
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        for _ in range(3):
-            rounds()
-        gc.collect()
-        grown = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
+    grown = bytes_grown(rounds)
     assert native.client_data.__self__.taken > 15000
     assert grown < 64 * 1024, grown
     assert native.inflight == 0
