@@ -798,12 +798,37 @@ def small_report(results: dict[str, list[dict]], paths: list[str], settings: dic
                   and p in summary.get(ph, {}) and summary[ph][p].get("ratio_to_haproxy")]
         geo = math.exp(statistics.fmean(math.log(r) for r in ratios))
         geo_serial = math.exp(statistics.fmean(math.log(r) for r in serial)) if serial else float("nan")
-        summary.setdefault("overall", {})[p] = {"cpu_ratio_geomean": geo, "cpu_ratio_geomean_serial": geo_serial}
+        per_rep = serial_ratios_per_rep(results.get(p, []), results.get("haproxy", []),
+                                        [ph for ph in phases if ph.endswith("/serial")])
+        summary.setdefault("overall", {})[p] = {"cpu_ratio_geomean": geo, "cpu_ratio_geomean_serial": geo_serial,
+                                                "cpu_ratio_serial_per_rep": per_rep}
         target = CPU_PER_REQUEST_TARGET.get(p)
         verdict = "" if target is None else f"; target {target}x one at a time: {'MET' if geo_serial <= target else 'MISSED'}"
         lines.append(f"  {p}: CPU per request {geo:.2f}x haproxy's (geometric mean of every workload; "
                      f"one-at-a-time only {geo_serial:.2f}x{verdict})")
+        if per_rep:
+            within = "" if target is None else f", within the target in {sum(r <= target for r in per_rep)} of {len(per_rep)}"
+            lines.append(f"    one at a time, each repetition against haproxy's beside it: "
+                         f"{min(per_rep):.2f}x to {max(per_rep):.2f}x (median {statistics.median(per_rep):.2f}x{within})")
     return lines, summary
+
+
+def serial_ratios_per_rep(mine: list[dict], haproxy: list[dict], phases: list[str]) -> list[float]:
+    """Per repetition, the geometric mean over the one-at-a-time workloads of this path's CPU per request
+    over haproxy's in the same repetition: the runs are interleaved, so each pair shares the machine's
+    load of that moment, which the medians of the two paths over all repetitions do not."""
+    out = []
+    by_rep = {ref.get("rep"): ref for ref in haproxy}
+    for cell in mine:
+        ref = by_rep.get(cell.get("rep"))
+        if ref is None:  # haproxy's cell of this repetition failed
+            continue
+        ratios = [cell["small"][ph]["cpu_us_per_req"] / ref["small"][ph]["cpu_us_per_req"] for ph in phases
+                  if ph in cell.get("small", {}) and ph in ref.get("small", {})
+                  and cell["small"][ph].get("cpu_us_per_req") and ref["small"][ph].get("cpu_us_per_req")]
+        if ratios:
+            out.append(math.exp(statistics.fmean(math.log(r) for r in ratios)))
+    return out
 
 
 def medians(cells: list[dict]) -> dict:
@@ -1141,6 +1166,7 @@ def main(argv: list[str] | None = None) -> int:
                     failures.append({"rep": rep, "path": path, "error": f"{type(exc).__name__}: {exc}"})
                     print(f"  rep {rep + 1} {path}: FAILED: {type(exc).__name__}: {exc}", flush=True)
                     continue
+                cell["rep"] = rep  # what pairs it with the other paths' cells of this repetition
                 results[path].append(cell)
                 loop_note = f", loop {cell['event_loop']}" if "event_loop" in cell else ""
                 print(f"  rep {rep + 1}/{settings['reps']} {path:<21} {cell_line(cell)}  "

@@ -109,3 +109,17 @@ def test_profile_summary_counts_an_inline_transport_write_as_io(tmp_path):
     result = summary_module.summarize(raw, summary_module._write_lines(source))
     assert dict(result["parts"]) == {summary_module.LOOP_PART: 75.0, "relay Python (forwarding, dispatch)": 25.0}
     assert result["self"][0] == ("Relay.data (kinspect/proxy/relay.py) [transport.write]", 75.0)
+
+
+def test_small_request_ratios_pair_each_repetition_with_haproxys_run_beside_it():
+    spec = importlib.util.spec_from_file_location("bench_proxy_module", BENCH / "bench_proxy.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    def cell(rep: int, **cpu) -> dict:
+        return {"rep": rep, "small": {f"{w}/serial": {"cpu_us_per_req": v} for w, v in cpu.items()}}
+
+    haproxy = [cell(0, a=10, b=20), cell(2, a=40, b=40)]  # its repetition 1 failed
+    mine = [cell(0, a=20, b=20), cell(1, a=99, b=99), cell(2, a=60, b=90)]
+    ratios = bench.serial_ratios_per_rep(mine, haproxy, ["a/serial", "b/serial"])
+    assert ratios == pytest.approx([2 ** 0.5, (1.5 * 2.25) ** 0.5])  # geometric means; repetition 1 left out
