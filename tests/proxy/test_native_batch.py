@@ -1,7 +1,8 @@
 """The inspection queue's batch in C (kinspect.proxy._batch) against the Python loop it stands in for.
 
-Two apps (on a running loop, as relays need), one whose queue inspects its batches in C and one whose queue runs InspectionQueue.flush's
-Python loop (Relay.inspect, Dispatcher.dispatch), are fed the same reads: every recorded
+Two apps (on a running loop, as relays need), one whose queue inspects its batches in C and one
+whose queue runs InspectionQueue.flush's Python loop (Relay.inspect, Dispatcher.dispatch), are
+fed the same reads: every recorded
 conversation cut into reads of many sizes (frames whole and in pieces, large requests kept in
 pieces), a session that raises, observers that raise, observers added between batches, an
 interrupt; the events, the bytes forwarded, the failures counted, what was logged and the
@@ -13,6 +14,7 @@ from __future__ import annotations
 import itertools
 import logging
 import random
+from typing import NamedTuple
 
 import pytest
 from prometheus_client import generate_latest
@@ -27,6 +29,7 @@ from tests.support.event_log import EventLog
 from tests.support.relay_stubs import RecordingTransport, event_fact
 from tests.support.native import bytes_grown, native_module
 from tests.support.paths import TRAFFIC
+from tests.support.proxy_harness import stream_frames
 
 _batch, _MISSING = native_module("kinspect.proxy._batch")
 
@@ -38,6 +41,18 @@ def built():
     if _batch is None:
         pytest.fail(_MISSING)
     assert native_inspect_reads() is _batch.inspect_reads
+
+
+class Outcome(NamedTuple):
+    """What one harness's run left: what observers saw and counted, what went on, what /metrics says."""
+
+    facts: list  # every event, as tests.support.relay_stubs.event_fact
+    sent: list  # per relay: (bytes written to the broker, bytes written to the client)
+    inspection_failures: int  # the server's count (sessions that raised, the sessions' own failures)
+    observer_failures: int  # the dispatcher's count
+    framed: list  # per relay: (client_framed, broker_framed)
+    metrics: list  # the /metrics lines of the traffic
+    late_events: int | None  # what an observer added part way saw
 
 
 class _Harness:
@@ -68,15 +83,15 @@ class _Harness:
         self.relays.append(relay)
         return relay
 
-    def outcome(self) -> tuple:
+    def outcome(self) -> Outcome:
         drop = ("kinspect_event_loop_", "process_", "python_gc_")
         metrics = [line for line in generate_latest(self.app.metrics.registry).decode().splitlines()
                    if not line.startswith(drop) and "_created" not in line.split(" ")[0] and not line.startswith("# ")]
-        return ([event_fact(e) for e in self.log.events], [(r.broker.transport.sent, r.client.transport.sent)
-                                                      for r in self.relays],
-                self.server.inspection_failures, self.server.dispatcher.failures,
-                [(r.session.client_framed, r.session.broker_framed) for r in self.relays], metrics,
-                len(self.late.events) if self.late is not None else None)
+        return Outcome([event_fact(e) for e in self.log.events],
+                       [(r.broker.transport.sent, r.client.transport.sent) for r in self.relays],
+                       self.server.inspection_failures, self.server.dispatcher.failures,
+                       [(r.session.client_framed, r.session.broker_framed) for r in self.relays], metrics,
+                       len(self.late.events) if self.late is not None else None)
 
 
 def _cut(frame: bytes, rng: random.Random, most: int) -> list[bytes]:
@@ -92,14 +107,6 @@ def _conversation(path) -> tuple[bytes, bytes]:
     return path.read_bytes(), path.with_name(path.name.replace("requests", "responses")).read_bytes()
 
 
-def _frames(stream: bytes) -> list[bytes]:
-    start, out = 0, []
-    for end in frame_ends(stream):
-        out.append(stream[start:end])
-        start = end
-    return out
-
-
 def _play(relay: Relay, requests: bytes, responses: bytes, how: str, rng: random.Random) -> None:
     """One conversation as reads: "streams" (every request in one read, then every response), "frames"
     (each request, then its response, a read each), or each frame cut into reads of 1..N bytes."""
@@ -108,7 +115,7 @@ def _play(relay: Relay, requests: bytes, responses: bytes, how: str, rng: random
         relay.broker.data_received(responses)
         return
     most = None if how == "frames" else int(how)
-    for q, r in itertools.zip_longest(_frames(requests), _frames(responses)):
+    for q, r in itertools.zip_longest(stream_frames(requests), stream_frames(responses)):
         for frame, read in ((q, relay.client.data_received), (r, relay.broker.data_received)):
             if frame is not None:
                 for piece in ([frame] if most is None else _cut(frame, rng, most)):
@@ -125,7 +132,7 @@ def _feed(harness: _Harness, how: str) -> None:
     harness.queue.flush()
 
 
-def _both(run) -> tuple:
+def _both(run) -> tuple[Outcome, Outcome]:
     outcomes = []
     for native in (True, False):
         harness = _Harness(native)
@@ -136,10 +143,10 @@ def _both(run) -> tuple:
 
 @pytest.mark.parametrize("how", ["streams", "frames", "300", "17"])
 async def test_recorded_conversations_give_the_same_events_bytes_and_metrics(how):
-    native, python = (_both(lambda h: _feed(h, how)))
-    assert len(native[0]) > 700 and sum(1 for f in native[0] if f[0] == "Exchange") > 200
+    native, python = _both(lambda h: _feed(h, how))
+    assert len(native.facts) > 700 and sum(1 for f in native.facts if f[0] == "Exchange") > 200
     if how in ("300", "17"):  # frames spread over reads: large requests were kept in pieces, then released
-        assert any(f[0] == "Request" and f[6] > 300 for f in native[0])
+        assert any(f[0] == "Request" and f[6] > 300 for f in native.facts)  # f[6]: the size
     assert native == python
 
 
@@ -169,8 +176,8 @@ async def test_observers_that_raise_are_counted_and_logged_alike(caplog):
         _feed(harness, "200")
 
     with caplog.at_level(logging.ERROR, logger="kinspect.proxy"):
-        native, python = (_both(run))
-    assert native == python and native[3] > 10  # the dispatcher counted every failure
+        native, python = _both(run)
+    assert native == python and native.observer_failures > 10
     logged = [r for r in caplog.records if "failed on" in r.getMessage()]
     assert len(logged) == 20  # the first ten of each run
     assert all(r.exc_info and r.exc_info[0] is ValueError for r in logged)  # with the exception handled
@@ -204,8 +211,8 @@ async def test_a_session_that_raises_stops_that_direction_alike(direction, caplo
     with caplog.at_level(logging.ERROR, logger="kinspect.proxy"):
         native, python = _both(run)
     assert native == python
-    assert native[2] == 1 and native[4] == [(direction != "client", direction != "broker")]
-    kinds = [f[0] for f in native[0]]
+    assert native.inspection_failures == 1 and native.framed == [(direction != "client", direction != "broker")]
+    kinds = [f[0] for f in native.facts]
     assert kinds.count("Request") == (1 if direction == "client" else 14)
     assert kinds.count("Response") == 1  # the first exchange, before the failing read
     logged = [r for r in caplog.records if "the session failed" in r.getMessage()]
@@ -230,8 +237,9 @@ async def test_failures_the_session_counts_reach_the_server_alike():
         harness.queue.flush()
 
     native, python = _both(run)
-    assert native == python and native[2] == 3  # the first failure of each session stops its requests' inspection
-    assert [f[2] for f in native[0] if f[0] == "Problem"] == ["inspection_failed"] * 3
+    assert native == python
+    assert native.inspection_failures == 3  # the first failure of each session stops its requests' inspection
+    assert [f[2] for f in native.facts if f[0] == "Problem"] == ["inspection_failed"] * 3
 
 
 async def test_a_large_produce_in_pieces_is_released_alike():
@@ -258,7 +266,7 @@ async def test_a_large_produce_in_pieces_is_released_alike():
         harness.queue.flush()
 
     native, python = _both(run)
-    requests = [f for f in native[0] if f[0] == "Request"]
+    requests = [f for f in native.facts if f[0] == "Request"]
     assert len(requests) == 3 and all(f[6] > 100_000 and f[-1] is None for f in requests)  # released
     assert native == python
 
@@ -268,7 +276,7 @@ async def test_an_interrupt_in_an_observer_propagates_from_both():
         harness = _Harness(native, max_reads=1000)
         harness.server.dispatcher.observers.append(_Failing(2, KeyboardInterrupt))
         relay = harness.relay()
-        for frame in _frames(_longest()[0])[:20]:
+        for frame in stream_frames(_longest()[0])[:20]:
             relay.client.data_received(frame)
         with pytest.raises(KeyboardInterrupt):
             harness.queue.flush()
@@ -278,7 +286,7 @@ async def test_observers_added_between_batches_see_the_events_after():
     def run(harness: _Harness) -> None:
         relay = harness.relay()
         requests, responses = _longest()
-        pairs = list(itertools.zip_longest(_frames(requests), _frames(responses)))
+        pairs = list(itertools.zip_longest(stream_frames(requests), stream_frames(responses)))
         late = harness.late = EventLog()
         for i, (q, r) in enumerate(pairs):
             if i == len(pairs) // 2:
@@ -289,9 +297,9 @@ async def test_observers_added_between_batches_see_the_events_after():
                 relay.broker.data_received(r)
         harness.queue.flush()
 
-    native, python = (_both(run))
+    native, python = _both(run)
     assert native == python
-    assert 0 < native[-1] < len(native[0])  # the late observer saw the second half only
+    assert 0 < native.late_events < len(native.facts)  # the late observer saw the second half only
 
 
 def test_stand_in_relays_are_asked_to_inspect_themselves():

@@ -24,21 +24,12 @@ from kinspect.session.address_rewrite import AddressRewrite, NodeMap
 from kinspect.session.events import frame_bytes
 from tests.support.native import bytes_grown, native_module
 from tests.support.paths import TRAFFIC
+from tests.support.proxy_harness import stream_frames
 
 _one_frame, _MISSING = native_module("kinspect.session._one_frame")
 Reads = None if _one_frame is None else _one_frame.Reads
 
 CONVERSATIONS = sorted(TRAFFIC.glob("*/*.requests.bin"))
-
-
-def frames(stream: bytes) -> list[bytes]:
-    """A recorded stream cut into its frames, size prefixes included."""
-    out, pos = [], 0
-    while pos < len(stream):
-        end = pos + 4 + struct.unpack_from(">i", stream, pos)[0]
-        out.append(stream[pos:end])
-        pos = end
-    return out
 
 
 def framed(frame: bytes) -> bytes:
@@ -109,9 +100,9 @@ def run_both(native: Session, reference: Session, reads: list[tuple[str, bytes]]
 
 def one_at_a_time(requests: bytes, responses: bytes) -> list[tuple[str, bytes]]:
     """Each response read right after its request (acks=0 requests have none), a frame a read."""
-    pending = frames(requests)
+    pending = stream_frames(requests)
     reads = []
-    for response in frames(responses):
+    for response in stream_frames(responses):
         correlation_id = response[4:8]
         while pending:
             request = pending.pop(0)
@@ -123,7 +114,7 @@ def one_at_a_time(requests: bytes, responses: bytes) -> list[tuple[str, bytes]]:
 
 
 def all_requests_first(requests: bytes, responses: bytes) -> list[tuple[str, bytes]]:
-    return [("c", f) for f in frames(requests)] + [("b", f) for f in frames(responses)]
+    return [("c", f) for f in stream_frames(requests)] + [("b", f) for f in stream_frames(responses)]
 
 
 def _recorded(path):

@@ -331,6 +331,16 @@ def frames_of(data: bytes) -> tuple[list[bytes], bytes]:
     return frames, data[pos:]
 
 
+def stream_frames(stream: bytes) -> list[bytes]:
+    """A recorded stream of whole frames cut into its frames, size prefixes included."""
+    out, pos = [], 0
+    while pos < len(stream):
+        end = pos + 4 + _PREFIX.unpack_from(stream, pos)[0]
+        out.append(stream[pos:end])
+        pos = end
+    return out
+
+
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
