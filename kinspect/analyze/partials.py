@@ -151,7 +151,7 @@ def addresses(table: pa.Table) -> pa.Table:
 
 def values(table: pa.Table) -> pa.Table:
     """Every request size, response size and latency, counted per distinct value: the three
-    sides' (api, direction, version, value) packed into one int64 each, counted by Arrow, and
+    sides' (api, direction, version, value) packed into one int64 each, counted by a sort, and
     unpacked (a value range too wide to pack is grouped the general way)."""
     api = Groups.of([table["api_key"], table["api_name"]])
     request_version = whole(table["request_version"])
@@ -172,15 +172,15 @@ def values(table: pa.Table) -> pa.Table:
         key = key * version_span + (_offsets(version, version_low) if version is not None else 0)
         key = key * value_span + _offsets(value, value_low)
         keys.append(key if keep is None else key[keep])
-    counted = (pa.table({"k": np.concatenate(keys)}).group_by("k", use_threads=False)
-               .aggregate([("k", "count", pc.CountOptions("all"))]))
-    key = counted["k"].to_numpy()
+    # counted by a sort, not a hash: numpy sorts int64 with SIMD, and most keys of a piece are
+    # distinct (a 476k-row piece: 1.4M keys, 483k distinct; Arrow's hash grouping 120 ms, this 29)
+    key, count = np.unique(np.concatenate(keys), return_counts=True)
     key, value = np.divmod(key, value_span)
     key, version = np.divmod(key, version_span)
     api_id, direction = np.divmod(key, 3)
     return pa.table({**_api(table, api.first[api_id]), "direction": pa.array(direction.astype(np.int8)),
                      "version": pa.array(version + (version_low - 1), _I32, mask=version == 0),
-                     "v": pa.array(value + (value_low - 1), _I64, mask=value == 0), "n": counted["k_count"]})
+                     "v": pa.array(value + (value_low - 1), _I64, mask=value == 0), "n": pa.array(count.astype(np.int64))})
 
 
 def _range(arrays) -> tuple[int, int]:
