@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # The C extensions (the codec's, the session's, the metrics', the capture's): an edit of these rebuilds them (pip's editable install builds in place).
-CSOURCES := $(wildcard kinspect/*.h kinspect/protocol/codec/*.c kinspect/protocol/codec/*.h kinspect/session/*.c kinspect/observers/*.c kinspect/proxy/*.c kinspect/capture/*.c)
+CSOURCES := $(wildcard kinspect/*.h kinspect/protocol/codec/*.c kinspect/protocol/codec/*.h kinspect/session/*.c kinspect/observers/*.c kinspect/proxy/*.c kinspect/capture/*.c kinspect/analyze/*.c)
 # setuptools' "Editable installation" notice is information only: a quiet install stays quiet.
 QUIET_BUILD := PYTHONWARNINGS="ignore:Editable installation:UserWarning"
 

@@ -1,6 +1,6 @@
 """Builds the optional C extensions (the decoder/scanner _wire, the session's one-frame reads _one_frame, the
 metrics' counting _counting, the inspection queue's batch _batch, the capture's fact taker _take and column
-cutter _columns); everything else is in pyproject.toml."""
+cutter _columns, the analyze job's dense ids _dense); everything else is in pyproject.toml."""
 
 from setuptools import Extension, setup
 
@@ -44,6 +44,12 @@ setup(
         Extension(
             "kinspect.capture._columns",
             ["kinspect/capture/_columns.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
+        Extension(
+            "kinspect.analyze._dense",
+            ["kinspect/analyze/_dense.c"],
             extra_compile_args=["-O2"],
             optional=True,
         ),

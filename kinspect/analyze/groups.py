@@ -4,15 +4,20 @@ Arrow's hash aggregation hashes every key column of every row and runs one kerne
 aggregation; most of a partial aggregate's time went there. Here each key column becomes
 small integer codes (a dictionary column's indices, an integer's offset from its minimum),
 the codes of all the keys one int64 per row (mixed radix), and that one column is hashed
-once into dense group ids; each sum, minimum and maximum is then a single numpy pass
-(ufunc.at, exact integer arithmetic). A group's key values are those of its first row.
+once into dense group ids (in C by _dense.c where it is built, else by Arrow); each sum,
+minimum and maximum is then a single numpy pass (ufunc.at, exact integer arithmetic). A
+group's key values are those of its first row.
 """
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from kinspect.protocol.codec.wire_program import PURE_PYTHON_ENV
 
 _I64 = pa.int64()
 _LIMIT = 1 << 62  # the packed key's span stays below this: an int64, with room to spare
@@ -35,10 +40,39 @@ def decoded(array) -> pa.Array:
     return array.cast(array.type.value_type) if pa.types.is_dictionary(array.type) else array
 
 
+def native_first_seen():
+    """analyze._dense.first_seen, or None where it is not built or KINSPECT_PURE_PYTHON=1."""
+    if os.environ.get(PURE_PYTHON_ENV) == "1":
+        return None
+    try:
+        from kinspect.analyze._dense import first_seen
+    except ImportError:
+        return None
+    return first_seen
+
+
+_FIRST_SEEN = native_first_seen()
+
+
+def first_seen(key: np.ndarray, native: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Each int64 key's id, dense in the order the keys first appear, and each id's first row:
+    in C where it is built (`native`), else by Arrow's hashing (the reference: the same ids)."""
+    key = np.ascontiguousarray(key, np.int64)
+    if native and _FIRST_SEEN is not None:
+        ids, first = np.empty(len(key), np.int64), np.empty(len(key), np.int64)
+        number = _FIRST_SEEN(key, ids, first)
+        return ids.astype(np.intp, copy=False), first[:number].copy()
+    encoded = pc.dictionary_encode(pa.array(key, _I64))
+    ids = encoded.indices.to_numpy().astype(np.intp)
+    first = np.full(len(encoded.dictionary), len(ids), np.int64)
+    np.minimum.at(first, ids, np.arange(len(ids), dtype=np.int64))
+    return ids, first
+
+
 def _dense(values: np.ndarray) -> tuple[np.ndarray, int]:
     """Codes 0..n-1 of the distinct values of an int64 array (by hash), and n."""
-    encoded = pc.dictionary_encode(pa.array(values, _I64))
-    return encoded.indices.to_numpy().astype(np.int64), len(encoded.dictionary)
+    ids, first = first_seen(values)
+    return ids.astype(np.int64, copy=False), len(first)
 
 
 def codes(array, null_as=None) -> tuple[np.ndarray, int]:
@@ -99,12 +133,8 @@ class Groups:
     first appear, and each group's first row."""
 
     def __init__(self, key: np.ndarray):
-        encoded = pc.dictionary_encode(pa.array(key, _I64))
-        self.ids = encoded.indices.to_numpy().astype(np.intp)
-        self.number = len(encoded.dictionary)  # of groups
-        rows = len(self.ids)
-        self.first = np.full(self.number, rows, np.int64)
-        np.minimum.at(self.first, self.ids, np.arange(rows, dtype=np.int64))
+        self.ids, self.first = first_seen(key)
+        self.number = len(self.first)  # of groups
 
     @classmethod
     def of(cls, columns) -> "Groups":
