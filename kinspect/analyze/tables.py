@@ -102,7 +102,11 @@ def _ranks(column) -> np.ndarray:
 
 def _ranked_values(column) -> tuple[np.ndarray, pa.Array]:
     """`_ranks` of `column`, and its distinct non-null values in rank order (rank r: [r - 1])."""
-    encoded = pc.dictionary_encode(column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column)
+    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if pa.types.is_dictionary(column.type) and (column.dictionary.null_count or
+                                                len(pc.unique(column.dictionary)) != len(column.dictionary)):
+        column = column.cast(column.type.value_type)  # a value twice in the dictionary: one rank for both
+    encoded = pc.dictionary_encode(column)  # a dictionary column (of distinct values) stays as it is
     order = pc.array_sort_indices(encoded.dictionary).to_numpy()
     rank = np.empty(len(order), np.int64)
     rank[order] = np.arange(1, len(order) + 1)
