@@ -1,6 +1,6 @@
 """Builds the optional C extensions (the decoder/scanner _wire, the session's one-frame reads _one_frame, the
 metrics' counting _counting, the inspection queue's batch _batch, the capture's fact taker _take and column
-cutter _columns, the analyze job's dense ids _dense); everything else is in pyproject.toml."""
+cutter _columns, the analyze job's grouping kernels _grouping); everything else is in pyproject.toml."""
 
 from setuptools import Extension, setup
 
@@ -48,8 +48,8 @@ setup(
             optional=True,
         ),
         Extension(
-            "kinspect.analyze._dense",
-            ["kinspect/analyze/_dense.c"],
+            "kinspect.analyze._grouping",
+            ["kinspect/analyze/_grouping.c"],
             extra_compile_args=["-O2"],
             optional=True,
         ),

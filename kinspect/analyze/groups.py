@@ -4,7 +4,7 @@ Arrow's hash aggregation hashes every key column of every row and runs one kerne
 aggregation; most of a partial aggregate's time went there. Here each key column becomes
 small integer codes (a dictionary column's indices, an integer's offset from its minimum),
 the codes of all the keys one int64 per row (mixed radix), and that one column is hashed
-once into dense group ids (in C by _dense.c where it is built, else by Arrow); each sum,
+once into dense group ids (in C by _grouping.c where it is built, else by Arrow); each sum,
 minimum and maximum is then a single numpy pass (ufunc.at, exact integer arithmetic). A
 group's key values are those of its first row.
 """
@@ -40,18 +40,19 @@ def decoded(array) -> pa.Array:
     return array.cast(array.type.value_type) if pa.types.is_dictionary(array.type) else array
 
 
-def native_first_seen():
-    """analyze._dense.first_seen, or None where it is not built or KINSPECT_PURE_PYTHON=1."""
+def native_kernel(name: str):
+    """analyze._grouping's function `name`, or None where it is not built or KINSPECT_PURE_PYTHON=1."""
     if os.environ.get(PURE_PYTHON_ENV) == "1":
         return None
     try:
-        from kinspect.analyze._dense import first_seen
+        from kinspect.analyze import _grouping
     except ImportError:
         return None
-    return first_seen
+    return getattr(_grouping, name)
 
 
-_FIRST_SEEN = native_first_seen()
+_FIRST_SEEN = native_kernel("first_seen")
+_LIST_SUMS = native_kernel("list_sums")
 
 
 def first_seen(key: np.ndarray, native: bool = True) -> tuple[np.ndarray, np.ndarray]:
@@ -67,6 +68,28 @@ def first_seen(key: np.ndarray, native: bool = True) -> tuple[np.ndarray, np.nda
     first = np.full(len(encoded.dictionary), len(ids), np.int64)
     np.minimum.at(first, ids, np.arange(len(ids), dtype=np.int64))
     return ids, first
+
+
+def list_sums(ids: np.ndarray, number: int, offsets: np.ndarray, values: np.ndarray, width: int,
+              native: bool = True) -> np.ndarray:
+    """Each group's element-wise sums of its lists (list i: values[offsets[i]:offsets[i + 1]],
+    in group ids[i]), as a (number x width) int64 array; a list's elements past `width` are
+    left out. In C where it is built (`native`), else numpy (the reference)."""
+    ids, offsets = np.ascontiguousarray(ids, np.int64), np.ascontiguousarray(offsets, np.int64)
+    values = np.ascontiguousarray(values, np.int64)
+    sums = np.zeros((number, width), np.int64)
+    if native and _LIST_SUMS is not None:
+        _LIST_SUMS(ids, offsets, values, width, sums)
+        return sums
+    lengths, starts = np.diff(offsets), offsets[:-1]
+    # each value's place in the sums: its group's row, plus its place in its list
+    place = np.repeat(ids * width - starts, lengths) + np.arange(offsets[0], offsets[-1])
+    counts = values[offsets[0]:offsets[-1]]
+    if len(lengths) and lengths.max() > width:
+        inside = np.arange(offsets[0], offsets[-1]) - np.repeat(starts, lengths) < width
+        place, counts = place[inside], counts[inside]
+    np.add.at(sums.reshape(-1), place, counts)  # both int64: numpy's fast path (int32 counts took 6x longer)
+    return sums
 
 
 def _dense(values: np.ndarray) -> tuple[np.ndarray, int]:

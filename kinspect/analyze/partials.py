@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kinspect.analyze.groups import Groups, codes, decoded, pack, whole
+from kinspect.analyze.groups import Groups, codes, decoded, list_sums, pack, whole
 from kinspect.analyze.inputs import MALFORMED, REQUIRED_COLUMNS
 from kinspect.capture.schema import arrow_schema
 
@@ -250,21 +250,12 @@ def _hist_sums(groups: Groups, hists, prefix: str) -> dict[str, pa.Array]:
     hists = whole(hists)
     if hists.null_count or hists.values.null_count:  # never written: nulls count as empty lists, 0
         lengths = pc.fill_null(pc.list_value_length(hists), 0).to_numpy().astype(np.int64)
-        counts = pc.fill_null(pc.list_flatten(hists), 0).to_numpy().astype(np.int64)
-        starts = np.cumsum(lengths) - lengths
+        counts = pc.fill_null(pc.list_flatten(hists), 0).to_numpy()
+        offsets = np.concatenate([[0], np.cumsum(lengths)])
     else:  # the lists' own offsets and values, without building lengths and a flattened copy
-        offsets = hists.offsets.to_numpy().astype(np.int64)
-        lengths = np.diff(offsets)
-        counts = hists.values.to_numpy()[offsets[0]:offsets[-1]].astype(np.int64)
-        starts = offsets[:-1] - offsets[0]
-    # each count's place in the (groups x 10) sums: its group's row, plus its place in its list
-    place = np.repeat(groups.ids * 10 - starts, lengths) + np.arange(len(counts))
-    if len(lengths) and lengths.max() > 10:  # no such list is written; past 10 is left out
-        inside = place - np.repeat(groups.ids * 10, lengths) < 10
-        place, counts = place[inside], counts[inside]
-    sums = np.zeros(groups.number * 10, np.int64)
-    np.add.at(sums, place, counts)  # both int64: numpy's fast path (int32 counts took 6x longer)
-    sums = sums.reshape(groups.number, 10)
+        offsets, counts = hists.offsets.to_numpy(), hists.values.to_numpy()
+    # no list of more than 10 is written; past 10 is left out
+    sums = list_sums(groups.ids, groups.number, offsets, counts, 10)
     return {f"{prefix}{i + 1}": pa.array(np.ascontiguousarray(sums[:, i])) for i in range(10)}
 
 

@@ -1,0 +1,124 @@
+"""analyze._grouping (dense ids and list sums in C) against its reference, kinspect.analyze.groups.first_seen's Python path."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from kinspect.analyze.groups import Groups, first_seen, list_sums, native_kernel
+from tests.support.native import bytes_grown, native_module
+
+_grouping, _MISSING = native_module("kinspect.analyze._grouping")
+I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+@pytest.fixture(autouse=True)
+def built():
+    assert _grouping is not None, _MISSING
+    assert native_kernel("first_seen") is _grouping.first_seen and native_kernel("list_sums") is _grouping.list_sums
+
+
+def keys_of(kind: str) -> np.ndarray:
+    rng = np.random.default_rng(len(kind))
+    return {
+        "empty": np.array([], np.int64),
+        "one": np.array([42], np.int64),
+        "all equal": np.full(5000, -7, np.int64),
+        "few distinct": rng.integers(0, 20, 20000),
+        "mostly distinct": rng.integers(0, 1 << 40, 300_000),  # the table grows many times
+        "runs of neighbours": np.repeat(np.arange(100_000, dtype=np.int64), 3),
+        "extremes": rng.choice(np.array([I64_MIN, I64_MAX, -1, 0, 1], np.int64), 10_000),
+        # multiples of a large power of two: the same low bits, which the hash must still spread
+        "same low bits": rng.integers(0, 50_000, 100_000) << 40,
+    }[kind]
+
+
+@pytest.mark.parametrize("kind", ["empty", "one", "all equal", "few distinct", "mostly distinct",
+                                  "runs of neighbours", "extremes", "same low bits"])
+def test_c_ids_and_first_rows_equal_the_reference(kind):
+    key = keys_of(kind)
+    ids, first = first_seen(key)
+    reference_ids, reference_first = first_seen(key, native=False)
+    assert ids.dtype == reference_ids.dtype == np.intp and first.dtype == reference_first.dtype == np.int64
+    assert np.array_equal(ids, reference_ids) and np.array_equal(first, reference_first)
+    # and what they mean: rows share an id exactly where their keys are equal, ids in order of first appearance
+    assert len(first) == len(np.unique(key))
+    assert np.array_equal(key[first[ids]], key)
+    assert np.array_equal(first, np.sort(first)) and (ids.max() + 1 if len(ids) else 0) == len(first)
+
+
+def test_a_slice_of_a_larger_array_is_read_as_its_own_values():
+    """A strided view (every other key) is made contiguous first: the C reads the keys it is given."""
+    key = np.arange(20, dtype=np.int64) % 7
+    ids, first = first_seen(key[::2])
+    assert np.array_equal(ids, first_seen(key[::2].copy(), native=False)[0]) and len(first) == 7
+
+
+def test_groups_sum_the_same_with_either_path(monkeypatch):
+    rng = np.random.default_rng(5)
+    key, values = rng.integers(0, 3000, 50_000), pa.array(rng.integers(-5, 1 << 40, 50_000))
+    native = Groups(key)
+    monkeypatch.setattr("kinspect.analyze.groups._FIRST_SEEN", None)
+    python = Groups(key)
+    assert native.number == python.number
+    assert native.sum(values).equals(python.sum(values)) and native.min(values).equals(python.min(values))
+
+
+def test_buffers_of_the_wrong_size_are_refused():
+    key = np.arange(10, dtype=np.int64)
+    with pytest.raises(ValueError, match="ids holds fewer than 10 int64s"):
+        _grouping.first_seen(key, np.empty(9, np.int64), np.empty(10, np.int64))
+    with pytest.raises(ValueError, match="not a whole number of int64s"):
+        _grouping.first_seen(b"123", np.empty(1, np.int64), np.empty(1, np.int64))
+    with pytest.raises(TypeError):
+        _grouping.first_seen(key, b"read-only" * 10, np.empty(10, np.int64))
+
+
+def test_no_memory_is_kept_between_calls():
+    key = np.random.default_rng(1).integers(0, 1 << 30, 100_000)
+    ids, first = np.empty(len(key), np.int64), np.empty(len(key), np.int64)
+    assert bytes_grown(lambda: [_grouping.first_seen(key, ids, first) for _ in range(20)]) < 4096
+
+
+def lists_of(seed: int, lists: int, groups: int, longest: int, first_offset: int = 0):
+    """Random lists of counts (lengths 0 to `longest`), each in one of `groups` groups; the offsets
+    start at `first_offset`, as a sliced Arrow list array's do."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(0, longest + 1, lists)
+    offsets = first_offset + np.concatenate([[0], np.cumsum(lengths)])
+    values = rng.integers(-(1 << 40), 1 << 40, first_offset + int(lengths.sum()) + 3)
+    return rng.integers(0, groups, lists), offsets, values
+
+
+@pytest.mark.parametrize("lists, groups, longest, first_offset", [
+    (0, 1, 10, 0), (1, 1, 10, 0), (5000, 24, 10, 0), (5000, 3000, 10, 7),
+    (20000, 50, 14, 0),  # lists longer than the width: their tail is left out
+])
+def test_c_list_sums_equal_the_reference(lists, groups, longest, first_offset):
+    ids, offsets, values = lists_of(lists + groups, lists, groups, longest, first_offset)
+    native = list_sums(ids, groups, offsets, values, 10)
+    reference = list_sums(ids, groups, offsets, values, 10, native=False)
+    assert native.shape == reference.shape == (groups, 10) and np.array_equal(native, reference)
+    # and what they mean, in plain Python
+    expected = [[0] * 10 for _ in range(groups)]
+    for i, group in enumerate(ids.tolist()):
+        for p, count in enumerate(values[offsets[i]:offsets[i + 1]].tolist()[:10]):
+            expected[group][p] += count
+    assert native.tolist() == expected
+
+
+def test_list_sums_refuse_ids_and_offsets_that_do_not_fit():
+    ids, offsets, values = lists_of(1, 100, 5, 10)
+    sums = np.zeros((5, 10), np.int64)
+    for bad_ids, bad_offsets, bad_values, width in (
+            (ids, offsets[:-1], values, 10),                      # one offset short
+            (np.where(ids == 0, 5, ids), offsets, values, 10),    # an id past the sums' rows
+            (ids, offsets[::-1].copy(), values, 10),              # descending
+            (ids, offsets, values[:int(offsets[-1]) - 1], 10),    # past the values
+            (ids, offsets, values, 0)):                           # no width
+        with pytest.raises(ValueError, match="list_sums: offsets must be one more than ids"):
+            _grouping.list_sums(bad_ids.astype(np.int64), bad_offsets.astype(np.int64), bad_values, width, sums)
+        assert not sums.any()  # nothing added by a refused call
+    _grouping.list_sums(ids, offsets, values, 10, sums)
+    assert sums.any()
