@@ -15,7 +15,10 @@ fresh directory) on one SparkSession (local[2], 2 GB driver), after one untimed 
 run on the route the sizes take (Spark's read tasks above kinspect.analyze.scan.DRIVER_ROWS
 rows, the driver's own read below). The peer, measured in the same run right after each job: a plain pyarrow read of
 every column of the same files (`pyarrow.parquet.read_table`). Printed per size: median
-job seconds with every repetition, rows per second, the median read and job/read ratio,
+job seconds with every repetition, rows per second, the median read and job/read ratio (and
+each repetition's own: a job and the read right after it share the load of their moment),
+all medians over the warm repetitions (the first of three or more runs cold: shown, not
+counted),
 where the job's time went (read into the aggregates, tables, report), the CPU seconds
 each used (/proc: Spark's JVM with its Python workers plus this process for the job, this process
 for the read),
@@ -285,8 +288,15 @@ def run_job(spark, where: Path, driver_rows: int | None = None) -> tuple[float, 
         shutil.rmtree(out, ignore_errors=True)
 
 
-def _spread(values: list[float]) -> str:
-    return ", ".join(f"{v:.1f}" for v in values)
+def _spread(values: list[float], digits: int = 1) -> str:
+    return ", ".join(f"{v:.{digits}f}" for v in values)
+
+
+def counted(repetitions: int) -> int:
+    """How many first repetitions of a size the medians leave out: the first runs cold (its job
+    and its read both pay for fresh memory and pages: 1.3-3x the later ones here, the read
+    more than the job, which had a warm-up run), so with three or more it is shown, not counted."""
+    return 1 if repetitions >= 3 else 0
 
 
 def main() -> int:
@@ -347,12 +357,16 @@ def measure(args, root: Path, sizes: list[int], reps: list[int]) -> int:
                 read, read_cpu = pyarrow_read(datasets[rows])
                 reads.append(read)
                 read_cpus.append(read_cpu)
-            job, read = statistics.median(jobs), statistics.median(reads)
-            job_cpu, read_cpu = statistics.median(job_cpus), statistics.median(read_cpus)
+            kept = counted(n)
+            job, read = statistics.median(jobs[kept:]), statistics.median(reads[kept:])
+            job_cpu, read_cpu = statistics.median(job_cpus[kept:]), statistics.median(read_cpus[kept:])
+            ratios = [j / r for j, r in zip(jobs, reads)]
             results[rows] = job
-            split = {k: statistics.median(p[k] for p in parts) for k in ("read", "tables", "report")}
-            print(f"{rows:>11,} rows  job {job:7.1f} s (median of {n}: {_spread(jobs)})  {rows / job:>9,.0f} rows/s  "
-                  f"pyarrow read {read:6.1f} s ({_spread(reads)})  job/read {job / read:5.2f}x  "
+            split = {k: statistics.median(p[k] for p in parts[kept:]) for k in ("read", "tables", "report")}
+            print(f"{rows:>11,} rows  job {job:7.1f} s (median of {n - kept}{' warm' if kept else ''}: "
+                  f"{_spread(jobs)})  {rows / job:>9,.0f} rows/s  "
+                  f"pyarrow read {read:6.1f} s ({_spread(reads)})  job/read {job / read:5.2f}x, "
+                  f"per repetition {_spread(ratios, 2)} (median {statistics.median(ratios[kept:]):.2f}x)  "
                   f"[read+aggregate {split['read']:.1f} s, tables {split['tables']:.1f} s, "
                   f"report {split['report']:.1f} s]  CPU: job {job_cpu:.1f} s ({_spread(job_cpus)}), "
                   f"read {read_cpu:.1f} s ({_spread(read_cpus)}), job/read {job_cpu / max(read_cpu, 0.01):.2f}x  "
