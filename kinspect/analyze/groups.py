@@ -11,13 +11,12 @@ group's key values are those of its first row.
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kinspect.protocol.codec.wire_program import PURE_PYTHON_ENV
+from kinspect.protocol.codec.wire_program import optional_extension
 
 _I64 = pa.int64()
 _LIMIT = 1 << 62  # the packed key's span stays below this: an int64, with room to spare
@@ -42,13 +41,8 @@ def decoded(array) -> pa.Array:
 
 def native_kernel(name: str):
     """analyze._grouping's function `name`, or None where it is not built or KINSPECT_PURE_PYTHON=1."""
-    if os.environ.get(PURE_PYTHON_ENV) == "1":
-        return None
-    try:
-        from kinspect.analyze import _grouping
-    except ImportError:
-        return None
-    return getattr(_grouping, name)
+    module = optional_extension("kinspect.analyze._grouping")
+    return None if module is None else getattr(module, name)
 
 
 _FIRST_SEEN = native_kernel("first_seen")

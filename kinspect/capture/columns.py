@@ -9,12 +9,11 @@ joins the counters into one int64 buffer that numpy reads in place.
 from __future__ import annotations
 
 import io
-import os
 from array import array
 
 from kinspect.protocol.codec.codegen import (SLOT_COUNT, SLOT_FIXED, SLOT_OCCURRENCES, SLOT_STRIDE, SLOT_UHIST, SLOT_UVARINT,
                                              SLOT_ZHIST, SLOT_ZIGZAG)
-from kinspect.protocol.codec.wire_program import PURE_PYTHON_ENV
+from kinspect.protocol.codec.wire_program import optional_extension
 
 HISTOGRAM_BUCKETS = 10  # a varint of a 64-bit value takes 1 to 10 bytes
 LOCATIONS = ("request", "response")  # location numbers of table_number
@@ -27,13 +26,8 @@ _LAYOUT = (SLOT_STRIDE, SLOT_OCCURRENCES, SLOT_COUNT, SLOT_FIXED, SLOT_UVARINT, 
 
 def native_cut():
     """capture._columns.cut, or None where it is not built or KINSPECT_PURE_PYTHON=1."""
-    if os.environ.get(PURE_PYTHON_ENV) == "1":
-        return None
-    try:
-        from kinspect.capture._columns import cut
-    except ImportError:
-        return None
-    return cut
+    module = optional_extension("kinspect.capture._columns")
+    return None if module is None else module.cut
 
 
 class IntegerFieldColumns:

@@ -41,7 +41,6 @@ Choices the contract leaves open:
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 from bisect import bisect_left
 from collections.abc import Iterable
@@ -57,7 +56,7 @@ from kinspect.protocol.error_codes import ERROR_NAMES, error_name
 from kinspect.protocol.errors import DecodeError
 from kinspect.protocol.codec import RequestHeader
 from kinspect.protocol.codec.scan_result import ScanResult
-from kinspect.protocol.codec.wire_program import PURE_PYTHON_ENV
+from kinspect.protocol.codec.wire_program import optional_extension
 from kinspect.session.events import Exchange, Problem, Request, Response
 
 PRODUCE = 0
@@ -163,14 +162,11 @@ class _Plan:
 def _native_counter(observer: "MetricsObserver"):
     """The C counting of requests, responses and exchanges (observers._counting), calling the observer's
     Python handlers for what it leaves; None where it is not built, or KINSPECT_PURE_PYTHON=1."""
-    if os.environ.get(PURE_PYTHON_ENV) == "1":
+    counting = optional_extension("kinspect.observers._counting")
+    if counting is None:
         return None
     try:
-        from kinspect.observers._counting import Counter
-    except ImportError:
-        return None
-    try:
-        return Counter(observer, (Request, Response, Exchange, RequestHeader, _Plan, ScanResult),
+        return counting.Counter(observer, (Request, Response, Exchange, RequestHeader, _Plan, ScanResult),
                        (_SIZE_BOUNDS, _HEADER_BOUNDS, _LATENCY_BOUNDS, _HEADER_V0_BUCKET),
                        (MEMO_BODY_BYTES, MEMO_ENTRIES, MEMO_TRIAL),
                        (observer._request, observer._response, observer._exchange),

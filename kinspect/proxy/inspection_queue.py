@@ -18,9 +18,8 @@ or native=False.
 from __future__ import annotations
 
 import asyncio
-import os
 
-from kinspect.protocol.codec.wire_program import PURE_PYTHON_ENV
+from kinspect.protocol.codec.wire_program import optional_extension
 
 # A batch holds up the loop while it is inspected (about 7 us a read with metrics on): 16 reads
 # keep that near 0.1 ms, which is what the slowest round trips gain (64 added 0.15 ms to a lone
@@ -39,22 +38,18 @@ def native_inspect_reads():
     """kinspect.proxy._batch.inspect_reads, configured; None where it is not built or KINSPECT_PURE_PYTHON=1."""
     if not _NATIVE:
         inspect_reads = None
-        if os.environ.get(PURE_PYTHON_ENV) != "1":
-            try:
-                from kinspect.proxy import _batch
-            except ImportError:
-                _batch = None
-            if _batch is not None:
-                from kinspect.protocol.framing.pieces import FramePieces
-                from kinspect.proxy.observers import Dispatcher
-                from kinspect.proxy.relay import Relay
-                from kinspect.session import Request
+        batch = optional_extension("kinspect.proxy._batch")
+        if batch is not None:
+            from kinspect.protocol.framing.pieces import FramePieces
+            from kinspect.proxy.observers import Dispatcher
+            from kinspect.proxy.relay import Relay
+            from kinspect.session import Request
 
-                try:
-                    _batch.configure(Relay, Dispatcher, Request, FramePieces)
-                    inspect_reads = _batch.inspect_reads
-                except TypeError:  # a Relay without the slots it reads: the Python loop inspects
-                    inspect_reads = None
+            try:
+                batch.configure(Relay, Dispatcher, Request, FramePieces)
+                inspect_reads = batch.inspect_reads
+            except TypeError:  # a Relay without the slots it reads: the Python loop inspects
+                inspect_reads = None
         _NATIVE.append(inspect_reads)
     return _NATIVE[0]
 

@@ -28,7 +28,6 @@ The protocol's special cases, all here in one place:
 
 from __future__ import annotations
 
-import os
 import struct
 from collections import OrderedDict, deque
 from dataclasses import dataclass
@@ -36,7 +35,7 @@ from typing import NamedTuple
 
 from kinspect.protocol.specs.api_keys import API_VERSIONS, PRODUCE, SASL_HANDSHAKE
 from kinspect.protocol.codec import Codec, RequestHeader
-from kinspect.protocol.codec.wire_program import PURE_PYTHON_ENV
+from kinspect.protocol.codec.wire_program import optional_extension
 from kinspect.protocol.errors import DecodeError, UnknownApiError
 from kinspect.protocol.error_codes import UNSUPPORTED_VERSION
 from kinspect.protocol.framing.framer import DEFAULT_MAX_FRAME_BYTES, FrameError, FrameTooLarge
@@ -116,12 +115,7 @@ _ONE_FRAME: list = []  # the configured kinspect.session._one_frame module, or N
 def _one_frame_module():
     """kinspect.session._one_frame, configured; None where it is not built or KINSPECT_PURE_PYTHON=1."""
     if not _ONE_FRAME:
-        module = None
-        if os.environ.get(PURE_PYTHON_ENV) != "1":
-            try:
-                from kinspect.session import _one_frame as module
-            except ImportError:
-                module = None
+        module = optional_extension("kinspect.session._one_frame")
         if module is not None:
             try:
                 module.configure((Request, Response, Exchange, _Pending, RequestHeader, Output, FrameStream,

@@ -53,6 +53,7 @@ nothing, so callers keep the program (and what _wire.compile_program makes of it
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 
@@ -149,15 +150,21 @@ def _field(f: FieldSpec, version: int, flexible: bool, path: str, builder: _Buil
     )
 
 
-def native_module():
-    """The _wire extension module, or None when it is not built or KINSPECT_PURE_PYTHON=1."""
+def optional_extension(name: str):
+    """The C extension module `name` (kinspect's optional ones: _wire, _one_frame, _counting,
+    _batch, _take, _columns, _grouping), or None where it is not built or KINSPECT_PURE_PYTHON=1
+    chooses the Python it stands in for: the one place that choice is made."""
     if os.environ.get(PURE_PYTHON_ENV) == "1":
         return None
     try:
-        from kinspect.protocol.codec import _wire
+        return importlib.import_module(name)
     except ImportError:
         return None
-    return _wire
+
+
+def native_module():
+    """The _wire extension module, or None when it is not built or KINSPECT_PURE_PYTHON=1."""
+    return optional_extension("kinspect.protocol.codec._wire")
 
 
 def native_available() -> bool:
@@ -165,4 +172,5 @@ def native_available() -> bool:
     return native_module() is not None
 
 
-__all__ = ["FIXED_KINDS", "KINDS", "PURE_PYTHON_ENV", "build_program", "native_available", "native_module"]
+__all__ = ["FIXED_KINDS", "KINDS", "PURE_PYTHON_ENV", "build_program", "native_available", "native_module",
+           "optional_extension"]
