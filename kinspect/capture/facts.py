@@ -83,21 +83,18 @@ def _reason(event) -> str:
 def _native_taker(fallback):
     """The C taker (capture._take.Taker) calling fallback for what it leaves; None where it is not built or
     the codec's C extension is off (KINSPECT_PURE_PYTHON=1), or the event classes lost their slots."""
-    from kinspect.protocol.codec.wire_program import native_module
+    from kinspect.protocol.codec.wire_program import native_module, optional_extension
 
     native = native_module()
-    if native is None or not native.SCAN_RESULT_FAST_PATH:
-        return None
-    try:
-        from kinspect.capture._take import Taker
-    except ImportError:
+    take = optional_extension("kinspect.capture._take")
+    if native is None or not native.SCAN_RESULT_FAST_PATH or take is None:
         return None
     from kinspect.protocol.codec import RequestHeader
     from kinspect.protocol.codec.scan_result import ScanResult, batch_fields
     from kinspect.session.events import ConnectionInfo, Exchange, Request, Response
 
     try:
-        return Taker((Exchange, Request, Response, RequestHeader, ConnectionInfo, ScanResult), native.capture_side,
+        return take.Taker((Exchange, Request, Response, RequestHeader, ConnectionInfo, ScanResult), native.capture_side,
                      batch_fields(), BASE_BYTES, TOPIC_BYTES, fallback)
     except TypeError:  # a class without the slots the taker reads: the Python taker does it all
         return None
