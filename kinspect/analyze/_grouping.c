@@ -10,17 +10,12 @@
  * counts) element by element. numpy needs a per-count index built by np.repeat first (2M
  * counts a piece: 20 ms of 34); one pass over the lists here needs none.
  *
- * column_sums: an aggregate's sums and counts per group (the `exchanges` partial has 13, the
- * merges as many) in one pass over the rows, each group's sums one row of the output, where
- * numpy makes a pass of ufunc.at per column.
- *
- * tests/analyze/test_grouping_native.py checks them against their Python paths.
+ * tests/analyze/test_grouping_native.py checks both against their Python paths.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 
 typedef struct {
     int64_t key;
@@ -189,86 +184,6 @@ static PyObject *list_sums(PyObject *module, PyObject *args) {
     return result;
 }
 
-/* The columns of column_sums: int64, or booleans (one byte each, 0 or 1) */
-typedef struct {
-    Py_buffer view;
-    int wide;
-} Column;
-
-static void release_columns(Column *columns, Py_ssize_t taken) {
-    for (Py_ssize_t j = 0; j < taken; j++) {
-        PyBuffer_Release(&columns[j].view);
-    }
-    PyMem_Free(columns);
-}
-
-static PyObject *column_sums(PyObject *module, PyObject *args) {
-    Py_buffer ids, sums;
-    PyObject *given;
-    if (!PyArg_ParseTuple(args, "y*Ow*", &ids, &given, &sums)) {
-        return NULL;
-    }
-    PyObject *result = NULL, *sequence = PySequence_Fast(given, "column_sums: columns must be a sequence");
-    Column *columns = NULL;
-    Py_ssize_t taken = 0, width = 0, rows = ids.len / (Py_ssize_t)sizeof(int64_t);
-    if (sequence == NULL) {
-        goto done;
-    }
-    width = PySequence_Fast_GET_SIZE(sequence);
-    columns = PyMem_Calloc(width ? width : 1, sizeof(Column));
-    if (columns == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (; taken < width; taken++) {
-        Column *column = &columns[taken];
-        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(sequence, taken), &column->view,
-                               PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-            goto done;
-        }
-        const char *format = column->view.format ? column->view.format : "B";
-        column->wide = column->view.itemsize == 8 && strchr("lqLQ", format[0]) != NULL;
-        if (!(column->wide || (column->view.itemsize == 1 && format[0] == '?')) ||
-            column->view.len != rows * column->view.itemsize) {
-            taken++; /* released below */
-            PyErr_Format(PyExc_ValueError, "column_sums: column %zd is not %zd int64s or booleans", taken - 1, rows);
-            goto done;
-        }
-    }
-    if (width == 0 || sums.len % (width * (Py_ssize_t)sizeof(int64_t)) != 0) {
-        PyErr_SetString(PyExc_ValueError, "column_sums: sums must be (groups x columns) int64s, columns at least one");
-        goto done;
-    }
-    int64_t groups = sums.len / (width * (Py_ssize_t)sizeof(int64_t));
-    const int64_t *group = ids.buf;
-    for (Py_ssize_t row = 0; row < rows; row++) { /* checked first: a bad call adds nothing */
-        if (group[row] < 0 || group[row] >= groups) {
-            PyErr_Format(PyExc_ValueError, "column_sums: id %lld of row %zd is not a row of sums",
-                         (long long)group[row], row);
-            goto done;
-        }
-    }
-    Py_BEGIN_ALLOW_THREADS
-    int64_t *out = sums.buf;
-    for (Py_ssize_t row = 0; row < rows; row++) {
-        int64_t *cells = out + group[row] * width;
-        for (Py_ssize_t j = 0; j < width; j++) {
-            cells[j] += columns[j].wide ? ((const int64_t *)columns[j].view.buf)[row]
-                                        : (int64_t)((const unsigned char *)columns[j].view.buf)[row];
-        }
-    }
-    Py_END_ALLOW_THREADS
-    result = Py_NewRef(Py_None);
-done:
-    if (columns != NULL) {
-        release_columns(columns, taken);
-    }
-    Py_XDECREF(sequence);
-    PyBuffer_Release(&ids);
-    PyBuffer_Release(&sums);
-    return result;
-}
-
 static PyMethodDef methods[] = {
     {"first_seen", first_seen, METH_VARARGS,
      "first_seen(keys, ids, first) -> number: each int64 key's id (dense, in the order keys first "
@@ -276,9 +191,6 @@ static PyMethodDef methods[] = {
     {"list_sums", list_sums, METH_VARARGS,
      "list_sums(ids, offsets, values, width, sums): adds the first `width` counts of list i (values "
      "offsets[i] to offsets[i + 1]) into row ids[i] of sums (groups x width); int64 buffers"},
-    {"column_sums", column_sums, METH_VARARGS,
-     "column_sums(ids, columns, sums): adds row r of each column j (int64 or bool buffers of len(ids)) "
-     "into sums[ids[r], j] (a C-contiguous groups x len(columns) int64 array)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -47,7 +47,6 @@ def native_kernel(name: str):
 
 _FIRST_SEEN = native_kernel("first_seen")
 _LIST_SUMS = native_kernel("list_sums")
-_COLUMN_SUMS = native_kernel("column_sums")
 
 
 def first_seen(key: np.ndarray, native: bool = True) -> tuple[np.ndarray, np.ndarray]:
@@ -84,22 +83,6 @@ def list_sums(ids: np.ndarray, number: int, offsets: np.ndarray, values: np.ndar
         inside = np.arange(offsets[0], offsets[-1]) - np.repeat(starts, lengths) < width
         place, counts = place[inside], counts[inside]
     np.add.at(sums.reshape(-1), place, counts)  # both int64: numpy's fast path (int32 counts took 6x longer)
-    return sums
-
-
-def column_sums(ids: np.ndarray, number: int, columns: list[np.ndarray], native: bool = True) -> np.ndarray:
-    """Each group's sums of several columns (int64 or bool, a value per row of group ids[row]),
-    as a (number x len(columns)) int64 array: in one pass over the rows in C where it is built
-    (`native`), else a numpy ufunc.at per column (the reference)."""
-    ids = np.ascontiguousarray(ids, np.int64)
-    columns = [np.ascontiguousarray(c) if c.dtype == np.bool_ else np.ascontiguousarray(c, np.int64)
-               for c in columns]
-    sums = np.zeros((number, len(columns)), np.int64)
-    if native and _COLUMN_SUMS is not None and columns:
-        _COLUMN_SUMS(ids, columns, sums)
-        return sums
-    for j, column in enumerate(columns):
-        np.add.at(sums[:, j], ids, column.astype(np.int64, copy=False))
     return sums
 
 
@@ -190,29 +173,6 @@ class Groups:
         """Each group's sum of `values` (int64), over the rows where `where` holds if given;
         null where no such value is valid (Spark's sum(when(where, values)))."""
         return self._reduce(np.add, 0, values, where)
-
-    def totals(self, counts: dict, sums: dict) -> dict[str, pa.Array]:
-        """Several counts (name -> condition, as `count`) and sums (name -> (values, where or
-        None), as `sum`) in one pass over the rows (`column_sums`), with the same results: a
-        sum of values that may be left out also sums its chosen rows, null where none is."""
-        columns, places = [], {}
-        for name, condition in counts.items():
-            places[name] = (len(columns), None)
-            columns.append(_mask(condition))
-        for name, (values, where) in sums.items():
-            array = whole(values)
-            data = _numpy(array)
-            if not array.null_count and where is None:
-                places[name] = (len(columns), None)
-                columns.append(data)
-                continue
-            chosen = _mask(pc.is_valid(array)) if where is None else _mask(pc.and_(where, pc.is_valid(array)))
-            places[name] = (len(columns), len(columns) + 1)
-            columns += [data * chosen, chosen]
-        totals = column_sums(self.ids, self.number, columns)
-        return {name: pa.array(np.ascontiguousarray(totals[:, at]),
-                               mask=None if chosen is None else totals[:, chosen] == 0)
-                for name, (at, chosen) in places.items()}
 
     def min(self, values) -> pa.Array:
         return self._reduce(np.minimum, np.iinfo(np.int64).max, values, None)

@@ -65,10 +65,8 @@ def merge_arrow(name: str, partials, decode: bool = True):
     keys, values, zeros, named, _ = MERGES[name]
     groups = Groups.of([partials[k] for k in keys])
     columns = {k: groups.keys(partials[k]) for k in keys}
-    # the sums in one pass over the rows (Groups.totals), the minima and maxima one each
-    totals = groups.totals({}, {column: (partials[column], None) for column, op in values.items() if op == "sum"})
     for column, op in values.items():
-        merged = totals[column] if op == "sum" else getattr(groups, op)(partials[column])
+        merged = getattr(groups, op)(partials[column])
         columns[column] = pc.fill_null(merged, 0) if column in zeros else merged
     if named:  # made once per distinct (api_key, api_name), a dictionary over the rows
         apis = Groups.of([columns["api_key"], columns["api_name"]])

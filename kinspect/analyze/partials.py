@@ -122,17 +122,6 @@ def exchanges(table: pa.Table) -> pa.Table:
     groups = Groups.of(keys)
     first = groups.keys
     t_us = pc.cast(table["request_time"], pa.timestamp("us", "UTC"))
-    # every sum and count in one pass over the rows (Groups.totals)
-    totals = groups.totals(
-        {"responses": has_response, "request_decode_errors": pc.is_valid(table["request_decode_error"]),
-         "response_decode_errors": pc.is_valid(table["response_decode_error"]),
-         "requests_not_inspected": pc.invert(table["request_inspected"]), "kip_requests": kip_request,
-         "kip_responses": kip_response},
-        {"request_bytes": (request_size, None), "response_bytes": (response_size, None),
-         "kip_request_bytes": (request_size, kip_request),
-         "kip_request_compact": (table["request_compact_size"], kip_request),
-         "kip_response_bytes": (response_size, kip_response),
-         "kip_response_compact": (table["response_compact_size"], kip_response)})
     return pa.table({
         "software": pc.fill_null(decoded(first(table["client_software_name"])), "unknown"),
         "software_version": first(table["client_software_version"]), "client_id": first(table["client_id"]),
@@ -140,7 +129,16 @@ def exchanges(table: pa.Table) -> pa.Table:
         "version": first(table["request_version"]), "response_version": first(response_version),
         "magic_mask": first(magic_mask), "first_flexible_version": first(table["first_flexible_version"]),
         "flexible": first(table["flexible"]), "schema_version": first(table["schema_version"]),
-        "lo": groups.min(t_us), "hi": groups.max(t_us), "n": groups.size(), **totals})
+        "lo": groups.min(t_us), "hi": groups.max(t_us), "n": groups.size(),
+        "request_bytes": groups.sum(request_size), "response_bytes": groups.sum(response_size),
+        "responses": groups.count(has_response),
+        "request_decode_errors": groups.count(pc.is_valid(table["request_decode_error"])),
+        "response_decode_errors": groups.count(pc.is_valid(table["response_decode_error"])),
+        "requests_not_inspected": groups.count(pc.invert(table["request_inspected"])),
+        "kip_requests": groups.count(kip_request), "kip_request_bytes": groups.sum(request_size, kip_request),
+        "kip_request_compact": groups.sum(table["request_compact_size"], kip_request),
+        "kip_responses": groups.count(kip_response), "kip_response_bytes": groups.sum(response_size, kip_response),
+        "kip_response_compact": groups.sum(table["response_compact_size"], kip_response)})
 
 
 def addresses(table: pa.Table) -> pa.Table:
@@ -266,11 +264,10 @@ def integers(table: pa.Table) -> pa.Table:
     fields = {name: whole(elements.field(name)) for name in ("location", "path", "type")}
     groups = Groups.of([_api_code(table)[rows], *fields.values()])
     return pa.table({**_api(table, rows[groups.first]), **{name: groups.keys(f) for name, f in fields.items()},
-                     "exchanges": groups.size(),
-                     **groups.totals({}, {"count": (elements.field("count"), None),
-                                          "fixed_bytes": (elements.field("fixed_bytes"), None),
-                                          "packed_bytes": (elements.field("zigzag_bytes"), None),
-                                          "upacked_bytes": (elements.field("uvarint_bytes"), None)}),
+                     "exchanges": groups.size(), "count": groups.sum(elements.field("count")),
+                     "fixed_bytes": groups.sum(elements.field("fixed_bytes")),
+                     "packed_bytes": groups.sum(elements.field("zigzag_bytes")),
+                     "upacked_bytes": groups.sum(elements.field("uvarint_bytes")),
                      **_hist_sums(groups, elements.field("uvarint_hist"), "u"),
                      **_hist_sums(groups, elements.field("zigzag_hist"), "z")})
 

@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from kinspect.analyze.groups import Groups, column_sums, first_seen, list_sums, native_kernel
+from kinspect.analyze.groups import Groups, first_seen, list_sums, native_kernel
 from tests.support.native import bytes_grown, native_module
 
 _grouping, _MISSING = native_module("kinspect.analyze._grouping")
@@ -17,7 +17,6 @@ I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1
 def built():
     assert _grouping is not None, _MISSING
     assert native_kernel("first_seen") is _grouping.first_seen and native_kernel("list_sums") is _grouping.list_sums
-    assert native_kernel("column_sums") is _grouping.column_sums
 
 
 def keys_of(kind: str) -> np.ndarray:
@@ -123,57 +122,3 @@ def test_list_sums_refuse_ids_and_offsets_that_do_not_fit():
         assert not sums.any()  # nothing added by a refused call
     _grouping.list_sums(ids, offsets, values, 10, sums)
     assert sums.any()
-
-
-@pytest.mark.parametrize("rows, groups", [(0, 1), (1, 1), (30_000, 7), (30_000, 20_000)])
-def test_c_column_sums_equal_the_reference(rows, groups):
-    rng = np.random.default_rng(rows + groups)
-    ids = rng.integers(0, groups, rows)
-    columns = [rng.integers(-(1 << 50), 1 << 50, rows), rng.random(rows) < 0.3, rng.integers(0, 3, rows),
-               np.zeros(rows, bool)]
-    native = column_sums(ids, groups, columns)
-    reference = column_sums(ids, groups, columns, native=False)
-    assert native.shape == reference.shape == (groups, 4) and np.array_equal(native, reference)
-    expected = np.zeros((groups, 4), np.int64)
-    for row, group in enumerate(ids.tolist()):
-        for j, column in enumerate(columns):
-            expected[group, j] += int(column[row])
-    assert np.array_equal(native, expected)
-
-
-def test_totals_equal_the_sums_and_counts_one_by_one():
-    """Groups.totals (every sum and count in one pass) against Groups.sum and Groups.count: the
-    same values, and the same nulls (a sum with no chosen valid value)."""
-    rng = np.random.default_rng(11)
-    rows = 20_000
-    groups = Groups(rng.integers(0, 4000, rows))
-    sizes = pa.array(rng.integers(0, 1 << 20, rows))
-    sparse = pa.array([None if rng.random() < 0.9 else int(v) for v in rng.integers(0, 100, rows)], pa.int64())
-    where = pa.array([None if rng.random() < 0.1 else bool(rng.random() < 0.05) for _ in range(rows)])
-    flags = pa.array(rng.random(rows) < 0.5)
-    totals = groups.totals({"flags": flags, "where": where},
-                           {"sizes": (sizes, None), "sparse": (sparse, None), "sizes where": (sizes, where),
-                            "sparse where": (sparse, where)})
-    assert totals["flags"].equals(groups.count(flags)) and totals["where"].equals(groups.count(where))
-    assert totals["sizes"].equals(groups.sum(sizes)) and totals["sparse"].equals(groups.sum(sparse))
-    assert totals["sizes where"].equals(groups.sum(sizes, where))
-    assert totals["sparse where"].equals(groups.sum(sparse, where))
-    assert totals["sparse where"].null_count > 0 and totals["sparse"].null_count > 0  # the nulls were tested
-
-
-def test_column_sums_refuse_columns_and_ids_that_do_not_fit():
-    ids = np.array([0, 1, 1], np.int64)
-    sums = np.zeros((2, 2), np.int64)
-    good = np.arange(3, dtype=np.int64)
-    for columns, bad_ids, message in (
-            ([good, good[:2]], ids, "column 1 is not 3 int64s or booleans"),
-            ([good, good.astype(np.int32)], ids, "column 1 is not 3 int64s or booleans"),
-            ([good, good.astype(np.float64)], ids, "column 1 is not 3 int64s or booleans"),
-            ([good, good], np.array([0, 2, 1], np.int64), "id 2 of row 1 is not a row of sums"),
-            ([good, good, good], ids, "sums must be .groups x columns. int64s")):
-        with pytest.raises(ValueError, match=message):
-            _grouping.column_sums(bad_ids, columns, sums)
-        assert not sums.any()  # nothing added by a refused call
-    with pytest.raises(TypeError):
-        _grouping.column_sums(ids, 5, sums)
-    assert bytes_grown(lambda: [_grouping.column_sums(ids, [good, good > 0], sums) for _ in range(50)]) < 4096
