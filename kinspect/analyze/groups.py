@@ -11,7 +11,6 @@ group's key values are those of its first row.
 
 from __future__ import annotations
 
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc

@@ -180,7 +180,8 @@ def values(table: pa.Table) -> pa.Table:
     api_id, direction = np.divmod(key, 3)
     return pa.table({**_api(table, api.first[api_id]), "direction": pa.array(direction.astype(np.int8)),
                      "version": pa.array(version + (version_low - 1), _I32, mask=version == 0),
-                     "v": pa.array(value + (value_low - 1), _I64, mask=value == 0), "n": pa.array(count.astype(np.int64))})
+                     "v": pa.array(value + (value_low - 1), _I64, mask=value == 0),
+                     "n": pa.array(count.astype(np.int64))})
 
 
 def _range(arrays) -> tuple[int, int]:

@@ -1,4 +1,4 @@
-"""analyze._grouping (dense ids and list sums in C) against its reference, kinspect.analyze.groups.first_seen's Python path."""
+"""analyze._grouping (dense ids and list sums in C) against their references, the Python paths of kinspect.analyze.groups."""
 
 from __future__ import annotations
 
