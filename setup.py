@@ -4,54 +4,27 @@ cutter _columns, the analyze job's grouping kernels _grouping); everything else 
 
 from setuptools import Extension, setup
 
+# Each extension's module, and whether it reads the event classes' slots (kinspect/slot_offsets.h).
+EXTENSIONS = (
+    ("kinspect.protocol.codec._wire", False),
+    ("kinspect.session._one_frame", True),
+    ("kinspect.observers._counting", True),
+    ("kinspect.proxy._batch", True),
+    ("kinspect.capture._take", True),
+    ("kinspect.capture._columns", False),
+    ("kinspect.analyze._grouping", False),
+)
+
 setup(
     ext_modules=[
         Extension(
-            "kinspect.protocol.codec._wire",
-            ["kinspect/protocol/codec/_wire.c"],
+            module,
+            [module.replace(".", "/") + ".c"],
+            depends=["kinspect/slot_offsets.h"] if reads_slots else [],
             extra_compile_args=["-O2"],
             # A machine without a C compiler still installs the pure-Python package.
             optional=True,
-        ),
-        Extension(
-            "kinspect.session._one_frame",
-            ["kinspect/session/_one_frame.c"],
-            depends=["kinspect/slot_offsets.h"],
-            extra_compile_args=["-O2"],
-            optional=True,
-        ),
-        Extension(
-            "kinspect.observers._counting",
-            ["kinspect/observers/_counting.c"],
-            depends=["kinspect/slot_offsets.h"],
-            extra_compile_args=["-O2"],
-            optional=True,
-        ),
-        Extension(
-            "kinspect.proxy._batch",
-            ["kinspect/proxy/_batch.c"],
-            depends=["kinspect/slot_offsets.h"],
-            extra_compile_args=["-O2"],
-            optional=True,
-        ),
-        Extension(
-            "kinspect.capture._take",
-            ["kinspect/capture/_take.c"],
-            depends=["kinspect/slot_offsets.h"],
-            extra_compile_args=["-O2"],
-            optional=True,
-        ),
-        Extension(
-            "kinspect.capture._columns",
-            ["kinspect/capture/_columns.c"],
-            extra_compile_args=["-O2"],
-            optional=True,
-        ),
-        Extension(
-            "kinspect.analyze._grouping",
-            ["kinspect/analyze/_grouping.c"],
-            extra_compile_args=["-O2"],
-            optional=True,
-        ),
+        )
+        for module, reads_slots in EXTENSIONS
     ],
 )
