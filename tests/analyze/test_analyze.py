@@ -994,3 +994,21 @@ def test_cli_on_a_standalone_cluster(tmp_path):
     assert written == sorted(TABLE_NAMES) == sorted(want)
     for name in TABLE_NAMES:
         assert pq.read_table(tmp_path / "report" / "tables" / name).to_pylist() == want[name], name
+
+
+def test_apis_kept_as_a_dictionary_rank_as_their_strings():
+    """The driver keeps the values aggregate's api as a dictionary (aggregates.DICTIONARIES): its
+    ranks are those of the plain strings, also when chunks have dictionaries of their own and
+    when a dictionary holds a name twice."""
+    from kinspect.analyze.tables import _ranked_values
+
+    names = [["Produce", "Fetch", None, "Fetch"], ["Metadata", "Produce"]]
+    plain = pa.chunked_array([pa.array(chunk) for chunk in names])
+    twice = pa.DictionaryArray.from_arrays(pa.array([0, 1, 2, 1]), pa.array(["Produce", "Fetch", "Produce"]))
+    for column, strings in (
+            (pa.chunked_array([pa.array(chunk).dictionary_encode() for chunk in names]), plain),
+            (twice, pa.array(["Produce", "Fetch", "Produce", "Fetch"]))):
+        ranks, values = _ranked_values(column)
+        expected_ranks, expected_values = _ranked_values(strings)
+        assert ranks.tolist() == expected_ranks.tolist() and values.equals(expected_values)
+    assert _ranked_values(twice)[0].tolist() == [2, 1, 2, 1]  # both Produce one rank
