@@ -20,8 +20,10 @@ event loop's figures are CPU time of the measuring thread (time.thread_time, fro
              second: what one free core sustains; the main thread only waits meanwhile).
   GIL wait   while the writer thread works, the main thread sleeps 1 ms at a time and
              measures how late each wake-up is: what an event loop waking for a socket
-             waits for the GIL (median, p99, max, in ms); beside it the same with no
-             writer, interleaved: what the machine's own scheduling adds.
+             waits for the GIL (median, p99, max, in ms), with the rows built in the
+             thread and with the thread only pickling them for the writer process (the
+             proxy's default); beside them the same with no writer, interleaved: what the
+             machine's own scheduling adds.
 """
 
 from __future__ import annotations
@@ -155,7 +157,7 @@ def main() -> None:
         take = FactsTaker(codec).take
         offered = [take(x) for x in exchanges]
         builder = BatchBuilder(0.0, codec.registry)
-        build_rates, writer_rates, writer_cpu, waits, idle = [], [], [], [], []
+        build_rates, writer_rates, writer_cpu, waits, idle, process_waits = [], [], [], [], [], []
         for r in range(args.rounds):
             facts = [f for f, _ in offered] * 8
             started = time.thread_time()
@@ -176,14 +178,18 @@ def main() -> None:
             assert writer.row_errors == writer.write_errors == 0
             waits.append(gil_waits(Path(tmp) / f"gil{r}", builder, offered, args.copies))
             idle.append(sleep_lateness(len(waits[-1])))
+            process_waits.append(gil_waits(Path(tmp) / f"gil-process{r}", builder, offered, args.copies, True))
         late = sorted(w for ws in waits for w in ws)
         alone = sorted(w for ws in idle for w in ws)
+        late_process = sorted(w for ws in process_waits for w in ws)
         print("\nwriter thread (median of rounds, min-max in brackets):")
         print(f"  BatchBuilder.build      {spread(build_rates, 1, '{:,.0f}')} rows per CPU second "
               f"({BATCH_ROWS} rows a batch)")
         print(f"  whole writer to Parquet {spread(writer_cpu, 1, '{:,.0f}')} rows per CPU second, "
               f"{spread(writer_rates, 1, '{:,.0f}')} rows/s wall clock (target >= 30,000 rows/s)")
-        for label, values in (("while the writer works", late), ("with no writer (the machine)", alone)):
+        for label, values in (("while the writer works", late),
+                              ("while the writer thread feeds the writer process (the proxy's default)", late_process),
+                              ("with no writer (the machine)", alone)):
             print(f"  lateness of a thread waking every 1 ms {label}: median "
                   f"{statistics.median(values) * 1e3:.3f} ms, p99 {values[int(len(values) * 0.99)] * 1e3:.3f} ms, "
                   f"max {values[-1] * 1e3:.3f} ms over {len(values)} wake-ups")
@@ -200,9 +206,13 @@ def sleep_lateness(count: int) -> list[float]:
     return late
 
 
-def gil_waits(directory: Path, builder, offered, copies: int) -> list[float]:
-    """Lateness (s) of 1 ms sleeps on this thread while a started writer works through `copies` of the facts."""
-    writer = CaptureWriter(directory, builder, row_group_rows=10_000, queue_rows=10_000_000, queue_bytes=1 << 40)
+def gil_waits(directory: Path, builder, offered, copies: int, process: bool = False) -> list[float]:
+    """Lateness (s) of 1 ms sleeps on this thread while a started writer works through `copies` of
+    the facts: building the rows itself, or (`process`) pickling them for the writer process."""
+    writer = CaptureWriter(directory, builder, row_group_rows=10_000, queue_rows=10_000_000, queue_bytes=1 << 40,
+                           process=process)
+    if process:
+        writer.start()  # the process starts (and warms up) before any row is queued: as in a proxy
     for _ in range(copies):
         for f, held in offered:
             writer.offer(f, held)

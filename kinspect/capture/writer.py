@@ -8,8 +8,9 @@ and written (capture.sink: record batches, row groups, files rotated by size and
 - in this process (`process=False`): the thread builds and writes them itself, holding
   the GIL while it builds, so the event loop waits for it at each wake-up;
 - in a process of its own (`process=True`, the proxy's default): the thread only pickles
-  each batch and writes it to the writer process's pipe (capture.writer_process), which
-  builds and writes the files and reports its counters back.
+  each batch, a slice at a time (the GIL is held for a whole pickle.dumps), and writes it to
+  the writer process's pipe (capture.writer_process), which builds and writes the files and
+  reports its counters back.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ _IDLE_WAIT = 0.05  # seconds the thread sleeps when it has nothing to do (the lo
 # the GIL to a waiting thread only after sys.getswitchinterval() (5 ms by default): a busy writer
 # would add up to that to each wake-up of the loop, and a forwarded frame needs one or two. At
 # 0.1 ms the wait stays well inside the 0.5 ms p99 budget; the cost is a GIL handoff per wake-up
-# of the loop while the writer works, the same at any interval. Lowered, never raised, on start.
+# of the loop while the writer works, the same at any interval. Lowered, never raised, on start,
+# whether the rows are built here or in the writer process (whose batches this thread pickles).
 SWITCH_INTERVAL = 0.0001
 # Exchanges per record batch. Each batch costs a fixed ~40 pyarrow calls (one per column, a
 # dozen kernels for integer_fields), so tiny batches cost more per row; but each pa.array call
@@ -145,7 +147,7 @@ class CaptureWriter:
                     versions=sink.builder.versions_table(), max_file_bytes=sink.max_file_bytes,
                     max_file_seconds=sink.max_file_seconds, row_group_rows=self.row_group_rows,
                     compression=self.compression, warm_facts=self.warm_facts)
-            elif sys.getswitchinterval() > SWITCH_INTERVAL:
+            if sys.getswitchinterval() > SWITCH_INTERVAL:
                 sys.setswitchinterval(SWITCH_INTERVAL)
             self._thread = threading.Thread(target=self._run, name="kinspect-capture", daemon=True)
             self._thread.start()

@@ -129,3 +129,29 @@ def test_a_proxy_whose_rows_the_writer_process_builds_never_loads_pyarrow(tmp_pa
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["0", "[0]", "False"]
+
+
+def test_a_batch_crosses_the_pipe_pickled_a_slice_at_a_time(codec: Codec):
+    import threading
+
+    from kinspect.capture import writer_process
+
+    facts = [f for f, _ in recorded_facts(codec)] * 3
+    rows = 2 * writer_process.PICKLE_ROWS + 2  # two whole slices and a part
+    pieces = writer_process.batch_pieces(facts[:rows])
+    assert len(pieces) == 3  # each pickle.dumps holds the GIL for a slice only
+    read_fd, write_fd = os.pipe()
+    got = []
+    reader = threading.Thread(target=lambda: got.extend(
+        writer_process.read_message(read_fd) for _ in range(3)))
+    reader.start()  # the pipe holds 64 KiB: the writes below wait for this reader
+    try:
+        writer_process.write_pieces(write_fd, pieces)
+        writer_process.write_pieces(write_fd, writer_process.batch_pieces(facts))
+        writer_process.write_pieces(write_fd, writer_process.batch_pieces([]))
+        reader.join(30)
+    finally:
+        os.close(write_fd)
+        os.close(read_fd)
+    assert [writer_process.read_batch(message) for message in got] == [facts[:rows], facts, []]
+    assert len(got[1]) > 64 * 1024  # more than the pipe holds at once
