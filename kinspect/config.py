@@ -34,6 +34,7 @@ class ProxyConfig:
     node_port_base: int = 0  # rewrite: broker node N gets port base + N (0: use node_ports only)
     node_ports: dict[str, int] = field(default_factory=dict)  # rewrite: node id -> port, wins over the base
     rewrite_node_endpoints: bool = True  # rewrite: also KIP-951 NodeEndpoints (holds Produce v10+/Fetch v16+ responses whole)
+    fetch_max_version: int = 15  # rewrite: highest Fetch version offered to clients (0: the broker's own)
     upstream_map: dict[str, str] = field(default_factory=dict)  # rewrite: advertised "host:port" -> address kinspect connects to
     connect_timeout: float = 10.0  # seconds to reach a broker before the client is disconnected
     shutdown_grace: float = 10.0  # seconds in-flight requests get to finish on SIGTERM/SIGINT

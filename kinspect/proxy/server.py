@@ -92,7 +92,8 @@ class ProxyServer:
             }
             boot = [parse_address(b, "proxy.bootstrap_servers") for b in proxy.bootstrap_servers]
             self.listeners.append(Listener(listen_host, listen_port, boot))
-            transform = AddressRewrite(codec, self.nodes, proxy.rewrite_node_endpoints, self._broker_seen)
+            transform = AddressRewrite(codec, self.nodes, proxy.rewrite_node_endpoints, self._broker_seen,
+                                       proxy.fetch_max_version)
         else:
             transform = None
             if not proxy.upstream:

@@ -3,7 +3,10 @@
 These are the only frames whose bytes kinspect changes. A response that may carry
 broker addresses (Metadata, FindCoordinator, DescribeCluster, and the KIP-951
 NodeEndpoints of Produce, Fetch and the share-group responses) is held by the session
-until whole, then rewritten here; every other byte passes at once.
+until whole, then rewritten here; every other byte passes at once. ApiVersions responses
+are held too when a version cap is set (proxy.fetch_max_version): clients are offered
+Fetch only up to the last version before NodeEndpoints, so that the largest responses of
+all, record-bearing Fetch responses, stream through instead of being held.
 """
 
 from __future__ import annotations
@@ -13,10 +16,12 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from kinspect.protocol.codec import Codec, CompiledStruct
+from kinspect.protocol.error_codes import UNSUPPORTED_VERSION
 from kinspect.protocol.errors import DecodeError
 from kinspect.protocol.specs.api_keys import (
-    DESCRIBE_CLUSTER, FETCH, FIND_COORDINATOR, METADATA, PRODUCE, SHARE_ACKNOWLEDGE, SHARE_FETCH,
+    API_VERSIONS, DESCRIBE_CLUSTER, FETCH, FIND_COORDINATOR, METADATA, PRODUCE, SHARE_ACKNOWLEDGE, SHARE_FETCH,
 )
+from kinspect.protocol.wire.peek import leading_error_code
 from kinspect.protocol.wire.primitives import uvarint_size
 
 # api key -> first version whose response can carry broker addresses
@@ -37,6 +42,10 @@ _NODE_ID_FIELDS = ("NodeId", "BrokerId")
 # proxy.rewrite_node_endpoints can turn it off.
 NODE_ENDPOINT_APIS = frozenset({PRODUCE, FETCH, SHARE_FETCH, SHARE_ACKNOWLEDGE})
 TAGGED_NODE_ENDPOINT_APIS = frozenset({PRODUCE, FETCH})
+# The last Fetch version without NodeEndpoints: v16 added them (KIP-951); v17 and v18 change
+# only what followers send (KIP-853, KIP-1166), nothing a client reads. Produce is not capped:
+# its responses are small, and holding them costs nothing (its v11+ carry KIP-890's transactions).
+FETCH_WITHOUT_NODE_ENDPOINTS = 15
 
 
 def carries_addresses(api_key: int, version: int, node_endpoints: bool = True) -> bool:
@@ -137,6 +146,24 @@ def _splice_node_endpoints(codec: Codec, frame, facts, api_key: int, version: in
     return (memoryview(frame)[:start], bytes(tags.encode(values))), seen
 
 
+def cap_api_versions(codec: Codec, frame: bytes, version: int, caps: dict[int, int]):
+    """An ApiVersions response offering each api of `caps` up to that version at most (never
+    below the broker's own minimum for it); the frame itself when nothing is above its cap."""
+    body_version = version
+    if version > 0 and leading_error_code(frame, 4) == UNSUPPORTED_VERSION:
+        body_version = 0  # KIP-511: the broker answered a version it does not know with a v0 body
+    decoded = codec.decode_response(frame, API_VERSIONS, body_version)
+    changed = False
+    for entry in decoded.body["ApiKeys"]:
+        cap = caps.get(entry["ApiKey"])
+        if cap is not None and entry["MaxVersion"] > cap:
+            entry["MaxVersion"] = max(cap, entry["MinVersion"])
+            changed = True
+    if not changed:
+        return frame
+    return codec.encode_response(API_VERSIONS, body_version, decoded.header, decoded.body, decoded.trailing)
+
+
 def rewrite_response(codec: Codec, frame: bytes, api_key: int, version: int, nodes: NodeMap):
     """Return (frame to send, [(node id, real host, real port)]); the frame unchanged if nothing moved.
 
@@ -172,16 +199,24 @@ class AddressRewrite:
     """
 
     def __init__(self, codec: Codec, nodes: NodeMap, node_endpoints: bool = True,
-                 on_broker: Callable[[int, str, int], None] | None = None) -> None:
+                 on_broker: Callable[[int, str, int], None] | None = None, fetch_max_version: int = 0) -> None:
         self.codec = codec
         self.nodes = nodes
         self.node_endpoints = node_endpoints
         self.on_broker = on_broker
+        if fetch_max_version < 0:
+            raise ValueError(f"proxy.fetch_max_version must be 0 (no cap) or a Fetch version, not {fetch_max_version}")
+        # api key -> the highest version clients are offered (ApiVersions responses rewritten)
+        self.version_caps = {FETCH: fetch_max_version} if fetch_max_version else {}
 
     def wants(self, api_key: int, version: int) -> bool:
+        if api_key == API_VERSIONS:
+            return bool(self.version_caps)
         return carries_addresses(api_key, version, self.node_endpoints)
 
     def apply(self, frame: bytes, api_key: int, version: int):
+        if api_key == API_VERSIONS:
+            return cap_api_versions(self.codec, frame, version, self.version_caps)
         new, seen = rewrite_response(self.codec, frame, api_key, version, self.nodes)
         if self.on_broker is not None:
             for node_id, host, port in seen:

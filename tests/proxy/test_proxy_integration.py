@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from kinspect.protocol.codec import Codec
+from kinspect.protocol.specs.api_keys import FETCH
 from kinspect.session import Exchange, Problem, Request
 from tests.support.proxy_harness import (
     CLIENT_HOST, TANSU_NODE_ID, UNUSABLE_HOST, ProxyHarness, RewriteRig, api_versions, check_byte_exact,
@@ -90,6 +91,10 @@ def verify_rig(rig: RewriteRig, codec: Codec, apis: set[str]) -> None:
     assert stats["exchanges"] > 0
     seen = {codec.registry.api_name(k) for k, _ in report.apis}
     assert apis <= seen, apis - seen
+    # Tansu offers Fetch up to v17; kinspect offered clients v15 at most (proxy.fetch_max_version), so that
+    # no Fetch response carries KIP-951 NodeEndpoints and none is held whole: every client kept to it.
+    assert report.capped > 0
+    assert max((v for k, v in report.apis if k == FETCH), default=0) <= 15
     # kinspect's own listener for node 111 is where clients were sent, and Tansu's advertisement was never usable.
     assert TANSU_NODE_ID in rig.proxy.server.node_listeners
     assert refuses(UNUSABLE_HOST, rig.tansu.port)
@@ -224,6 +229,48 @@ def test_confluent_kafka_through_kinspect(rig: RewriteRig, codec: Codec, cleanup
     })
     acks0 = [e for e in rig.proxy.events_of(Exchange) if e.request.api_key == 0 and not e.request.expects_response]
     assert acks0 and all(e.response is None for e in acks0)
+
+
+@pytest.mark.parametrize("cap", [15, 0])
+def test_rewrite_mode_offers_fetch_up_to_its_cap(tmp_path: Path, codec: Codec, cleanup, cap):
+    """librdkafka fetches at v16+ when the broker offers it (Tansu: v17): every Fetch response then
+    is held whole for its NodeEndpoints. With proxy.fetch_max_version (15 by default) kinspect
+    offers v15 at most, and librdkafka fetches at v15: nothing of the consume path is held."""
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    with RewriteRig(tmp_path, overrides={"proxy.fetch_max_version": cap}) as rig:
+        base = {"bootstrap.servers": rig.bootstrap, "client.id": f"it-cap-{cap}"}
+        admin = AdminClient(dict(base))
+        for f in admin.create_topics([NewTopic("it.cap", 1, 1)], operation_timeout=TIMEOUT).values():
+            f.result(timeout=TIMEOUT)
+        del admin
+        producer = Producer({**base, "linger.ms": 5})
+        cleanup(producer.close)
+        errors = []
+        for v in values("cap", 12):
+            producer.produce("it.cap", value=v, on_delivery=lambda err, msg: err and errors.append(err))
+        assert producer.flush(TIMEOUT) == 0 and not errors, errors
+        producer.close()
+        consumer = Consumer({**base, "group.id": f"it.cap-{cap}", "auto.offset.reset": "earliest",
+                             "session.timeout.ms": 6000})
+        cleanup(consumer.close)
+        consumer.subscribe(["it.cap"])
+        got, deadline = [], time.monotonic() + TIMEOUT
+        while len(got) < 12 and time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                got.append(message.value())
+        consumer.close()
+        assert got == values("cap", 12)
+        rig.quiesce()
+        report = check_byte_exact(rig, codec)
+        fetched = {v for k, v in report.apis if k == FETCH}
+        held = {v for v in fetched if rig.proxy.server.plan.transform.wants(FETCH, v)}
+    if cap:
+        assert report.capped > 0 and max(fetched) == cap and not held
+    else:
+        assert report.capped == 0 and min(fetched) >= 16 and held == fetched
 
 
 # ----------------------------------------------------------------------------- kafka-python

@@ -45,10 +45,15 @@ def test_bodies_are_kept_only_when_an_observer_reads_them():
 
 
 def test_rewrite_mode_holds_only_responses_that_carry_addresses():
-    plan = _server({"proxy.mode": "rewrite", "proxy.listen": "127.0.0.1:0", "proxy.bootstrap_servers": ["b:1"],
-                    "proxy.node_port_base": 20000}, [ProblemLog()]).plan
+    rewrite = {"proxy.mode": "rewrite", "proxy.listen": "127.0.0.1:0", "proxy.bootstrap_servers": ["b:1"],
+               "proxy.node_port_base": 20000}
+    plan = _server(rewrite, [ProblemLog()]).plan
     assert plan.response_mode(3, 12) == HOLD and plan.response_mode(10, 4) == HOLD
-    assert plan.response_mode(18, 3) == KEEP_HEAD and plan.response_mode(1, 15) == KEEP_HEAD
+    # ApiVersions answers, to offer Fetch up to proxy.fetch_max_version (15): never a Fetch response to hold
+    assert plan.response_mode(18, 3) == HOLD and plan.response_mode(1, 15) == KEEP_HEAD
+    assert plan.response_mode(1, 16) == HOLD  # a client that fetches at v16 all the same
+    uncapped = _server({**rewrite, "proxy.fetch_max_version": 0}, [ProblemLog()]).plan
+    assert uncapped.response_mode(18, 3) == KEEP_HEAD and uncapped.response_mode(1, 16) == HOLD
 
 
 @pytest.mark.parametrize(

@@ -191,3 +191,66 @@ def test_node_endpoints_moved_go_out_as_two_pieces_through_the_session(codec):
     assert [(e["Host"], e["Port"]) for e in new["NodeEndpoints"]] == [("kinspect.local", 20001), ("kinspect.local", 29999)]
     assert new["Responses"] == codec.decode_response(frame, 1, 16).body["Responses"]
     assert [s[0] for s in seen] == [1, 7]
+
+
+# ----------------------------------------------------------------------------- ApiVersions capped
+
+def _api_versions(codec: Codec, version: int, ranges: dict[int, tuple[int, int]], error: int = 0) -> bytes:
+    body = {"ErrorCode": error, "ThrottleTimeMs": 0,
+            "ApiKeys": [{"ApiKey": k, "MinVersion": lo, "MaxVersion": hi} for k, (lo, hi) in ranges.items()]}
+    return codec.encode_response(18, version, {"CorrelationId": 9}, body)
+
+
+def _offered(codec: Codec, frame, version: int) -> dict[int, tuple[int, int]]:
+    body = codec.decode_response(_joined(frame), 18, version).body
+    return {k["ApiKey"]: (k["MinVersion"], k["MaxVersion"]) for k in body["ApiKeys"]}
+
+
+@pytest.mark.parametrize("version", range(0, 5))
+def test_api_versions_offer_fetch_up_to_the_cap(codec, version):
+    """Fetch v16 added NodeEndpoints: clients offered v15 at most never get a Fetch response to hold."""
+    rewrite = AddressRewrite(codec, NODES, fetch_max_version=15)
+    broker = {0: (3, 11), 1: (4, 17), 3: (0, 12), 18: (0, 4)}
+    frame = _api_versions(codec, version, broker)
+    assert rewrite.wants(18, version) and rewrite.wants(1, 16) and not rewrite.wants(1, 15)
+    out = rewrite.apply(frame, 18, version)
+    assert _offered(codec, out, version) == {**broker, 1: (4, 15)}  # only Fetch's highest version moved
+    other = codec.decode_response(_joined(out), 18, version)
+    assert other.header == codec.decode_response(frame, 18, version).header
+    # a broker that offers no more than the cap: its frame goes on as it came (not even re-encoded)
+    within = _api_versions(codec, version, {1: (4, 15), 18: (0, 4)})
+    assert rewrite.apply(within, 18, version) is within
+    # never below the broker's own lowest version
+    assert _offered(codec, rewrite.apply(_api_versions(codec, version, {1: (16, 17)}), 18, version), version) == {
+        1: (16, 16)}
+
+
+def test_api_versions_kip511_fallback_body_is_capped_at_v0(codec):
+    """A broker that does not know the client's ApiVersions version answers with a v0 body (KIP-511)."""
+    rewrite = AddressRewrite(codec, NODES, fetch_max_version=15)
+    fallback = _api_versions(codec, 0, {1: (4, 17), 18: (0, 3)}, error=35)  # UNSUPPORTED_VERSION
+    out = rewrite.apply(fallback, 18, 4)
+    assert _offered(codec, out, 0) == {1: (4, 15), 18: (0, 3)}
+
+
+def test_no_cap_leaves_api_versions_alone(codec):
+    rewrite = AddressRewrite(codec, NODES, fetch_max_version=0)
+    assert not rewrite.wants(18, 3) and rewrite.wants(1, 16) and rewrite.version_caps == {}
+    with pytest.raises(ValueError, match="fetch_max_version"):
+        AddressRewrite(codec, NODES, fetch_max_version=-1)
+
+
+def test_a_session_sends_the_capped_api_versions_and_reports_the_brokers(codec):
+    """The client gets the capped offer; observers see what the broker said."""
+    rewrite = AddressRewrite(codec, NODES, fetch_max_version=15)
+    session = Session(codec, ConnectionInfo(1, "c:1", "b:1"), plan=Plan(True, rewrite))
+    request = codec.encode_request({"RequestApiKey": 18, "RequestApiVersion": 3, "CorrelationId": 9, "ClientId": "x"},
+                                   {"ClientSoftwareName": "t", "ClientSoftwareVersion": "1"})
+    session.client_data(struct.pack(">i", len(request)) + request, 1.0)
+    frame = _api_versions(codec, 3, {1: (4, 17), 18: (0, 4)})
+    out = session.broker_data(struct.pack(">i", len(frame)) + frame, 1.1)
+    sent = b"".join(bytes(chunk) for chunk in out.forward)
+    assert struct.unpack_from(">i", sent)[0] == len(sent) - 4
+    assert _offered(codec, sent[4:], 3) == {1: (4, 15), 18: (0, 4)}
+    responses = [e for e in out.events if type(e).__name__ == "Response"]
+    assert len(responses) == 1 and bytes(responses[0].frame) == bytes(frame)
