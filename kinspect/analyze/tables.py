@@ -103,6 +103,18 @@ def _ranks(column) -> np.ndarray:
 def _ranked_values(column) -> tuple[np.ndarray, pa.Array]:
     """`_ranks` of `column`, and its distinct non-null values in rank order (rank r: [r - 1])."""
     column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    kind = column.type
+    if (pa.types.is_signed_integer(kind) or pa.types.is_unsigned_integer(kind) and kind.bit_width < 64) \
+            and len(column) > column.null_count:
+        low, high = (value.as_py() for value in pc.min_max(column).values())
+        if high - low < 1 << 16:  # versions, directions: ranked by a table of the range, not hashed and sorted
+            offset = pc.fill_null(column, low).to_numpy().astype(np.int64) - low
+            present = np.zeros(high - low + 1, np.int64)
+            present[offset] = 1
+            rank = np.cumsum(present)  # the rank of each present value, 1 for the lowest
+            valid = pc.is_valid(column).to_numpy(zero_copy_only=False)
+            ranks = np.where(valid, rank[offset], 0)
+            return ranks, pa.array(np.flatnonzero(present) + low, column.type)
     if pa.types.is_dictionary(column.type) and (column.dictionary.null_count or
                                                 len(pc.unique(column.dictionary)) != len(column.dictionary)):
         column = column.cast(column.type.value_type)  # a value twice in the dictionary: one rank for both
@@ -307,8 +319,10 @@ def kip482_savings(aggs: Aggregates, top: int) -> list[dict]:
     sides = []
     for direction, version, prefix in (("request", "version", "kip_request"),
                                        ("response", "response_version", "kip_response")):
-        side = e.filter(pc.greater(e[f"{prefix}s"], 0))
-        sides.append(pa.table({"api": side["api"], "direction": pa.array([direction] * side.num_rows, _STR),
+        # the side's own columns filtered, not the aggregate's 27 (its rows: a third of its time)
+        side = e.select(["api", version, "first_flexible_version", f"{prefix}s", f"{prefix}_bytes",
+                         f"{prefix}_compact"]).filter(pc.greater(e[f"{prefix}s"], 0))
+        sides.append(pa.table({"api": side["api"], "direction": pa.repeat(pa.scalar(direction, _STR), side.num_rows),
                                "version": side[version], "compact_version": side["first_flexible_version"],
                                "n": side[f"{prefix}s"], "today": side[f"{prefix}_bytes"],
                                "compact": side[f"{prefix}_compact"]}))

@@ -1012,3 +1012,26 @@ def test_apis_kept_as_a_dictionary_rank_as_their_strings():
         expected_ranks, expected_values = _ranked_values(strings)
         assert ranks.tolist() == expected_ranks.tolist() and values.equals(expected_values)
     assert _ranked_values(twice)[0].tolist() == [2, 1, 2, 1]  # both Produce one rank
+
+
+@pytest.mark.parametrize("kind", [pa.int8(), pa.int32(), pa.int64(), pa.uint16(), pa.uint64()])
+def test_integers_rank_by_their_range_as_by_hashing(kind):
+    """Versions and directions are ranked by a table of their range (a few values): the same ranks,
+    dense and null 0, and the same distinct values as the general path, which a wide range takes."""
+    from kinspect.analyze.tables import _ranked_values
+
+    signed = pa.types.is_signed_integer(kind)
+    chunks = [[5, None, 3, 5], [9, -2 if signed else 2, None, 3]]
+    column = pa.chunked_array([pa.array(chunk, kind) for chunk in chunks])
+    ranks, values = _ranked_values(column)
+    low = -2 if signed else 2
+    assert ranks.tolist() == [3, 0, 2, 3, 4, 1, 0, 2] and values.to_pylist() == [low, 3, 5, 9]
+    assert values.type == kind
+    padded = [[None if v is None else f"{v + 1000:08d}" for v in chunk] for chunk in ([5, None, 3, 5], [9, low, None, 3])]
+    as_strings, _ = _ranked_values(pa.chunked_array([pa.array(chunk) for chunk in padded]))
+    assert as_strings.tolist() == ranks.tolist()  # the hashing path orders these strings as the numbers
+    if kind.bit_width >= 32:
+        wide = pa.array([70_000, None, 3, 70_000], kind)  # a range too wide for the table: hashed and sorted
+        ranked, distinct = _ranked_values(wide)
+        assert ranked.tolist() == [2, 0, 1, 2] and distinct.to_pylist() == [3, 70_000]
+    assert _ranked_values(pa.array([None, None], kind))[0].tolist() == [0, 0]
