@@ -319,7 +319,7 @@ def kip482_savings(aggs: Aggregates, top: int) -> list[dict]:
     sides = []
     for direction, version, prefix in (("request", "version", "kip_request"),
                                        ("response", "response_version", "kip_response")):
-        # the side's own columns filtered, not the aggregate's 27 (its rows: a third of its time)
+        # only the side's columns filtered: filtering all 27 of the aggregate's took 60% of this table's time
         side = e.select(["api", version, "first_flexible_version", f"{prefix}s", f"{prefix}_bytes",
                          f"{prefix}_compact"]).filter(pc.greater(e[f"{prefix}s"], 0))
         sides.append(pa.table({"api": side["api"], "direction": pa.repeat(pa.scalar(direction, _STR), side.num_rows),

@@ -42,10 +42,6 @@ _NODE_ID_FIELDS = ("NodeId", "BrokerId")
 # proxy.rewrite_node_endpoints can turn it off.
 NODE_ENDPOINT_APIS = frozenset({PRODUCE, FETCH, SHARE_FETCH, SHARE_ACKNOWLEDGE})
 TAGGED_NODE_ENDPOINT_APIS = frozenset({PRODUCE, FETCH})
-# The last Fetch version without NodeEndpoints: v16 added them (KIP-951); v17 and v18 change
-# only what followers send (KIP-853, KIP-1166), nothing a client reads. Produce is not capped:
-# its responses are small, and holding them costs nothing (its v11+ carry KIP-890's transactions).
-FETCH_WITHOUT_NODE_ENDPOINTS = 15
 
 
 def carries_addresses(api_key: int, version: int, node_endpoints: bool = True) -> bool:
@@ -146,6 +142,9 @@ def _splice_node_endpoints(codec: Codec, frame, facts, api_key: int, version: in
     return (memoryview(frame)[:start], bytes(tags.encode(values))), seen
 
 
+_CAPPED_KEPT = 64  # distinct ApiVersions answers remembered (a broker's per version, a few brokers)
+
+
 def cap_api_versions(codec: Codec, frame: bytes, version: int, caps: dict[int, int]):
     """An ApiVersions response offering each api of `caps` up to that version at most (never
     below the broker's own minimum for it); the frame itself when nothing is above its cap."""
@@ -206,8 +205,15 @@ class AddressRewrite:
         self.on_broker = on_broker
         if fetch_max_version < 0:
             raise ValueError(f"proxy.fetch_max_version must be 0 (no cap) or a Fetch version, not {fetch_max_version}")
-        # api key -> the highest version clients are offered (ApiVersions responses rewritten)
+        # api key -> the highest version clients are offered (ApiVersions responses rewritten). 15,
+        # the default, is the last Fetch version without NodeEndpoints: v16 added them (KIP-951), and
+        # v17 and v18 change only what followers send (KIP-853, KIP-1166). Produce is not capped: its
+        # responses are small, holding them costs nothing, and its v11+ carry KIP-890's transactions.
         self.version_caps = {FETCH: fetch_max_version} if fetch_max_version else {}
+        # (version, an ApiVersions response after its correlation id) -> the same capped, or None if
+        # nothing was above a cap: a broker answers every connection alike, and decoding and encoding
+        # its answer anew cost about 80 µs a time (a client that asks on each of many connections)
+        self._capped: dict[tuple[int, bytes], bytes | None] = {}
 
     def wants(self, api_key: int, version: int) -> bool:
         if api_key == API_VERSIONS:
@@ -216,7 +222,16 @@ class AddressRewrite:
 
     def apply(self, frame: bytes, api_key: int, version: int):
         if api_key == API_VERSIONS:
-            return cap_api_versions(self.codec, frame, version, self.version_caps)
+            key = (version, bytes(frame[4:]))
+            if key in self._capped:
+                rest = self._capped[key]
+            else:
+                out = cap_api_versions(self.codec, frame, version, self.version_caps)
+                rest = None if out is frame else bytes(out)[4:]
+                if len(self._capped) >= _CAPPED_KEPT:
+                    self._capped.clear()
+                self._capped[key] = rest
+            return frame if rest is None else bytes(frame[:4]) + rest
         new, seen = rewrite_response(self.codec, frame, api_key, version, self.nodes)
         if self.on_broker is not None:
             for node_id, host, port in seen:

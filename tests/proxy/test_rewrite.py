@@ -223,6 +223,10 @@ def test_api_versions_offer_fetch_up_to_the_cap(codec, version):
     # never below the broker's own lowest version
     assert _offered(codec, rewrite.apply(_api_versions(codec, version, {1: (16, 17)}), 18, version), version) == {
         1: (16, 16)}
+    # the same answer on another connection (another correlation id): remembered, not decoded again
+    again = frame[:3] + b"\x63" + frame[4:]
+    assert rewrite.apply(again, 18, version) == out[:3] + b"\x63" + out[4:]
+    assert rewrite.apply(within[:3] + b"\x63" + within[4:], 18, version) == within[:3] + b"\x63" + within[4:]
 
 
 def test_api_versions_kip511_fallback_body_is_capped_at_v0(codec):
@@ -254,3 +258,20 @@ def test_a_session_sends_the_capped_api_versions_and_reports_the_brokers(codec):
     assert _offered(codec, sent[4:], 3) == {1: (4, 15), 18: (0, 4)}
     responses = [e for e in out.events if type(e).__name__ == "Response"]
     assert len(responses) == 1 and bytes(responses[0].frame) == bytes(frame)
+
+
+def test_a_brokers_api_versions_answer_is_capped_once(codec, monkeypatch):
+    """Every connection gets the broker's same answer: decoded and encoded once, then remembered."""
+    from kinspect.session import address_rewrite
+
+    calls = []
+    real = address_rewrite.cap_api_versions
+    monkeypatch.setattr(address_rewrite, "cap_api_versions", lambda *a: calls.append(a[2]) or real(*a))
+    rewrite = AddressRewrite(codec, NODES, fetch_max_version=15)
+    frame = _api_versions(codec, 3, {1: (4, 17), 18: (0, 4)})
+    sent = [rewrite.apply(struct.pack(">i", n) + frame[4:], 18, 3) for n in range(5)]
+    assert [struct.unpack_from(">i", s)[0] for s in sent] == list(range(5))
+    assert len({s[4:] for s in sent}) == 1 and _offered(codec, sent[0], 3)[1] == (4, 15)
+    assert calls == [3]  # once for the five connections
+    rewrite.apply(frame, 18, 4)
+    assert calls == [3, 4]  # another version is another answer
