@@ -23,12 +23,15 @@ event loop's figures are CPU time of the measuring thread (time.thread_time, fro
              waits for the GIL (median, p99, max, in ms), with the rows built in the
              thread and with the thread only pickling them for the writer process (the
              proxy's default); beside them the same with no writer, interleaved: what the
-             machine's own scheduling adds.
+             machine's own scheduling adds; and with this process and a busy writer
+             process on one core, the writer process at the proxy's priority and at its
+             own (writer_process.NICENESS).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -194,6 +197,44 @@ def main() -> None:
                   f"{statistics.median(values) * 1e3:.3f} ms, p99 {values[int(len(values) * 0.99)] * 1e3:.3f} ms, "
                   f"max {values[-1] * 1e3:.3f} ms over {len(values)} wake-ups")
         print(f"  (switch interval {sys.getswitchinterval() * 1e3:.2f} ms)")
+        shared = shared_core_lateness(Path(tmp), builder, offered, args.rounds)
+        if shared:
+            for nice, values in shared.items():
+                print(f"  one core shared with a busy writer process at nice +{nice}: lateness of a thread waking "
+                      f"every 1 ms: median {statistics.median(values) * 1e3:.3f} ms, "
+                      f"p99 {values[int(len(values) * 0.99)] * 1e3:.3f} ms over {len(values)} wake-ups")
+
+
+def shared_core_lateness(directory: Path, builder, offered, rounds: int) -> dict[int, list[float]]:
+    """Lateness (s) of 1 ms sleeps with this process and the writer process on one core while the
+    writer process is busy, with the process at the proxy's priority (+0) and as it runs
+    (writer_process.NICENESS): what a sidecar with few cores, all busy, sees. Empty where the
+    CPU affinity cannot be set."""
+    from kinspect.capture import writer_process
+
+    if not hasattr(os, "sched_setaffinity"):
+        return {}
+    cpus = os.sched_getaffinity(0)
+    out: dict[int, list[float]] = {0: [], writer_process.NICENESS: []}
+    os.sched_setaffinity(0, {min(cpus)})  # the writer process inherits it
+    try:
+        for r in range(rounds):
+            for nice in out:
+                writer = CaptureWriter(directory / f"shared{r}-{nice}", builder, row_group_rows=10_000,
+                                       queue_rows=10_000_000, queue_bytes=1 << 40, process=True).start()
+                os.setpriority(os.PRIO_PROCESS, writer._out.proc.pid, os.getpriority(os.PRIO_PROCESS, 0) + nice)
+                for _ in range(150):  # more rows than it builds in the time measured: busy throughout
+                    for f, held in offered:
+                        writer.offer(f, held)
+                ends = time.monotonic() + 1.0
+                while time.monotonic() < ends:
+                    started = time.perf_counter()
+                    time.sleep(0.001)
+                    out[nice].append(time.perf_counter() - started - 0.001)
+                writer.close()
+    finally:
+        os.sched_setaffinity(0, cpus)
+    return {nice: sorted(values) for nice, values in out.items()}
 
 
 def sleep_lateness(count: int) -> list[float]:

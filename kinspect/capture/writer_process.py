@@ -41,6 +41,10 @@ TICK_SECONDS = 0.5  # how often an idle writer process looks at its open file's 
 # interval: a 512-row batch of the recorded traffic took 1.5 ms (about 1 KB and 3 µs a row on
 # this 2-core machine), an event loop stall at every batch, where a slice of 64 takes 0.14 ms.
 PICKLE_ROWS = 64
+# The process runs this much nicer than the proxy: on a sidecar's few cores, a batch being built
+# and compressed must not take a core from the forwarding (a waking event loop preempts it); it
+# catches up when the cores are idle, its queue bounded and its drops counted as before.
+NICENESS = 10
 
 
 def write_message(fd: int, payload: bytes) -> None:
@@ -228,6 +232,10 @@ def _report(fd: int, sink, last: tuple | None, reported_files: int) -> tuple[tup
 
 def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        os.nice(NICENESS)
+    except OSError:  # not allowed here: the process runs at the proxy's priority
+        pass
     # Reports go to the stdout we were given; anything else printed goes to stderr with the logs.
     fd_in, fd_out = sys.stdin.fileno(), os.dup(sys.stdout.fileno())
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())

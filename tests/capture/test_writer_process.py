@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -93,6 +94,22 @@ def test_a_writer_process_that_dies_is_replaced(codec: Codec, tmp_path):
     assert w._out.restarts == 1 and w._out.exit_codes == [-signal.SIGKILL, 0]
     assert w.rows_written == 30 and w.write_errors == 30 and w.files_written == 1
     assert read_rows(w.files).column("correlation_id").to_pylist() == [f[0][11] for f in facts[30:]]
+
+
+def test_the_writer_process_runs_nicer_than_the_proxy(codec: Codec, tmp_path):
+    """Building and compressing rows yields a core to the forwarding: the process is NICENESS nicer."""
+    from kinspect.capture.writer_process import NICENESS
+
+    w = CaptureWriter(tmp_path, BatchBuilder(0.0), process=True).start()
+    try:
+        # /proc/<pid>/stat's 19th field is the niceness (after the command name, which may hold spaces)
+        stat = (lambda pid: Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split())
+        assert int(stat(w._out.proc.pid)[16]) == min(19, int(stat(os.getpid())[16]) + NICENESS)
+        for f in recorded_facts(codec, 10):
+            w.offer(*f)
+    finally:
+        w.close()
+    assert w.rows_written == 10 and w.write_errors == 0
 
 
 def test_a_terminal_interrupt_does_not_stop_the_writer_process(codec: Codec, tmp_path):

@@ -24,7 +24,8 @@ SMOKE = {
     "bench_metrics.py": (["--rounds", "1"], r"metrics cost: [\d.]+ us/event"),
     "bench_native_probe.py": (["--repeat", "1", "--min-time", "0.001", "--no-gc-run"], r"C decode / kio read\s+[\d.]+"),
     "bench_capture.py": (["--rounds", "1"], r"capture \(deque\)\s+[\d.]+ \S*s\s+\(\s*[\d.]+x no-op\)[\s\S]*"
-                                            r"feeds the writer process \(the proxy's default\): median [\d.]+ ms"),
+                                            r"feeds the writer process \(the proxy's default\): median [\d.]+ ms[\s\S]*"
+                                            r"busy writer process at nice \+10: .* p99 [\d.]+ ms"),
     # three repetitions of the larger size: its first is shown, not counted
     "bench_analyze.py": (["--sizes", "2000,4000", "--reps", "1,3", "--warm-rows", "0"],
                          r"4,000 rows  job\s+[\d.]+ s \(median of 2 warm: [\d.]+, [\d.]+, [\d.]+\).*"
