@@ -46,6 +46,7 @@ def native_kernel(name: str):
 
 _FIRST_SEEN = native_kernel("first_seen")
 _LIST_SUMS = native_kernel("list_sums")
+_ACCUMULATE = native_kernel("accumulate_codes")
 
 
 def first_seen(key: np.ndarray, native: bool = True) -> tuple[np.ndarray, np.ndarray]:
@@ -153,23 +154,66 @@ def codes(array, null_as=None) -> tuple[np.ndarray, int]:
     return code, span
 
 
-def pack(columns) -> np.ndarray:
+def pack(columns, native: bool = True) -> np.ndarray:
     """One int64 per row, equal exactly where every column's value is (each column an array, or
     (array, null_as) as `codes` takes): the columns' codes in mixed radix; when the product of
-    their spans would pass 2^62, the key so far is first made dense (hashed to 0..n-1)."""
+    their spans would pass 2^62, the key so far is first made dense (hashed to 0..n-1). A
+    dictionary or integer column's codes are folded in by C where it is built (`native`),
+    straight from its Arrow buffers (`_code_source`); else by numpy (`codes`, the reference)."""
     key, span = None, 1
     for column in columns:
-        code, more = codes(*column) if isinstance(column, tuple) else codes(column)
-        if key is None:
-            key, span = code, more
-            continue
-        if span * more >= _LIMIT:
+        array, null_as = column if isinstance(column, tuple) else (column, None)
+        source = _code_source(array, null_as) if native and _ACCUMULATE is not None else None
+        code, more = (None, source[6]) if source is not None else codes(array, null_as)
+        if key is not None and span * more >= _LIMIT:
             key, span = _dense(key)
             if span * more >= _LIMIT:
-                code, more = _dense(code)
-        key = key * more + code
-        span *= more
+                code, more = _dense(code if code is not None else codes(array, null_as)[0])
+        if code is None:  # one pass over the column's own buffers
+            first = key is None
+            if first:
+                key = np.empty(len(source[0]), np.int64)
+            _ACCUMULATE(key, *source, first)
+            span = more if first else span * more
+        elif key is None:
+            key, span = code, more
+        else:
+            key = key * more + code
+            span *= more
     return key
+
+
+def _code_source(array, null_as) -> tuple | None:
+    """What accumulate_codes folds a key column's codes from, the codes `codes` would make: its
+    values or dictionary indices (a numpy view of Arrow's buffer), their width and signedness,
+    its validity bitmap (empty: no nulls) and bit offset, the lowest value, the span and null's
+    code; None where only `codes` makes them (strings to encode, booleans, timestamps, a
+    dictionary holding a value twice or null, a range too wide)."""
+    array = pa.array(array) if isinstance(array, np.ndarray) else whole(array)
+    kind, rows, null_code = array.type, len(array), 0
+    if not rows:
+        return None
+    if pa.types.is_dictionary(kind):
+        dictionary = array.dictionary
+        if dictionary.null_count or len(pc.unique(dictionary)) != len(dictionary):
+            return None
+        values, low, span = array.indices, 0, len(dictionary) + 1
+        if null_as is not None and values.null_count:
+            null_code = pc.index(dictionary, pa.scalar(null_as, dictionary.type)).as_py() + 1  # 0: not there
+    elif pa.types.is_signed_integer(kind) or pa.types.is_unsigned_integer(kind) and kind.bit_width <= 32:
+        low, high = (s.as_py() for s in pc.min_max(array).values())
+        if low is None or not (high - low + 2 < _LIMIT and low > _MIN):
+            return None
+        values, span = array, high - low + 2
+    else:
+        return None
+    signed = pa.types.is_signed_integer(values.type)
+    width = values.type.bit_width // 8
+    data = np.frombuffer(values.buffers()[1], np.dtype(f"{'i' if signed else 'u'}{width}"),
+                         count=values.offset + rows)[values.offset:]
+    bitmap = values.buffers()[0]
+    validity = np.frombuffer(bitmap, np.uint8) if bitmap is not None and values.null_count else b""
+    return data, width, signed, validity, values.offset, low, span, null_code
 
 
 class Groups:

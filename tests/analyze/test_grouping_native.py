@@ -1,4 +1,4 @@
-"""analyze._grouping (dense ids and list sums in C) against their references, the Python paths of kinspect.analyze.groups."""
+"""analyze._grouping (dense ids, list sums, packed keys in C) against their references, the Python paths of kinspect.analyze.groups."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from kinspect.analyze.groups import Groups, first_seen, list_sums, native_kernel
+from kinspect.analyze.groups import Groups, first_seen, list_sums, native_kernel, pack
 from tests.support.native import bytes_grown, native_module
 
 _grouping, _MISSING = native_module("kinspect.analyze._grouping")
@@ -17,6 +17,7 @@ I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1
 def built():
     assert _grouping is not None, _MISSING
     assert native_kernel("first_seen") is _grouping.first_seen and native_kernel("list_sums") is _grouping.list_sums
+    assert native_kernel("accumulate_codes") is _grouping.accumulate_codes
 
 
 def keys_of(kind: str) -> np.ndarray:
@@ -122,3 +123,52 @@ def test_list_sums_refuse_ids_and_offsets_that_do_not_fit():
         assert not sums.any()  # nothing added by a refused call
     _grouping.list_sums(ids, offsets, values, 10, sums)
     assert sums.any()
+
+
+def key_column(rng, n: int, kind: int):
+    """A key column of one of the kinds the partials and merges pack (with nulls half the time)."""
+    nulls = rng.random(n) < 0.2 if rng.random() < 0.5 else None
+    return [
+        lambda: pa.array(rng.integers(-5, 5, n).astype(np.int8), mask=nulls),
+        lambda: pa.array(rng.integers(0, 60_000, n).astype(np.uint16), mask=nulls),
+        lambda: pa.array(rng.integers(0, 3, n).astype(np.uint32), mask=nulls),
+        lambda: pa.array(rng.integers(-(1 << 40), 1 << 40, n), mask=nulls),  # two of these pass 2^62: made dense
+        lambda: pa.array(rng.choice(["a", "b", "c", None], n)).dictionary_encode(),
+        lambda: (pa.array(rng.choice(["x", "unknown", None], n)).dictionary_encode(), "unknown"),  # null joins it
+        lambda: rng.integers(0, 9, n),  # a numpy column (the api codes, group ids)
+        lambda: pa.array(rng.random(n) < 0.5),  # booleans: numpy's path, beside C's
+        lambda: pa.array(rng.choice(["p", "q"], n)),  # plain strings: encoded by numpy's path
+        lambda: pa.array([None] * n, pa.int32()),  # every value null
+    ][kind]()
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_c_packed_keys_equal_the_reference(seed):
+    """pack folds dictionary and integer columns in C: the same keys as numpy's codes, for every kind
+    of column, chunked or sliced (buffers read from an offset), nulls and null_as included."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 3000))
+    columns = [key_column(rng, n, int(rng.integers(0, 10))) for _ in range(int(rng.integers(1, 9)))]
+    if seed % 3 == 1:  # sliced past their start
+        cut = int(rng.integers(0, n))
+        columns = [(c[0].slice(cut), c[1]) if isinstance(c, tuple) else c[cut:] for c in columns]
+    elif seed % 3 == 2:  # chunked, as a table's columns are
+        columns = [(pa.chunked_array([c[0][:n // 2], c[0][n // 2:]]), c[1]) if isinstance(c, tuple) else
+                   c if isinstance(c, np.ndarray) else pa.chunked_array([c[:n // 2], c[n // 2:]]) for c in columns]
+    native, python = pack(columns), pack(columns, native=False)
+    assert native.dtype == np.int64 and native.tolist() == python.tolist()
+
+
+def test_accumulate_codes_refuses_buffers_that_do_not_fit():
+    key, values = np.full(10, 7, np.int64), np.arange(10, dtype=np.int32)
+    for bad in ((key[:9].view(np.uint8)[:-1], values, 4, True, b"", 0),   # not whole int64s
+                (key, values[:9], 4, True, b"", 0),                       # fewer values than keys
+                (key, values, 3, True, b"", 0),                           # no such width
+                (key, values.astype(np.uint64), 8, False, b"", 0),        # unsigned 64-bit
+                (key, values, 4, True, b"\xff", 0),                       # a bitmap of 8 bits for 10 rows
+                (key, values, 4, True, b"\xff\xff", 7)):                  # from bit 7: 17 bits needed
+        with pytest.raises(ValueError, match="accumulate_codes: key must be int64s"):
+            _grouping.accumulate_codes(*bad, 0, 11, 0, False)
+        assert key.tolist() == [7] * 10  # nothing written by a refused call
+    _grouping.accumulate_codes(key, values, 4, True, b"\xfe\x03", 0, 0, 11, -1, False)  # row 0 null
+    assert key.tolist() == [7 * 11 - 1] + [7 * 11 + v + 1 for v in range(1, 10)]
