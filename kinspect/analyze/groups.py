@@ -3,13 +3,16 @@
 Arrow's hash aggregation hashes every key column of every row and runs one kernel per
 aggregation; most of a partial aggregate's time went there. Here each key column becomes
 small integer codes (a dictionary column's indices, an integer's offset from its minimum),
-the codes of all the keys one int64 per row (mixed radix), and that one column is hashed
-once into dense group ids (in C by _grouping.c where it is built, else by Arrow); each sum,
+the codes of all the keys one int64 per row (mixed radix; folded in by _grouping.c where it
+is built, else by numpy), and that one column is hashed once into dense group ids (in C
+too, else by Arrow); each sum,
 minimum and maximum is then a single numpy pass (ufunc.at, exact integer arithmetic). A
 group's key values are those of its first row.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -164,7 +167,7 @@ def pack(columns, native: bool = True) -> np.ndarray:
     for column in columns:
         array, null_as = column if isinstance(column, tuple) else (column, None)
         source = _code_source(array, null_as) if native and _ACCUMULATE is not None else None
-        code, more = (None, source[6]) if source is not None else codes(array, null_as)
+        code, more = (None, source.span) if source is not None else codes(array, null_as)
         if key is not None and span * more >= _LIMIT:
             key, span = _dense(key)
             if span * more >= _LIMIT:
@@ -172,7 +175,7 @@ def pack(columns, native: bool = True) -> np.ndarray:
         if code is None:  # one pass over the column's own buffers
             first = key is None
             if first:
-                key = np.empty(len(source[0]), np.int64)
+                key = np.empty(len(source.values), np.int64)
             _ACCUMULATE(key, *source, first)
             span = more if first else span * more
         elif key is None:
@@ -183,12 +186,23 @@ def pack(columns, native: bool = True) -> np.ndarray:
     return key
 
 
-def _code_source(array, null_as) -> tuple | None:
-    """What accumulate_codes folds a key column's codes from, the codes `codes` would make: its
-    values or dictionary indices (a numpy view of Arrow's buffer), their width and signedness,
-    its validity bitmap (empty: no nulls) and bit offset, the lowest value, the span and null's
-    code; None where only `codes` makes them (strings to encode, booleans, timestamps, a
-    dictionary holding a value twice or null, a range too wide)."""
+class _CodeSource(NamedTuple):
+    """A key column as accumulate_codes takes it (in this order): code = value - low + 1, null null_code."""
+
+    values: np.ndarray  # its values, or a dictionary's indices: a view of Arrow's buffer from the column's offset
+    width: int  # bytes a value
+    signed: bool
+    validity: np.ndarray | bytes  # Arrow's validity bitmap; empty: no nulls
+    bit_offset: int  # the column's first bit in it
+    low: int
+    span: int
+    null_code: int
+
+
+def _code_source(array, null_as) -> _CodeSource | None:
+    """What accumulate_codes folds a key column's codes from, the codes `codes` would make; None
+    where only `codes` makes them (strings to encode, booleans, timestamps, a dictionary holding
+    a value twice or null, a range too wide)."""
     array = pa.array(array) if isinstance(array, np.ndarray) else whole(array)
     kind, rows, null_code = array.type, len(array), 0
     if not rows:
@@ -213,7 +227,7 @@ def _code_source(array, null_as) -> tuple | None:
                          count=values.offset + rows)[values.offset:]
     bitmap = values.buffers()[0]
     validity = np.frombuffer(bitmap, np.uint8) if bitmap is not None and values.null_count else b""
-    return data, width, signed, validity, values.offset, low, span, null_code
+    return _CodeSource(data, width, signed, validity, values.offset, low, span, null_code)
 
 
 class Groups:
