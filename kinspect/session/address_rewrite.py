@@ -142,7 +142,13 @@ def _splice_node_endpoints(codec: Codec, frame, facts, api_key: int, version: in
     return (memoryview(frame)[:start], bytes(tags.encode(values))), seen
 
 
-_CAPPED_KEPT = 64  # distinct ApiVersions answers remembered (a broker's per version, a few brokers)
+# Answers remembered by AddressRewrite, rewritten: at most this many, each at most this long
+_REMEMBERED = 64
+_REMEMBERED_BYTES = 64 * 1024
+# The answers it remembers: a broker gives the same ones again and again (its ApiVersions on every
+# connection, a client's Metadata at each refresh), and a decode and an encode cost 50-100 µs.
+# Not Produce or Fetch: record-bearing, never alike, and only scanned.
+_REMEMBERED_APIS = frozenset({API_VERSIONS, METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER})
 
 
 def cap_api_versions(codec: Codec, frame: bytes, version: int, caps: dict[int, int]):
@@ -210,10 +216,9 @@ class AddressRewrite:
         # v17 and v18 change only what followers send (KIP-853, KIP-1166). Produce is not capped: its
         # responses are small, holding them costs nothing, and its v11+ carry KIP-890's transactions.
         self.version_caps = {FETCH: fetch_max_version} if fetch_max_version else {}
-        # (version, an ApiVersions response after its correlation id) -> the same capped, or None if
-        # nothing was above a cap: a broker answers every connection alike, and decoding and encoding
-        # its answer anew cost about 80 µs a time (a client that asks on each of many connections)
-        self._capped: dict[tuple[int, bytes], bytes | None] = {}
+        # (api key, version, a response after its correlation id) -> (the same rewritten after its
+        # correlation id, or None if unchanged; the brokers it named): see _REMEMBERED_APIS
+        self._remembered: dict[tuple[int, int, bytes], tuple[bytes | None, list]] = {}
 
     def wants(self, api_key: int, version: int) -> bool:
         if api_key == API_VERSIONS:
@@ -221,18 +226,20 @@ class AddressRewrite:
         return carries_addresses(api_key, version, self.node_endpoints)
 
     def apply(self, frame: bytes, api_key: int, version: int):
-        if api_key == API_VERSIONS:
-            key = (version, bytes(frame[4:]))
-            if key in self._capped:
-                rest = self._capped[key]
-            else:
-                out = cap_api_versions(self.codec, frame, version, self.version_caps)
-                rest = None if out is frame else bytes(out)[4:]
-                if len(self._capped) >= _CAPPED_KEPT:
-                    self._capped.clear()
-                self._capped[key] = rest
-            return frame if rest is None else bytes(frame[:4]) + rest
-        new, seen = rewrite_response(self.codec, frame, api_key, version, self.nodes)
+        if api_key not in _REMEMBERED_APIS or len(frame) > _REMEMBERED_BYTES:
+            new, seen = rewrite_response(self.codec, frame, api_key, version, self.nodes)
+        else:
+            key = (api_key, version, bytes(frame[4:]))
+            known = self._remembered.get(key)
+            if known is None:
+                new, seen = (cap_api_versions(self.codec, frame, version, self.version_caps), []) \
+                    if api_key == API_VERSIONS else rewrite_response(self.codec, frame, api_key, version, self.nodes)
+                known = (None if new is frame else bytes(new)[4:], seen)
+                if len(self._remembered) >= _REMEMBERED:
+                    self._remembered.clear()
+                self._remembered[key] = known
+            rest, seen = known
+            new = frame if rest is None else bytes(frame[:4]) + rest
         if self.on_broker is not None:
             for node_id, host, port in seen:
                 self.on_broker(node_id, host, port)

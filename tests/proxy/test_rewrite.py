@@ -275,3 +275,27 @@ def test_a_brokers_api_versions_answer_is_capped_once(codec, monkeypatch):
     assert calls == [3]  # once for the five connections
     rewrite.apply(frame, 18, 4)
     assert calls == [3, 4]  # another version is another answer
+
+
+def test_a_metadata_answer_given_again_is_rewritten_once(codec, monkeypatch):
+    """A client's Metadata refreshes get the same answer: rewritten once, then remembered; every
+    answer still tells the proxy the brokers it names (to open their listeners)."""
+    from kinspect.session import address_rewrite
+
+    decodes = []
+    real = address_rewrite.rewrite_response
+    monkeypatch.setattr(address_rewrite, "rewrite_response", lambda *a: decodes.append(a[2]) or real(*a))
+    told = []
+    rewrite = AddressRewrite(codec, NODES, on_broker=lambda *broker: told.append(broker))
+    body = {"ThrottleTimeMs": 0, "Brokers": ENDPOINTS, "ClusterId": "c", "ControllerId": 1, "Topics": []}
+    frame = bytes(codec.encode_response(3, 12, {"CorrelationId": 5}, body))
+    sent = [rewrite.apply(struct.pack(">i", n) + frame[4:], 3, 12) for n in range(4)]
+    assert [struct.unpack_from(">i", s)[0] for s in sent] == list(range(4))
+    expected, _ = real(codec, frame, 3, 12, NODES)
+    assert all(s[4:] == bytes(expected)[4:] for s in sent)
+    assert decodes == [3]  # once for the four answers
+    assert told == [(1, "broker-1.internal", 9092), (7, "broker-7.internal", 9093)] * 4
+    # an answer that names no broker to move goes on as it came, remembered as such
+    plain = bytes(codec.encode_response(3, 12, {"CorrelationId": 5}, {**body, "Brokers": []}))
+    assert rewrite.apply(plain, 3, 12) is plain and rewrite.apply(plain, 3, 12) is plain
+    assert decodes == [3, 3]
