@@ -94,8 +94,6 @@ def distinct(keys: np.ndarray) -> np.ndarray:
     np.unique hashes them instead when asked for nothing else: 220 ms for 294k int64 here,
     against 5 for this.)"""
     ordered = np.sort(keys)
-    if len(ordered) < 2:
-        return ordered
     return ordered[_starts(ordered)]
 
 
@@ -103,8 +101,6 @@ def distinct_counts(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The distinct values of an integer array, ascending, and how many times each occurs: what
     np.unique(return_counts=True) gives, a third cheaper (1.4M keys: 57 -> 38 ms)."""
     ordered = np.sort(keys)
-    if not len(ordered):
-        return ordered, np.zeros(0, np.intp)
     starts = np.flatnonzero(_starts(ordered))
     return ordered[starts], np.diff(starts, append=len(ordered))
 

@@ -16,12 +16,11 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from kinspect.protocol.codec import Codec, CompiledStruct
-from kinspect.protocol.error_codes import UNSUPPORTED_VERSION
 from kinspect.protocol.errors import DecodeError
 from kinspect.protocol.specs.api_keys import (
     API_VERSIONS, DESCRIBE_CLUSTER, FETCH, FIND_COORDINATOR, METADATA, PRODUCE, SHARE_ACKNOWLEDGE, SHARE_FETCH,
 )
-from kinspect.protocol.wire.peek import leading_error_code
+from kinspect.protocol.wire.peek import api_versions_body_version
 from kinspect.protocol.wire.primitives import uvarint_size
 
 # api key -> first version whose response can carry broker addresses
@@ -154,9 +153,7 @@ _REMEMBERED_APIS = frozenset({API_VERSIONS, METADATA, FIND_COORDINATOR, DESCRIBE
 def cap_api_versions(codec: Codec, frame: bytes, version: int, caps: dict[int, int]):
     """An ApiVersions response offering each api of `caps` up to that version at most (never
     below the broker's own minimum for it); the frame itself when nothing is above its cap."""
-    body_version = version
-    if version > 0 and leading_error_code(frame, 4) == UNSUPPORTED_VERSION:
-        body_version = 0  # KIP-511: the broker answered a version it does not know with a v0 body
+    body_version = api_versions_body_version(frame, version, 4)  # its header is v0 at every version
     decoded = codec.decode_response(frame, API_VERSIONS, body_version)
     changed = False
     for entry in decoded.body["ApiKeys"]:
@@ -227,13 +224,12 @@ class AddressRewrite:
 
     def apply(self, frame: bytes, api_key: int, version: int):
         if api_key not in _REMEMBERED_APIS or len(frame) > _REMEMBERED_BYTES:
-            new, seen = rewrite_response(self.codec, frame, api_key, version, self.nodes)
+            new, seen = self._rewritten(frame, api_key, version)
         else:
             key = (api_key, version, bytes(frame[4:]))
             known = self._remembered.get(key)
             if known is None:
-                new, seen = (cap_api_versions(self.codec, frame, version, self.version_caps), []) \
-                    if api_key == API_VERSIONS else rewrite_response(self.codec, frame, api_key, version, self.nodes)
+                new, seen = self._rewritten(frame, api_key, version)
                 known = (None if new is frame else bytes(new)[4:], seen)
                 if len(self._remembered) >= _REMEMBERED:
                     self._remembered.clear()
@@ -244,3 +240,9 @@ class AddressRewrite:
             for node_id, host, port in seen:
                 self.on_broker(node_id, host, port)
         return new
+
+    def _rewritten(self, frame: bytes, api_key: int, version: int):
+        """(the frame to send, the brokers it names as (node id, real host, real port))."""
+        if api_key == API_VERSIONS:
+            return cap_api_versions(self.codec, frame, version, self.version_caps), []
+        return rewrite_response(self.codec, frame, api_key, version, self.nodes)

@@ -37,9 +37,8 @@ from kinspect.protocol.specs.api_keys import API_VERSIONS, PRODUCE, SASL_HANDSHA
 from kinspect.protocol.codec import Codec, RequestHeader
 from kinspect.protocol.codec.wire_program import optional_extension
 from kinspect.protocol.errors import DecodeError, UnknownApiError
-from kinspect.protocol.error_codes import UNSUPPORTED_VERSION
 from kinspect.protocol.framing.framer import DEFAULT_MAX_FRAME_BYTES, FrameError, FrameTooLarge
-from kinspect.protocol.wire.peek import leading_error_code, produce_acks
+from kinspect.protocol.wire.peek import api_versions_body_version, leading_error_code, produce_acks
 from kinspect.session.client_software import FIRST_SOFTWARE_VERSION, software_of
 from kinspect.session.facts import RequestHeaders, response_header_facts
 from kinspect.session.events import ConnectionInfo, Exchange, Problem, Request, Response
@@ -479,9 +478,7 @@ class Session:
         codec = self.codec
         _, name, known, header_version, _ = self._spec_facts(api_key, version)
         header_size, tag_bytes, tags = response_header_facts(frame, header_version)
-        body_version = version
-        if api_key == API_VERSIONS and version > 0 and leading_error_code(frame, header_size) == UNSUPPORTED_VERSION:
-            body_version = 0  # KIP-511: the broker answered with a v0 body
+        body_version = api_versions_body_version(frame, version, header_size) if api_key == API_VERSIONS else version
         response = Response(self.connection, now, offset, api_key, name, known,
                             body_version, version, pending.correlation_id, header_version, header_size, tag_bytes,
                             tags, size, frame, complete, codec)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 
+from kinspect.protocol.error_codes import UNSUPPORTED_VERSION
 from kinspect.protocol.wire.primitives import Malformed, read_uvarint
 
 _INT16 = struct.Struct(">h")
@@ -40,6 +41,12 @@ def leading_error_code(frame: bytes, body_offset: int) -> int | None:
         return _INT16.unpack_from(frame, body_offset)[0]
     except struct.error:
         return None
+
+
+def api_versions_body_version(frame: bytes, version: int, body_offset: int) -> int:
+    """The version an ApiVersions response's body is read at: its request's, or 0 where the broker
+    did not know that version and answered UNSUPPORTED_VERSION with a v0 body (KIP-511)."""
+    return 0 if version > 0 and leading_error_code(frame, body_offset) == UNSUPPORTED_VERSION else version
 
 
 def tag_section_fields(frame: bytes, pos: int) -> tuple[list[tuple[int, int]], int]:
