@@ -148,3 +148,25 @@ def test_encoding_only_on_integers(tmp_path):
     )
     with pytest.raises(SpecError, match="only allowed on int16, int32 and int64"):
         SpecRegistry.default([tmp_path])
+
+
+def test_builtin_layers_are_parsed_once_until_their_index_changes(tmp_path):
+    """Every Codec of a process shares one parse of the built-in layers; an index rewritten (the
+    importer adding a release) is read afresh."""
+    import shutil
+
+    from kinspect.protocol.specs.registry import builtin_specs_dir, load_builtin_layers
+
+    specs = Path(shutil.copytree(builtin_specs_dir(), tmp_path / "specs"))
+    first, again = load_builtin_layers(specs), load_builtin_layers(specs)
+    assert [layer.name for layer in first] == [layer.name for layer in again] and len(first) >= 2
+    assert all(a.messages is b.messages for a, b in zip(first, again))
+    first.pop()  # each caller gets its own list: changing it changes nobody else's
+    assert len(load_builtin_layers(specs)) == len(again)
+
+    index = specs / "index.json"
+    index.write_text(index.read_text("utf-8") + "\n", "utf-8")
+    changed = load_builtin_layers(specs)
+    assert [layer.name for layer in changed] == [layer.name for layer in again]
+    assert not any(a.messages is b.messages for a, b in zip(changed, again))
+    assert changed[0].messages == again[0].messages  # parsed again, to the same definitions
