@@ -54,16 +54,18 @@ java:
 # On TEST_WORKERS pytest-xdist workers: most integration tests wait on brokers and subprocesses,
 # so more workers than cores pays; tests sharing an expensive fixture (the SparkSession, a
 # recording, a built image) stay on one worker (tests/conftest.py groups them).
+# Bytecode is cached even where the environment says not to (PYTHONDONTWRITEBYTECODE=1): every
+# worker and every kinspect subprocess the tests start would compile the same modules again.
 TEST_WORKERS ?= 4
 test: $(STAMP) $(SYSDEPS) $(OLD_AIOKAFKA)/aiokafka
-	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup; rc=$$?; \
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "no tests ran" >&2; exit 1; fi; exit $$rc
 
 # The unit tests only: no broker, Prometheus, Spark or subprocess (those are marked integration),
 # on every core (pytest-xdist), one case in 8 of the exhaustive per-api/version parametrisations
 # (tests/support/sample_cases.py; make test runs every case).
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider -m "not integration" -p tests.support.sample_cases -n auto; rc=$$?; \
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -q -p no:cacheprovider -m "not integration" -p tests.support.sample_cases -n auto; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "no tests ran" >&2; exit 1; fi; exit $$rc
 
 # Every benchmark, printing ratios against the peers measured in the same run.
