@@ -30,7 +30,7 @@ import pytest
 from kafka.record.memory_records import MemoryRecords
 
 from kinspect.protocol.codec import Codec
-from kinspect.session import Problem, Request
+from kinspect.session import Problem, Request, Response
 from tests.support.proxy_harness import (
     UNUSABLE_HOST,
     RewriteRig,
@@ -122,6 +122,17 @@ def diagnosis(rig: RewriteRig, consumer, delivered: list, consumed: list, fatal:
     requests = collections.Counter(e.api_key for e in rig.proxy.events_of(Request))
     lines.append(f"kinspect problems {dict(problems)}, requests by api key {dict(requests)}, "
                  f"in flight {rig.proxy.run(lambda: rig.proxy.server.inflight())}")
+    # What the brokers answered Produce and CreateTopics (error code -> partitions or topics that
+    # carried it): tells a broker that refused or lost records from a client that gave up.
+    for api_key, name in ((0, "Produce"), (19, "CreateTopics")):
+        codes: collections.Counter = collections.Counter()
+        for response in rig.proxy.events_of(Response):
+            if response.api_key == api_key:
+                try:
+                    codes.update(dict(response.scan().error_codes))
+                except Exception as exc:  # the diagnosis must not hide the failure it describes
+                    codes[repr(exc)] += 1
+        lines.append(f"{name} responses' error codes: {dict(codes)}")
     return "\n".join(lines)
 
 
