@@ -506,6 +506,30 @@ def test_buckets_spread_over_the_partitions():
         assert [partition_of(p) % partitions for p in range(partitions)] == list(range(partitions))
 
 
+def test_shuffle_partitions_grow_linearly_then_as_the_square_root_of_the_input():
+    """One partition per 64 MB up to 9, then 3 x the square root: the shuffle's blocks (read tasks
+    x partitions) grow as the input to the power 1.5, not squared; the cores at least, one for
+    a small input, 400 at most."""
+    from types import SimpleNamespace
+
+    from kinspect.analyze.job import size_shuffle
+
+    def partitions(megabytes: float, cores: int = 2) -> int:
+        spark = SimpleNamespace(sparkContext=SimpleNamespace(defaultParallelism=cores))
+        return size_shuffle(spark, int(megabytes * (1 << 20)))
+
+    assert [partitions(mb) for mb in (0, 1, 64)] == [1, 1, 1]
+    assert [partitions(mb) for mb in (65, 128, 334, 576)] == [2, 2, 6, 9]  # linear, the cores at least
+    assert partitions(65, cores=8) == 8
+    assert [partitions(mb) for mb in (3300, 33_000)] == [22, 69]  # 50M and 500M rows of bench_analyze
+    assert partitions(10 ** 8) == 400
+    sizes = [2 ** k for k in range(6, 27)]
+    counts = [partitions(mb) for mb in sizes]
+    assert counts == sorted(counts)  # never fewer for more input
+    for small, large in zip(sizes[4:], sizes[5:]):  # beyond the linear part, doubling the input:
+        assert partitions(large) <= partitions(small) * 1.5 or partitions(large) == 400  # about sqrt(2) x
+
+
 def test_buckets_hash_a_subset_of_the_merge_keys():
     """A bucket is hashed from some of the merge keys only: rows with equal merge keys then still
     share a bucket."""
