@@ -35,8 +35,8 @@ class Analysis:
 # the tables that take longest on the driver (the 5M capture's: 0.2, 0.1 and 0.05 s), started first
 COSTLY = ("api_sizes", "upgrade_versions", "kip482_savings")
 
-# Shuffle partitions: one per this much input, up to LINEAR_UNITS of them, then growing as the
-# square root of the input (see size_shuffle).
+# Shuffle partitions: one per SHUFFLE_UNIT of input up to LINEAR_UNITS of them, then the
+# geometric mean of the two, sqrt(LINEAR_UNITS x units): growing as the square root of the input.
 SHUFFLE_UNIT = 64 << 20
 LINEAR_UNITS = 9
 MAX_PARTITIONS = 400
@@ -52,11 +52,11 @@ def size_shuffle(spark, input_bytes: int) -> int:
     square, and each block costs a fixed part (its IPC stream and dictionaries, a record in
     the JVM, a table to cast and join in the merge). 50M rows (3.3 GB) with 53 partitions
     took 117-121 CPU s against 89-99 s with 24. The merge's rows per partition grow with the
-    square root of the input instead: a worker's peak memory went from 590-750 to 760-930 MiB.
+    square root of the input instead: a worker's peak memory went from 590-830 to 700-930 MiB.
     """
     cores = spark.sparkContext.defaultParallelism
     units = input_bytes / SHUFFLE_UNIT
-    partitions = min(MAX_PARTITIONS, math.ceil(min(units, 3 * math.sqrt(units))))
+    partitions = min(MAX_PARTITIONS, math.ceil(min(units, math.sqrt(LINEAR_UNITS * units))))
     return 1 if partitions <= 1 else max(cores, partitions)
 
 
