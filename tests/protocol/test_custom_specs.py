@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ from kinspect.protocol.codec import Codec
 from kinspect.protocol.codec.codegen import UNKNOWN_TAGS
 from kinspect.protocol.errors import DecodeError, SpecError
 from kinspect.protocol.wire.primitives import write_uvarint, zigzag_encode
-from kinspect.protocol.specs.registry import SpecRegistry
+from kinspect.protocol.specs.registry import SpecRegistry, builtin_specs_dir, load_builtin_layers
 from tests.support.paths import CUSTOM_SPECS
 
 CUSTOM = CUSTOM_SPECS
@@ -153,10 +154,6 @@ def test_encoding_only_on_integers(tmp_path):
 def test_builtin_layers_are_parsed_once_until_their_index_changes(tmp_path):
     """Every Codec of a process shares one parse of the built-in layers; an index rewritten (the
     importer adding a release) is read afresh."""
-    import shutil
-
-    from kinspect.protocol.specs.registry import builtin_specs_dir, load_builtin_layers
-
     specs = Path(shutil.copytree(builtin_specs_dir(), tmp_path / "specs"))
     first, again = load_builtin_layers(specs), load_builtin_layers(specs)
     assert [layer.name for layer in first] == [layer.name for layer in again] and len(first) >= 2
