@@ -19,10 +19,10 @@ $(STAMP): pyproject.toml $(wildcard setup.py) $(CSOURCES)
 
 # Debian packages the tests use, as command:package: promtool and a real Prometheus; Java 17 for
 # Spark (the analyze tests, `make analyze`); socat (docs/commands.md records a conversation with it);
-# podman, runc and debootstrap build and run the container image; tcpdump and tshark (with
+# podman, runc and mmdebstrap build and run the container image; tcpdump and tshark (with
 # editcap) record and check the captures of tests/pcap; chromium opens the analyze report.
 # Installed when root; otherwise one line says what to install.
-SYSTEM_TOOLS := promtool:prometheus java:openjdk-17-jre-headless socat:socat podman:podman runc:runc debootstrap:debootstrap \
+SYSTEM_TOOLS := promtool:prometheus java:openjdk-17-jre-headless socat:socat podman:podman runc:runc mmdebstrap:mmdebstrap \
 	tcpdump:tcpdump tshark:tshark editcap:tshark chromium:chromium
 SYSDEPS := $(VENV)/.sysdeps
 $(SYSDEPS): Makefile

@@ -1,7 +1,7 @@
 """The container image, built from the Dockerfile and run with podman on this machine.
 
 No image registry is reachable, so the Dockerfile's base (ARG PYTHON_IMAGE) is a local image
-made from Debian packages (tests/deploy/container_base.py: debootstrap, cached per user). The
+made from Debian packages (tests/deploy/container_base.py: mmdebstrap, cached per user). The
 build runs on the host network (apt-get and pip need Debian's mirror and PyPI). The image is
 checked (non-root user, HEALTHCHECK kept, entrypoint, ports; no compiler, every C extension, the
 proxy's packages and no PySpark, pytest or pip), then run on the host network with
@@ -10,7 +10,7 @@ a read-only root filesystem in front of a Tansu broker on loopback: its HEALTHCH
 client produces and consumes through it, and its /metrics shows the traffic, the native codec,
 uvloop and the process's RSS and descriptors.
 
-podman, runc and debootstrap come from Debian packages (the Makefile's SYSDEPS installs them);
+podman, runc and mmdebstrap come from Debian packages (the Makefile's SYSDEPS installs them);
 a missing one fails these tests, it does not skip them.
 """
 
@@ -94,7 +94,7 @@ class Built:
 
 @pytest.fixture(scope="module")
 def image() -> Built:
-    for binary in ("podman", RUNTIME, "debootstrap"):
+    for binary in ("podman", RUNTIME, "mmdebstrap"):
         require(binary)
     try:
         base = base_image()
