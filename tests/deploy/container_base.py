@@ -6,10 +6,10 @@ container), keyed by the recipe (tool, variant, suite, packages, mirror), and im
 podman's storage as localhost/kinspect-test-base:<key>. Later runs reuse the image, or the
 tarball if the image is gone. Making the tarball needs root.
 
-mmdebstrap rather than debootstrap, for a machine's first run (CI's every run): measured on the
-2-core test machine, debootstrap --variant=minbase and a tar of its tree took 65 s of CPU (55 s
-wall), mmdebstrap --variant=apt, which installs with apt and writes the tarball itself, 35 s (35 s wall).
-The base is 170 MB (debootstrap's was 176 MB).
+mmdebstrap rather than debootstrap, for a machine's first run (CI's every run): on the 2-core
+test machine, debootstrap --variant=minbase and a tar of its tree took 65 s of CPU and 55 s;
+mmdebstrap --variant=apt, which installs with apt and writes the tarball itself, 35 s of CPU and
+35 s. The base is 170 MB (debootstrap's was 176 MB).
 """
 
 from __future__ import annotations
