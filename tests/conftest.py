@@ -30,7 +30,7 @@ if hasattr(hypothesis.core, "function_digest"):
 def pytest_runtest_call(item: pytest.Item):
     """Each parametrized case of a Hypothesis test starts from the test's own settings.
 
-    Hypothesis's pytest plugin (6.170) gives each case new settings whose parent is the settings
+    Hypothesis's pytest plugin (6.170.17) gives each case new settings whose parent is the settings
     the case before left on the function, so the chain grows by one a case. `settings.database`
     caches its value per layer, except None (our profile's), which every lookup then fetches
     through the whole chain, quadratic in the cases: 11% of py-spy's samples of
@@ -38,7 +38,8 @@ def pytest_runtest_call(item: pytest.Item):
     alone, 3 runs each interleaved: 39.1-44.4 s -> 34.6-38.3 s; `test_crosscheck_kio.py`, 2 each:
     81.4-86.7 s -> 72.9-82.3 s.
     """
-    function = getattr(getattr(item, "obj", None), "__func__", getattr(item, "obj", None))
+    obj = getattr(item, "obj", None)
+    function = getattr(obj, "__func__", obj)  # a method's function: where the plugin sets them
     own = getattr(function, "_hypothesis_internal_use_settings", None)
     yield
     if own is not None:
