@@ -114,3 +114,24 @@ def test_tests_sharing_an_expensive_fixture_run_on_one_worker(tmp_path):
     ran = re.findall(r"^\[(gw\d+)\] .*PASSED .*::(test_\w+)\[", result.stdout, re.M)
     shared = {worker for worker, test in ran if test == "test_shared"}
     assert len([1 for _, test in ran if test == "test_shared"]) == 6 and len(shared) == 1, result.stdout[-3000:]
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_parametrized_hypothesis_cases_do_not_stack_their_settings(tmp_path):
+    """tests/conftest.py puts a Hypothesis test's own settings back after each parametrized case:
+    Hypothesis's pytest plugin layers each case's settings on the ones the case before left, and
+    with the suite's database=None every lookup walked the chain (quadratic in the cases)."""
+    (tmp_path / "test_chain.py").write_text(
+        "import pytest\nfrom hypothesis import given, settings, strategies as st\n\nDEPTHS = []\n\n"
+        "@pytest.mark.parametrize('n', range(30))\n@settings(max_examples=1)\n@given(x=st.integers())\n"
+        "def test_case(n, x):\n"
+        "    layer, depth = test_case._hypothesis_internal_use_settings, 0\n"
+        "    while layer is not None:\n        depth, layer = depth + 1, layer._fallback\n"
+        "    DEPTHS.append(depth)\n\n"
+        "def test_depths():\n    print('DEPTHS', sorted(set(DEPTHS)))\n    assert len(DEPTHS) >= 30\n"
+        "    assert max(DEPTHS) - min(DEPTHS) <= 1, DEPTHS\n")
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "-p", "tests.conftest",
+                             "-p", "no:xdist", "--rootdir", str(tmp_path), str(tmp_path / "test_chain.py")],
+                            cwd=ROOT, capture_output=True, text=True, timeout=100)
+    assert "31 passed" in result.stdout, result.stdout[-3000:]
