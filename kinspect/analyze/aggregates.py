@@ -96,5 +96,5 @@ def on_driver(scan) -> dict:
     (pyarrow Tables, in the same types as `compute`'s)."""
     from kinspect.analyze.partials import on_driver as partials_on_driver
 
-    return {name: _concat(name, [merge_arrow(name, partials_on_driver(name, scan.on_driver), False)])
-            for name in MERGES}
+    partials = partials_on_driver(scan.on_driver)
+    return {name: _concat(name, [merge_arrow(name, partials[name], False)]) for name in MERGES}

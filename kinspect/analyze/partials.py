@@ -4,7 +4,7 @@ Every aggregate of kinspect.analyze.aggregates is computed in two steps: here, a
 reads its piece of the capture files with pyarrow (only the columns the aggregate needs,
 strings as dictionaries), groups it by its keys packed into one integer per row
 (kinspect.analyze.groups) and splits the partial rows into buckets by a hash of their keys
-(`partial_blobs`); Spark shuffles the buckets as Arrow IPC bytes and another task merges
+(`piece_blobs`); Spark shuffles the buckets as Arrow IPC bytes and another task merges
 each (kinspect.analyze.merge). The driver does both for a small capture. No Python runs
 per row: list columns are flattened and grouped as whole arrays, never looped over.
 
@@ -63,6 +63,10 @@ PARTIAL_SCHEMAS: dict[str, str] = {
                  + ", ".join(f"{name} bigint" for name in HIST)),
     "errors": "api_key int, api_name string, code int, name string, count bigint, exchanges bigint",
 }
+
+# the columns more than one aggregate reads: read once a chunk (partial_batches)
+SHARED_COLUMNS = frozenset(c for c in {c for cols in COLUMNS.values() for c in cols}
+                           if sum(c in cols for cols in COLUMNS.values()) > 1)
 
 _I32, _I64 = pa.int32(), pa.int64()
 CHUNK_ROWS = 500_000  # rows grouped at once by a task (scan.PIECE_ROWS: a local piece is one chunk)
@@ -328,26 +332,52 @@ def read_file(path: str, content: bytes | None):
         raise ValueError(f"{MALFORMED} {path}: {' '.join(str(exc).split())[:200]}") from None
 
 
-def partial_batches(name: str, parquet, path: str, groups: list[int] | None):
-    """Aggregate `name`'s partial rows of one piece (row groups `groups` of the ParquetFile
-    `parquet` read from `path`, or all of them), as record batches: one per chunk of about
-    CHUNK_ROWS rows, grouped at once."""
+def partial_batches(names, parquet, path: str, groups: list[int] | None):
+    """The partial rows of aggregates `names` of one piece (row groups `groups` of the ParquetFile
+    `parquet` read from `path`, or all of them), as (aggregate, record batch) pairs: for each
+    chunk of about CHUNK_ROWS rows, each aggregate's rows grouped at once, in turn. A column
+    that several aggregates read (SHARED_COLUMNS) is read once a chunk, kept until its last
+    aggregate is done with it; every other column only for its aggregate."""
     present = set(parquet.schema_arrow.names)
-    missing = [c for c in REQUIRED_COLUMNS if c in COLUMNS[name] and c not in present]
-    if missing:
-        raise ValueError(f"{MALFORMED} {path}: missing columns {', '.join(missing)}")
-    wanted = [c for c in COLUMNS[name] if c in present]
-    absent = [c for c in COLUMNS[name] if c not in present]  # optional (v2) columns of a v1 file: null
-    schema = arrow_schema_of(name)
+    for name in names:
+        missing = [c for c in REQUIRED_COLUMNS if c in COLUMNS[name] and c not in present]
+        if missing:
+            raise ValueError(f"{MALFORMED} {path}: missing columns {', '.join(missing)}")
     for chunk in _chunks(parquet.metadata, groups if groups is not None else range(parquet.num_row_groups)):
-        # one row group at a time: each may have its own dictionaries, which Arrow cannot
-        # read into one nested column at once (the string fields of a list<struct>)
-        table = pa.concat_tables([parquet.read_row_group(group, columns=wanted, use_threads=False)
-                                  for group in chunk])
-        for column in absent:
-            table = table.append_column(column, pa.nulls(table.num_rows, arrow_schema().field(column).type))
-        if table.num_rows:
-            yield from partial(name, table).cast(schema).to_batches()
+        kept: dict[str, pa.ChunkedArray] = {}
+        for index, name in enumerate(names):
+            table = _chunk_columns(parquet, chunk, name, present, kept)
+            if table.num_rows:
+                for batch in partial(name, table).cast(arrow_schema_of(name)).to_batches():
+                    yield name, batch
+            later = {c for other in names[index + 1:] for c in COLUMNS[other]}
+            for column in [c for c in kept if c not in later]:  # no aggregate after this one reads it
+                del kept[column]
+
+
+def _chunk_columns(parquet, chunk: list[int], name: str, present: set, kept: dict) -> pa.Table:
+    """Aggregate `name`'s columns of the row groups `chunk`: those in `kept` as they are, the rest
+    read (and kept if shared), optional (v2) columns a v1 file lacks as nulls."""
+    wanted = [c for c in COLUMNS[name] if c in present and c not in kept]
+    # one row group at a time: each may have its own dictionaries, which Arrow cannot
+    # read into one nested column at once (the string fields of a list<struct>)
+    if wanted:
+        read = pa.concat_tables([parquet.read_row_group(group, columns=wanted, use_threads=False)
+                                 for group in chunk])
+        rows = read.num_rows
+    else:  # every column already read (an aggregate whose columns all are shared)
+        rows = len(kept[COLUMNS[name][0]])
+    columns = {}
+    for column in COLUMNS[name]:
+        if column in kept:
+            columns[column] = kept[column]
+        elif column in present:
+            columns[column] = read[column]
+            if column in SHARED_COLUMNS:
+                kept[column] = read[column]
+        else:
+            columns[column] = pa.nulls(rows, arrow_schema().field(column).type)
+    return pa.table(columns)
 
 
 def _chunks(metadata, groups):
@@ -366,11 +396,13 @@ def _chunks(metadata, groups):
         yield chunk
 
 
-def on_driver(name: str, pieces: list) -> pa.Table:
-    """Aggregate `name`'s partial rows of every piece, read in this process (a small capture)."""
-    batches = [batch for path, groups in pieces
-               for batch in partial_batches(name, read_file(path, None), path, groups)]
-    return pa.Table.from_batches(batches, schema=arrow_schema_of(name))
+def on_driver(pieces: list) -> dict[str, pa.Table]:
+    """Every aggregate's partial rows of every piece, read in this process (a small capture)."""
+    batches: dict[str, list] = {name: [] for name in COLUMNS}
+    for path, groups in pieces:
+        for name, batch in partial_batches(list(COLUMNS), read_file(path, None), path, groups):
+            batches[name].append(batch)
+    return {name: pa.Table.from_batches(rows, schema=arrow_schema_of(name)) for name, rows in batches.items()}
 
 
 def _column_hash(column) -> np.ndarray:
@@ -445,15 +477,25 @@ def shrunk(table: pa.Table) -> pa.Table:
     return pa.table({column: _narrowest(table[column]) for column in table.column_names})
 
 
-def partial_blobs(name: str, parquet, path: str, groups: list[int] | None, partitions: list[int],
-                  keys) -> list[tuple[int, bytes]]:
-    """Aggregate `name`'s partial rows of one piece (as partial_batches takes it), split into
-    len(partitions) buckets by a hash of `keys`: (bucket's partition, Arrow IPC bytes of its
-    rows) for each bucket with rows, for Spark to shuffle as opaque bytes (the merge is then
-    pyarrow's and numpy's, not a row-by-row aggregation in the JVM)."""
-    parts = list(partial_batches(name, parquet, path, groups))
-    table = pa.Table.from_batches(parts, schema=arrow_schema_of(name)) if parts else None
-    if table is None or not table.num_rows:
+def piece_blobs(parquet, path: str, groups: list[int] | None, buckets: dict[str, list[int]],
+                keys: dict[str, tuple]):
+    """The partial rows of one piece (as partial_batches takes it) of each aggregate of `buckets`,
+    split into len(buckets[name]) buckets by a hash of its `keys[name]`: (bucket's partition,
+    (aggregate, Arrow IPC bytes of its rows)) for each bucket with rows, for Spark to shuffle as
+    opaque bytes (the merge is then pyarrow's and numpy's, not a row-by-row aggregation in the JVM)."""
+    names = list(buckets)
+    parts: dict[str, list] = {name: [] for name in names}
+    for name, batch in partial_batches(names, parquet, path, groups):
+        parts[name].append(batch)
+    for name in names:
+        table = pa.Table.from_batches(parts.pop(name), schema=arrow_schema_of(name))
+        for partition, blob in _split(table, buckets[name], keys[name]):
+            yield partition, (name, blob)
+
+
+def _split(table: pa.Table, partitions: list[int], keys) -> list[tuple[int, bytes]]:
+    """Partial rows in len(partitions) buckets by a hash of `keys`, as (partition, IPC bytes)."""
+    if not table.num_rows:
         return []
     # shrunk once for every bucket (a bucket's own narrowest types saved few bytes, and
     # shrinking each of six buckets took 30 ms of the 166 ms of a 524k-row exchanges piece)

@@ -149,15 +149,14 @@ def reader(buckets: dict[str, list[int]]):
     from kinspect.analyze.merge import BUCKET_KEYS
 
     def read(bins):
-        from kinspect.analyze.partials import partial_blobs, read_file
+        from kinspect.analyze.partials import piece_blobs, read_file
 
         _kept_memory()
         for pieces in bins:
             for path, groups, content in pieces:
                 parquet = read_file(path, content)  # its footer parsed once for every aggregate
-                for name, partitions in buckets.items():  # one aggregate's columns at a time: a piece's memory
-                    for partition, blob in partial_blobs(name, parquet, path, groups, partitions, BUCKET_KEYS[name]):
-                        yield partition, (name, blob)
+                # one aggregate's columns at a time (those several read, once): a piece's memory
+                yield from piece_blobs(parquet, path, groups, buckets, BUCKET_KEYS)
         _settled()
     return read
 
