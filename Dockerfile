@@ -50,7 +50,7 @@ RUN if [ -n "$BUILD_CA_BUNDLE" ]; then export PIP_CERT="$BUILD_CA_BUNDLE"; fi \
  && python3 -m venv /opt/venv \
  && /opt/venv/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
  && /opt/venv/bin/pip install --no-cache-dir "$(ls /wheels/kinspect-*.whl)[proxy]" \
- && /opt/venv/bin/python -P -c "import kinspect.protocol.codec._wire, kinspect.session._one_frame, kinspect.observers._counting, kinspect.proxy._batch, kinspect.capture._take, kinspect.capture._columns, kinspect.analyze._grouping" \
+ && /opt/venv/bin/python -P -c "import kinspect.protocol.codec._wire, kinspect.session._one_frame, kinspect.observers._counting, kinspect.proxy._batch, kinspect.proxy._receive, kinspect.capture._take, kinspect.capture._columns, kinspect.analyze._grouping" \
  && /opt/venv/bin/python -m pip uninstall -y pip setuptools
 
 # ------------------------------------------------------------------------------ runtime

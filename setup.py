@@ -1,5 +1,6 @@
 """Builds the optional C extensions (the decoder/scanner _wire, the session's one-frame reads _one_frame, the
-metrics' counting _counting, the inspection queue's batch _batch, the capture's fact taker _take and column
+metrics' counting _counting, the inspection queue's batch _batch, the relay's
+receiving end _receive, the capture's fact taker _take and column
 cutter _columns, the analyze job's grouping kernels _grouping); everything else is in pyproject.toml."""
 
 from setuptools import Extension, setup
@@ -10,6 +11,7 @@ EXTENSIONS = (
     ("kinspect.session._one_frame", True),
     ("kinspect.observers._counting", True),
     ("kinspect.proxy._batch", True),
+    ("kinspect.proxy._receive", False),
     ("kinspect.capture._take", True),
     ("kinspect.capture._columns", False),
     ("kinspect.analyze._grouping", False),

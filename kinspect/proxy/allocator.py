@@ -1,6 +1,6 @@
 """Keeps glibc's malloc from handing each large read fresh pages: the proxy's own allocator settings.
 
-Every read the event loop makes becomes a bytes object of up to 256 KiB, and a frame kept
+Every read the event loop makes becomes a bytes object of up to 1 MiB, and a frame kept
 whole for inspection is one bytes object of up to inspect.inspect_max_bytes (1 MiB). With
 glibc's defaults such blocks are mapped for each allocation and unmapped when freed (or
 trimmed off the heap's top), so every read page-faults its memory in again: about 130 minor
@@ -23,7 +23,7 @@ import platform
 
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
-# Blocks below this come from the heap: reads (256 KiB at most) and whole frames up to 32 MiB (a
+# Blocks below this come from the heap: reads (1 MiB at most) and whole frames up to 32 MiB (a
 # Fetch response held for the rewrite is often several MiB: at 4 MiB here, rewrite mode's CPU per
 # MB consumed rose from 0.61 to 1.09 ms, each such frame mapped and faulted in afresh).
 MMAP_THRESHOLD = 32 * 1024 * 1024

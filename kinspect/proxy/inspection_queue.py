@@ -25,8 +25,8 @@ from kinspect.protocol.codec.wire_program import optional_extension
 # keep that near 0.1 ms, which is what the slowest round trips gain (64 added 0.15 ms to a lone
 # connection's p99), and already share the cold start among many reads.
 DEFAULT_MAX_READS = 16
-# Reads held (not copied) before they are inspected. A bulk read (uvloop reads up to 256 KiB)
-# is inspected at once: its cost is per byte, which a batch does not lower, and holding many
+# Reads held (not copied) before they are inspected. A bulk read (up to a megabyte,
+# kinspect.proxy.receiving) is inspected at once: its cost is per byte, which a batch does not lower, and holding many
 # would only grow the memory in use.
 DEFAULT_MAX_BYTES = 256 * 1024
 

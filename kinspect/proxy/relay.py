@@ -14,6 +14,7 @@ import logging
 import time
 
 from kinspect.proxy.observers import Dispatcher
+from kinspect.proxy.receiving import receiver
 from kinspect.session import Session
 
 log = logging.getLogger("kinspect.proxy")
@@ -23,21 +24,25 @@ WRITE_BUFFER_HIGH = 1024 * 1024
 WRITE_BUFFER_LOW = 256 * 1024
 
 
-class _Side(asyncio.Protocol):
+class _Side(asyncio.BufferedProtocol):
     """One end of the relay; `peer` is the other end's transport.
 
-    `data_received` is a slot holding the relay's reader of this side (Relay.client_read or
-    broker_read): the event loop calls it for every read, and a bound method of the relay is
-    one Python call where a method here that called the relay would be two.
+    A buffered protocol: the event loop reads into the thread's megabyte buffer
+    (kinspect.proxy.receiving), whose Receiver hands each read as bytes to the relay's reader of
+    this side (Relay.client_read or broker_read). get_buffer and buffer_updated are slots holding
+    the Receiver's methods (C where built), and `data_received` the reader itself (what a caller
+    with bytes in hand calls): no Python method of this class runs per read.
     """
 
-    __slots__ = ("relay", "name", "transport", "data_received")
+    __slots__ = ("relay", "name", "transport", "data_received", "get_buffer", "buffer_updated")
 
     def __init__(self, relay: "Relay", name: str) -> None:
         self.relay = relay
         self.name = name
         self.transport: asyncio.Transport | None = None
         self.data_received = relay.client_read if name == "client" else relay.broker_read
+        reads = receiver(self.data_received)
+        self.get_buffer, self.buffer_updated = reads.get_buffer, reads.buffer_updated
 
     def connection_made(self, transport) -> None:
         self.transport = transport

@@ -21,6 +21,7 @@ import time
 import pytest
 
 from kinspect.protocol.codec import Codec
+from kinspect.proxy.receiving import READ_BUFFER_BYTES
 from kinspect.proxy.relay import WRITE_BUFFER_HIGH
 from kinspect.session import Exchange, Problem
 from tests.support.proxy_harness import (
@@ -264,7 +265,7 @@ def test_slow_reader_keeps_memory_bounded(rig: RewriteRig, codec: Codec, version
                 samples["broker_paused"] += not broker.is_reading()
             await asyncio.sleep(0.005)
 
-    chunk = 512 * 1024  # what one read from the broker may add past the mark (uvloop reads 256 KiB)
+    chunk = READ_BUFFER_BYTES  # what one read from the broker may add past the mark (kinspect.proxy.receiving)
     limit = WRITE_BUFFER_HIGH + chunk + (0 if version < 16 else 2_100_000)
     rss_before = rss_bytes()
     sampler = asyncio.run_coroutine_threadsafe(sample(), proxy.loop)
