@@ -366,7 +366,7 @@ def _chunk_columns(parquet, chunk: list[int], name: str, present: set, kept: dic
                                  for group in chunk])
         rows = read.num_rows
     else:  # every column already read (an aggregate whose columns all are shared)
-        rows = len(kept[COLUMNS[name][0]])
+        rows = len(next(kept[c] for c in COLUMNS[name] if c in kept))
     columns = {}
     for column in COLUMNS[name]:
         if column in kept:

@@ -3,8 +3,8 @@
 uvloop reads a plain protocol's bytes 256 KiB at a time. A bulk producer's 1 MB Produce
 request then takes four reads, and each read costs the proxy a system call, a wake-up and
 the session's work. A buffered protocol chooses its own buffer. Reading into one of
-READ_BUFFER_BYTES cost the bulk producer 6-7% less proxy CPU per MB, in two runs of
-interleaved repetitions (docs/performance.md). The buffer is shared by every connection of a
+READ_BUFFER_BYTES cost the bulk producer 5 to 10% less proxy CPU per MB (two live runs of
+interleaved repetitions and bench_proxy.py against the tree before; docs/performance.md). The buffer is shared by every connection of a
 thread. A read is copied out into bytes before the next one can land in it, as uvloop's own
 buffer is, so it costs one megabyte per event-loop thread, not per connection.
 

@@ -85,7 +85,7 @@ class _Collect:
 
     def __init__(self) -> None:
         self.data: list[bytes] = []
-        self.made = asyncio.Event()
+        self.ended = asyncio.Event()
 
     def client_read(self, data: bytes) -> None:
         self.data.append(data)
@@ -93,7 +93,7 @@ class _Collect:
     broker_read = client_read
 
     def side_made(self, side) -> None:
-        self.made.set()
+        pass
 
     def eof(self, side) -> bool:
         self.ended.set()
@@ -111,7 +111,6 @@ def test_a_side_reads_a_stream_whole_and_in_order_on_both_loops(loop_kind):
 
     async def main() -> list[bytes]:
         relay = _Collect()
-        relay.ended = asyncio.Event()
         side = _Side(relay, "client")
         server = await asyncio.get_running_loop().create_server(lambda: side, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
