@@ -1,10 +1,11 @@
 """One client connection relayed to one broker: the relay moves bytes, the session says which.
 
-Two asyncio protocols (buffered: kinspect.proxy.receiving) share a Relay. Client bytes are written to the broker as read, then
-handed to the session. Broker bytes are written as read too, unless the session holds
-responses for its transform (rewrite mode): then it says what to send. Events go to the
-observers after the bytes are written, so observing never delays forwarding; write-buffer
-limits on both transports pause the reading side when the other cannot keep up.
+Two asyncio protocols (buffered ones, kinspect.proxy.receiving) share a Relay. Client bytes
+are written to the broker as read, then handed to the session. Broker bytes are written as
+read too, unless the session holds responses for its transform (rewrite mode): then it says
+what to send. Events go to the observers after the bytes are written, so observing never
+delays forwarding; write-buffer limits on both transports pause the reading side when the
+other cannot keep up.
 """
 
 from __future__ import annotations
