@@ -14,12 +14,18 @@
  * dictionary index, plus one; null 0) folded into the packed key in one pass over Arrow's own
  * buffers, where numpy made five (fill the nulls, convert, widen, add one, multiply and add).
  *
+ * sort_int64: the `values` aggregate counts its packed keys (most of them distinct) by sorting
+ * them. numpy's sort of int64 is a comparison sort on this machine's processors (about 54 ns a
+ * key for 1.5M keys); a least-significant-digit radix sort of the keys' offsets from their
+ * minimum takes a pass per 11 bits of their range (a packed key spans 30 to 40 bits).
+ *
  * tests/analyze/test_grouping_native.py checks each against its Python path.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct {
     int64_t key;
@@ -249,6 +255,86 @@ static PyObject *accumulate_codes(PyObject *module, PyObject *args) {
     return result;
 }
 
+#define RADIX_BITS 11
+#define RADIX_SIZE (1 << RADIX_BITS)
+
+/* keys ascending, by their offsets from the least of them, RADIX_BITS at a time (a stable
+ * counting pass each, between keys and scratch); a digit that every key shares is skipped.
+ * 0 when out of memory (keys unchanged). */
+static int radix_sort(int64_t *keys, int64_t *scratch, Py_ssize_t n) {
+    if (n < 2) {
+        return 1;
+    }
+    int64_t low = keys[0], high = keys[0];
+    for (Py_ssize_t i = 1; i < n; i++) {
+        low = keys[i] < low ? keys[i] : low;
+        high = keys[i] > high ? keys[i] : high;
+    }
+    uint64_t range = (uint64_t)high - (uint64_t)low; /* unsigned: no overflow for any two int64s */
+    if (range == 0) {
+        return 1;
+    }
+    int passes = (64 - __builtin_clzll(range) + RADIX_BITS - 1) / RADIX_BITS;
+    Py_ssize_t (*counts)[RADIX_SIZE] = calloc((size_t)passes, sizeof *counts);
+    if (counts == NULL) {
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) { /* every pass's histogram in one read of the keys */
+        uint64_t offset = (uint64_t)keys[i] - (uint64_t)low;
+        for (int p = 0; p < passes; p++) {
+            counts[p][(offset >> (p * RADIX_BITS)) & (RADIX_SIZE - 1)]++;
+        }
+    }
+    int64_t *from = keys, *to = scratch;
+    for (int p = 0; p < passes; p++) {
+        Py_ssize_t *count = counts[p], total = 0;
+        int shared = 0;
+        for (int d = 0; d < RADIX_SIZE; d++) {
+            shared |= count[d] == n;
+            Py_ssize_t here = count[d];
+            count[d] = total; /* where digit d's keys start */
+            total += here;
+        }
+        if (shared) {
+            continue;
+        }
+        int shift = p * RADIX_BITS;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint64_t offset = (uint64_t)from[i] - (uint64_t)low;
+            to[count[(offset >> shift) & (RADIX_SIZE - 1)]++] = from[i];
+        }
+        int64_t *swap = from;
+        from = to;
+        to = swap;
+    }
+    if (from != keys) {
+        memcpy(keys, from, (size_t)n * sizeof(int64_t));
+    }
+    free(counts);
+    return 1;
+}
+
+static PyObject *sort_int64(PyObject *module, PyObject *args) {
+    Py_buffer keys, scratch;
+    if (!PyArg_ParseTuple(args, "w*w*", &keys, &scratch)) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    Py_ssize_t n = keys.len / (Py_ssize_t)sizeof(int64_t);
+    if (keys.len % (Py_ssize_t)sizeof(int64_t) != 0 || scratch.len < keys.len) {
+        PyErr_SetString(PyExc_ValueError, "sort_int64: keys must be int64s and scratch at least as long");
+    } else {
+        int ok;
+        Py_BEGIN_ALLOW_THREADS
+        ok = radix_sort((int64_t *)keys.buf, (int64_t *)scratch.buf, n);
+        Py_END_ALLOW_THREADS
+        result = ok ? Py_NewRef(Py_None) : PyErr_NoMemory();
+    }
+    PyBuffer_Release(&keys);
+    PyBuffer_Release(&scratch);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"first_seen", first_seen, METH_VARARGS,
      "first_seen(keys, ids, first) -> number: each int64 key's id (dense, in the order keys first "
@@ -260,6 +346,9 @@ static PyMethodDef methods[] = {
      "accumulate_codes(key, values, itemsize, signed, validity, bit_offset, low, span, null_code, first): "
      "key[r] = code if first else key[r] * span + code, code = values[r] - low + 1 where the validity bitmap "
      "(empty: all valid) has bit bit_offset + r set, else null_code; key an int64 buffer"},
+    {"sort_int64", sort_int64, METH_VARARGS,
+     "sort_int64(keys, scratch): sorts the int64 buffer keys ascending in place (a radix sort), using "
+     "scratch (an int64 buffer at least as long) as room"},
     {NULL, NULL, 0, NULL},
 };
 

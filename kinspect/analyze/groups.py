@@ -50,6 +50,9 @@ def native_kernel(name: str):
 _FIRST_SEEN = native_kernel("first_seen")
 _LIST_SUMS = native_kernel("list_sums")
 _ACCUMULATE = native_kernel("accumulate_codes")
+_SORT = native_kernel("sort_int64")
+# below this many keys numpy's sort is as quick, and the C call's buffers are not worth it
+_RADIX_MIN = 4096
 
 
 def first_seen(key: np.ndarray, native: bool = True) -> tuple[np.ndarray, np.ndarray]:
@@ -89,18 +92,29 @@ def list_sums(ids: np.ndarray, number: int, offsets: np.ndarray, values: np.ndar
     return sums
 
 
+def sorted_keys(keys: np.ndarray, native: bool = True) -> np.ndarray:
+    """An integer array's values ascending, as int64: a radix sort in C where it is built
+    (`native`), else numpy's sort (the reference). numpy sorts int64 by comparisons on the
+    machines measured: 82 ms for the 1.5M packed keys of a `values` piece, against 23."""
+    if native and _SORT is not None and len(keys) >= _RADIX_MIN:
+        ordered = np.array(keys, np.int64)  # a copy: sorted in place
+        _SORT(ordered, np.empty_like(ordered))
+        return ordered
+    return np.sort(np.asarray(keys, np.int64))
+
+
 def distinct(keys: np.ndarray) -> np.ndarray:
     """The distinct values of an integer array, ascending: a sort and a mask. (numpy 2.4's
     np.unique hashes them instead when asked for nothing else: 220 ms for 294k int64 here,
     against 5 for this.)"""
-    ordered = np.sort(keys)
+    ordered = sorted_keys(keys)
     return ordered[_starts(ordered)]
 
 
 def distinct_counts(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The distinct values of an integer array, ascending, and how many times each occurs: what
     np.unique(return_counts=True) gives, a third cheaper (1.4M keys: 57 -> 38 ms)."""
-    ordered = np.sort(keys)
+    ordered = sorted_keys(keys)
     starts = np.flatnonzero(_starts(ordered))
     return ordered[starts], np.diff(starts, append=len(ordered))
 

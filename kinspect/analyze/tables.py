@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kinspect.analyze.groups import sorted_keys
 from kinspect.analyze.partials import LATENCY, REQUEST
 
 
@@ -214,11 +215,11 @@ def _sorted_values(aggs: Aggregates) -> dict:
     group = np.zeros(len(v), np.int64)
     if np.prod([float(span) for span in spans + [v_span, n_span]]) < 2.0 ** 62:
         # ranks, v and n packed into one int64 and sorted as values (numpy's sort is about
-        # twice as fast as its argsort, and nothing is gathered after it): n only orders
-        # rows of equal ranks and v, which the aggregate does not hold
+        # twice as fast as its argsort, and nothing is gathered after it; a radix sort where
+        # built): n only orders rows of equal ranks and v, which the aggregate does not hold
         for column, span in zip(ranks, spans):
             group = group * span + column
-        key, n = np.divmod(np.sort((group * v_span + (v - v_low)) * n_span + (n - n_low)), n_span)
+        key, n = np.divmod(sorted_keys((group * v_span + (v - v_low)) * n_span + (n - n_low)), n_span)
         group, v = np.divmod(key, v_span)
         v, n = v + v_low, n + n_low
     else:

@@ -1,4 +1,4 @@
-"""analyze._grouping (dense ids, list sums, packed keys in C) against their references, the Python paths of kinspect.analyze.groups."""
+"""analyze._grouping (dense ids, list sums, packed keys, the radix sort in C) against their references, the Python paths of kinspect.analyze.groups."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from kinspect.analyze.groups import Groups, first_seen, list_sums, native_kernel, pack
+from kinspect.analyze.groups import (_RADIX_MIN, Groups, distinct_counts, first_seen, list_sums, native_kernel, pack,
+                                     sorted_keys)
 from tests.support.native import bytes_grown, native_module
 
 _grouping, _MISSING = native_module("kinspect.analyze._grouping")
@@ -172,3 +173,46 @@ def test_accumulate_codes_refuses_buffers_that_do_not_fit():
         assert key.tolist() == [7] * 10  # nothing written by a refused call
     _grouping.accumulate_codes(key, values, 4, True, b"\xfe\x03", 0, 0, 11, -1, False)  # row 0 null
     assert key.tolist() == [7 * 11 - 1] + [7 * 11 + v + 1 for v in range(1, 10)]
+
+
+@pytest.mark.parametrize("kind", ["empty", "one", "all equal", "few distinct", "mostly distinct",
+                                  "runs of neighbours", "extremes", "same low bits"])
+def test_c_sort_equals_numpys(kind):
+    """The radix sort against np.sort (sorted_keys' reference), above and below the size where C takes over,
+    and what distinct_counts makes of it."""
+    key = keys_of(kind)
+    assert native_kernel("sort_int64") is _grouping.sort_int64
+    for keys in (key, key[:_RADIX_MIN - 1], key[::-1]):
+        ordered = sorted_keys(keys)
+        assert ordered.dtype == np.int64 and np.array_equal(ordered, np.sort(keys))
+        assert np.array_equal(ordered, sorted_keys(keys, native=False))
+    values, counts = distinct_counts(key)
+    reference_values, reference_counts = np.unique(key, return_counts=True)
+    assert np.array_equal(values, reference_values) and np.array_equal(counts, reference_counts)
+
+
+def test_c_sort_leaves_its_input_alone_and_sorts_any_dtype():
+    """sorted_keys sorts a copy (the caller's array is kept), of int32 or strided input too."""
+    rng = np.random.default_rng(9)
+    key = rng.integers(-(1 << 31), 1 << 31, 50_000)
+    kept = key.copy()
+    assert np.array_equal(sorted_keys(key), np.sort(kept)) and np.array_equal(key, kept)
+    assert np.array_equal(sorted_keys(key.astype(np.int32)), np.sort(key))
+    assert np.array_equal(sorted_keys(key[::3]), np.sort(key[::3]))
+
+
+def test_sort_refuses_buffers_that_do_not_fit():
+    key = np.arange(10, dtype=np.int64)
+    with pytest.raises(ValueError, match="scratch .*at least as long"):
+        _grouping.sort_int64(key, np.empty(9, np.int64))
+    with pytest.raises(ValueError, match="must be int64s"):
+        _grouping.sort_int64(bytearray(b"123"), bytearray(8))
+    with pytest.raises(TypeError):
+        _grouping.sort_int64(b"read-only", np.empty(10, np.int64))
+    assert np.array_equal(key, np.arange(10))
+
+
+def test_sort_keeps_no_memory_between_calls():
+    key = np.random.default_rng(2).integers(0, 1 << 40, 100_000)
+    work, scratch = key.copy(), np.empty_like(key)
+    assert bytes_grown(lambda: [_grouping.sort_int64(work, scratch) for _ in range(20)]) < 4096
