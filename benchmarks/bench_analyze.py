@@ -22,7 +22,8 @@ counted),
 where the job's time went (read into the aggregates, tables, report), the CPU seconds
 each used (/proc: Spark's JVM with its Python workers plus this process for the job, this process
 for the read),
-a ratio that a busy machine skews less than the wall-clock one, and the peak resident memory
+a ratio that a busy machine skews less than the wall-clock one, the job's CPU split into the
+JVM's own, its Python workers' and this process's (the driver), and the peak resident memory
 during a job of the JVM (driver and local executors), of the largest Python worker, and of
 this process (the Python driver) for a job that no pyarrow read preceded (the first size's
 first repetition: run one size alone for its figure). Last,
@@ -274,16 +275,20 @@ def peaks(spark) -> tuple[float, float, float]:
     return peak_mib(jvm), peak_mib(me), max((peak_mib(p) for p in workers), default=0.0)
 
 
-def run_job(spark, where: Path, driver_rows: int | None = None) -> tuple[float, dict, float]:
-    """Seconds, where they went, and CPU seconds (Spark's JVM with its Python workers, and this
-    process) of the whole job."""
+def run_job(spark, where: Path, driver_rows: int | None = None) -> tuple[float, dict, dict]:
+    """Seconds, where they went, and CPU seconds of the whole job: in all (Spark's JVM with its
+    Python workers, and this process), and split into the JVM's own, the Python workers' (the
+    rest of the JVM's process tree) and this process's (the driver)."""
     out = Path(tempfile.mkdtemp(prefix="kinspect-bench-report-"))
     jvm = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    me = os.getpid()
     try:
-        cpu, started = tree_cpu_seconds(jvm) + cpu_seconds(os.getpid()), time.perf_counter()
+        tree, own, driver = tree_cpu_seconds(jvm), cpu_seconds(jvm), cpu_seconds(me)
+        started = time.perf_counter()
         result = analyze(spark, [str(where)], str(out), driver_rows=driver_rows)
         seconds = time.perf_counter() - started
-        return seconds, result.seconds, tree_cpu_seconds(jvm) + cpu_seconds(os.getpid()) - cpu
+        tree, own, driver = tree_cpu_seconds(jvm) - tree, cpu_seconds(jvm) - own, cpu_seconds(me) - driver
+        return seconds, result.seconds, {"job": tree + driver, "jvm": own, "workers": tree - own, "driver": driver}
     finally:
         shutil.rmtree(out, ignore_errors=True)
 
@@ -343,10 +348,12 @@ def measure(args, root: Path, sizes: list[int], reps: list[int]) -> int:
             # the route the measured sizes take: Spark's read tasks above DRIVER_ROWS, else the driver
             run_job(spark, warm, driver_rows=0 if max(sizes) > DRIVER_ROWS else None)
         for rows, n in zip(sizes, reps):
-            jobs, reads, parts, job_cpus, read_cpus, memory = [], [], [], [], [], []
+            jobs, reads, parts, job_cpus, read_cpus, memory, splits = [], [], [], [], [], [], []
             for _ in range(n):
                 reset_peaks(spark)
-                seconds, where_time, job_cpu = run_job(spark, datasets[rows])
+                seconds, where_time, cpu_split = run_job(spark, datasets[rows])
+                job_cpu = cpu_split["job"]
+                splits.append(cpu_split)
                 jvm_peak, driver_peak, worker_peak = peaks(spark)
                 # once a pyarrow read of whole files has run here, this process's resident
                 # memory holds what its allocator kept of it: no longer the job's own peak
@@ -369,7 +376,10 @@ def measure(args, root: Path, sizes: list[int], reps: list[int]) -> int:
                   f"per repetition {_spread(ratios, 2)} (median {statistics.median(ratios[kept:]):.2f}x)  "
                   f"[read+aggregate {split['read']:.1f} s, tables {split['tables']:.1f} s, "
                   f"report {split['report']:.1f} s]  CPU: job {job_cpu:.1f} s ({_spread(job_cpus)}), "
-                  f"read {read_cpu:.1f} s ({_spread(read_cpus)}), job/read {job_cpu / max(read_cpu, 0.01):.2f}x  "
+                  f"read {read_cpu:.1f} s ({_spread(read_cpus)}), job/read {job_cpu / max(read_cpu, 0.01):.2f}x; "
+                  f"the job's CPU: JVM {statistics.median(c['jvm'] for c in splits[kept:]):.1f} s, Python workers "
+                  f"{statistics.median(c['workers'] for c in splits[kept:]):.1f} s, driver "
+                  f"{statistics.median(c['driver'] for c in splits[kept:]):.1f} s  "
                   f"peak RSS in a job: JVM {max(m[0] for m in memory):.0f} MiB, Python driver "
                   + (f"{max(m[1] for m in memory if m[1] is not None):.0f} MiB (its first job)"
                      if memory[0][1] is not None else "n/a (a pyarrow read ran in this process before)")

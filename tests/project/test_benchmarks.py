@@ -29,7 +29,8 @@ SMOKE = {
     # three repetitions of the larger size: its first is shown, not counted
     "bench_analyze.py": (["--sizes", "2000,4000", "--reps", "1,3", "--warm-rows", "0"],
                          r"4,000 rows  job\s+[\d.]+ s \(median of 2 warm: [\d.]+, [\d.]+, [\d.]+\).*"
-                         r"per repetition [\d.]+, [\d.]+, [\d.]+ \(median [\d.]+x\)[\s\S]*time\(4,000\) / time\(2,000\)"),
+                         r"per repetition [\d.]+, [\d.]+, [\d.]+ \(median [\d.]+x\).*"
+                         r"the job's CPU: JVM [\d.]+ s, Python workers [\d.]+ s, driver [\d.]+ s[\s\S]*time\(4,000\) / time\(2,000\)"),
     "bench_pcap.py": (["--mb", "2", "--reps", "1"], r"kinspect\s+[\d.]+ MB/s"),
     "bench_pipeline.py": (["--requests", "50", "--reps", "1"], r"metrics\s+[\d.]+ \(\s*\d+%\)\s+[\d.]+x relay"),
     # bulk table, a small-request row with the proxy's CPU per request, the idle-memory figure
