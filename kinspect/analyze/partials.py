@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kinspect.analyze.groups import Groups, codes, decoded, distinct_counts, list_sums, pack, whole
-from kinspect.analyze.inputs import MALFORMED, REQUIRED_COLUMNS
+from kinspect.analyze.inputs import MALFORMED, REQUIRED_COLUMNS, row_runs
 from kinspect.capture.schema import arrow_schema
 
 # `values` directions: a request size, a response size, a latency (microseconds)
@@ -381,19 +381,12 @@ def _chunk_columns(parquet, chunk: list[int], name: str, present: set, kept: dic
 
 
 def _chunks(metadata, groups):
-    """Runs of consecutive row groups of at most CHUNK_ROWS rows (or one larger row group): a
-    capture writer's row groups are small, and grouping a larger chunk at once leaves fewer
-    partial rows for Spark to merge."""
-    chunk, rows = [], 0
-    for group in groups:
-        more = metadata.row_group(group).num_rows
-        if chunk and rows + more > CHUNK_ROWS:
-            yield chunk
-            chunk, rows = [], 0
-        chunk.append(group)
-        rows += more
-    if chunk:
-        yield chunk
+    """Runs of consecutive row groups of about CHUNK_ROWS rows (inputs.row_runs: a piece the
+    driver planned is one chunk): a capture writer's row groups are small, and grouping a
+    larger chunk at once leaves fewer partial rows for Spark to merge."""
+    groups = list(groups)
+    for run in row_runs([metadata.row_group(group).num_rows for group in groups], CHUNK_ROWS):
+        yield [groups[i] for i in run]
 
 
 def on_driver(pieces: list) -> dict[str, pa.Table]:

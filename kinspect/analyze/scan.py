@@ -18,10 +18,11 @@ import re
 from dataclasses import dataclass
 
 from kinspect.analyze.inputs import (CAPTURE_GLOB, MALFORMED, SMALL_ROWS, AnalyzeInputError, capture_files,
-                                     is_local)
+                                     is_local, row_runs)
 
-# At most this many rows per task: a Python worker then peaks at about 600 MB (1M rows: 860 MB),
-# memory a cluster counts in the executor's overhead, not in Spark's own; measured no slower.
+# About this many rows per piece, a quarter more at most (inputs.row_runs): a Python worker then
+# peaks at about 600 MB (1M rows: 860 MB), memory a cluster counts in the executor's
+# overhead, not in Spark's own; measured no slower.
 PIECE_ROWS = 500_000
 # With a local master, captures of at most this many rows (all local files) are read and grouped
 # on the driver, in this process: Python workers for so few rows cost more than the work
@@ -111,9 +112,10 @@ def _bins(pieces: list[tuple[str, list[int], int]], number: int) -> list[list[tu
 
 def _local_pieces(paths: list[str], cores: int) -> tuple[list[tuple[str, list[int], int]], int, int]:
     """Runs of row groups of every local capture file, about equal in rows: at least one per
-    core (when there are enough row groups), at most PIECE_ROWS rows each (unless one row
-    group is larger), in as few pieces as that allows (a small capture is one task); each
-    as (file, row groups, rows), largest first."""
+    core (when there are enough row groups), about PIECE_ROWS rows each at most (a quarter
+    more where a row group fits better in than out, `row_runs`; one row group larger stays
+    whole), in as few pieces as that allows (a small capture is one task); each as (file,
+    row groups, rows), largest first."""
     import pyarrow.parquet as pq
 
     groups, size = [], 0
@@ -128,13 +130,11 @@ def _local_pieces(paths: list[str], cores: int) -> tuple[list[tuple[str, list[in
     per_piece = max(1, -(-total // wanted))
     pieces: list[tuple[str, list[int]]] = []
     piece_rows: list[int] = []
-    for uri, group, rows in groups:
-        if pieces and pieces[-1][0] == uri and piece_rows[-1] + rows <= per_piece:
-            pieces[-1][1].append(group)
-            piece_rows[-1] += rows
-        else:
-            pieces.append((uri, [group]))
-            piece_rows.append(rows)
+    for uri in dict.fromkeys(uri for uri, _, _ in groups):  # a piece is row groups of one file
+        mine = [(group, rows) for u, group, rows in groups if u == uri]
+        for run in row_runs([rows for _, rows in mine], per_piece):
+            pieces.append((uri, [mine[i][0] for i in run]))
+            piece_rows.append(sum(mine[i][1] for i in run))
     # largest first: the order `_bins` places them in (each into the emptiest bin), and the
     # order a bin's task reads them
     order = sorted(range(len(pieces)), key=lambda i: -piece_rows[i])

@@ -578,6 +578,36 @@ def test_pieces_in_bins_of_about_equal_rows():
     assert _bins(pieces[:3], 3) == [[pieces[0]], [pieces[1]], [pieces[2]]]
 
 
+def test_row_groups_in_runs_about_the_target():
+    """Consecutive row groups go into runs of about the target rows: a group joins the run before it when
+    more than half of it fits within the target and the run stays within a quarter over it. Groups just
+    over half the target pair up (the previous rule left each alone: half the rows a piece); one group
+    larger than the target stays alone; every group once, in order."""
+    from kinspect.analyze.inputs import row_runs
+
+    assert row_runs([262_144] * 4 + [213_568], 500_000) == [[0, 1], [2, 3], [4]]
+    assert row_runs([300, 300, 300], 500) == [[0, 1], [2]]  # 600 is within a quarter over 500
+    assert row_runs([400, 300], 500) == [[0], [1]]  # 700: more than a quarter over
+    assert row_runs([200, 200, 200], 500) == [[0, 1], [2]]  # 500 would be reached only halfway through the third
+    assert row_runs([10, 900, 10, 10], 500) == [[0], [1], [2, 3]]
+    assert row_runs([], 500) == []
+    runs = row_runs([7, 130, 45, 400, 12, 260, 260, 90] * 5, 500)
+    assert [i for run in runs for i in run] == list(range(40))
+
+
+def test_local_pieces_of_row_groups_just_over_half_a_piece(tmp_path, monkeypatch):
+    """The benchmark's layout scaled down (row groups a little over half a piece, one file): a piece is two
+    row groups, not one."""
+    from kinspect.analyze import scan
+
+    monkeypatch.setattr(scan, "PIECE_ROWS", 500)
+    path, = write_captures(tmp_path, 2_630, files=1, distinct=50)
+    pq.write_table(pq.read_table(path), path, row_group_size=263)
+    pieces, _, rows = scan._local_pieces([str(tmp_path)], 2)
+    assert rows == 2_630 and sorted(g for _, groups, _ in pieces for g in groups) == list(range(10))
+    assert [len(groups) for _, groups, _ in pieces] == [2] * 5 and [n for *_, n in pieces] == [526] * 5
+
+
 def test_percentiles_are_nearest_rank():
     """Exact nearest-rank percentiles for every group size 1..400, ties and all, from distinct
     values with their counts (what the `values` aggregate holds), in groups given in any order."""
