@@ -19,6 +19,13 @@
  * key for 1.5M keys); a least-significant-digit radix sort of the keys' offsets from their
  * minimum takes a pass per 11 bits of their range (a packed key spans 30 to 40 bits).
  *
+ * reduce_groups: each group's sums, minima, maxima of integer columns, and its rows where a
+ * condition holds, over the rows chosen (valid, and where the condition holds). numpy needed
+ * each column widened, its nulls filled, a mask of the rows chosen, the column multiplied by it,
+ * a ufunc.at and a bincount of the mask for the groups left empty: six passes and four
+ * temporary arrays for each of the 16 reductions of an `exchanges` piece. Here all of them are
+ * one pass over the rows and Arrow's own buffers.
+ *
  * tests/analyze/test_grouping_native.py checks each against its Python path.
  */
 #define PY_SSIZE_T_CLEAN
@@ -335,6 +342,204 @@ static PyObject *sort_int64(PyObject *module, PyObject *args) {
     return result;
 }
 
+static inline int bit_at(const uint8_t *bits, Py_ssize_t i) {
+    return (bits[i >> 3] >> (i & 7)) & 1;
+}
+
+enum { OP_SUM, OP_MIN, OP_MAX, OP_COUNT };
+
+/* One reduction of reduce_groups: its operation, its values (kind: itemsize, negative for unsigned; none for a
+ * count), and the rows it takes: valid (no validity bitmap: all), and where its condition holds (none: all;
+ * a null condition does not hold). */
+typedef struct {
+    int op, kind, every;
+    const void *values;
+    const uint8_t *valid, *where, *where_valid;
+    Py_ssize_t valid_bit, where_bit, where_valid_bit;
+    int64_t start;
+} Reduction;
+
+/* 1 where row r is chosen: valid, and its condition holds (a NULL bitmap: every row) */
+static inline int64_t chosen(const uint8_t *valid, Py_ssize_t valid_bit, const uint8_t *where, Py_ssize_t where_bit,
+                             const uint8_t *where_valid, Py_ssize_t where_valid_bit, Py_ssize_t r) {
+    int64_t m = 1; /* no && between the bits: a branch on a random bit is mispredicted half the time */
+    if (valid != NULL) {
+        m &= bit_at(valid, valid_bit + r);
+    }
+    if (where != NULL) {
+        m &= bit_at(where, where_bit + r);
+    }
+    if (where_valid != NULL) {
+        m &= bit_at(where_valid, where_valid_bit + r);
+    }
+    return m;
+}
+
+/* One reduction over every row, into out[g] (and seen[g] = 1 where group g has a chosen row, when seen is
+ * given). Its fields are copied to locals and each case has its own loop: writes to out could alias a
+ * Reduction's fields, which made the compiler reload them on every row (about twice numpy's time). A sum
+ * wraps round as numpy's does (unsigned arithmetic: no undefined overflow); a row not chosen adds 0. */
+/* a minimum (<) or maximum (>) without a branch on the values (a random comparison is mispredicted half the time) */
+#define EXTREME(type, better)                                                                                       \
+    for (Py_ssize_t r = 0; r < rows; r++) {                                                                         \
+        int64_t m = every ? 1 : chosen(valid, vb, where, wb, where_valid, wvb, r);                                  \
+        int64_t v = (int64_t)values[r], *o = out + ids[r];                                                          \
+        *o = (m & (v better *o)) ? v : *o;                                                                          \
+        if (seen != NULL) {                                                                                         \
+            seen[ids[r]] |= (uint8_t)m;                                                                             \
+        }                                                                                                           \
+    }
+
+#define REDUCE(type)                                                                                                \
+    static void reduce_##type(const int64_t *restrict ids, Py_ssize_t rows, const Reduction *c,                     \
+                              int64_t *restrict out, uint8_t *restrict seen) {                                      \
+        const type *restrict values = c->values;                                                                    \
+        const uint8_t *valid = c->valid, *where = c->where, *where_valid = c->where_valid;                           \
+        Py_ssize_t vb = c->valid_bit, wb = c->where_bit, wvb = c->where_valid_bit;                                  \
+        int op = c->op, every = c->every;                                                                           \
+        if (every && op == OP_SUM) {                                                                             \
+            for (Py_ssize_t r = 0; r < rows; r++) {                                                                 \
+                out[ids[r]] = (int64_t)((uint64_t)out[ids[r]] + (uint64_t)(int64_t)values[r]);                      \
+            }                                                                                                       \
+        } else if (op == OP_SUM) {                                                                                  \
+            for (Py_ssize_t r = 0; r < rows; r++) {                                                                 \
+                int64_t m = chosen(valid, vb, where, wb, where_valid, wvb, r);                                      \
+                out[ids[r]] = (int64_t)((uint64_t)out[ids[r]] + ((uint64_t)(int64_t)values[r] & (uint64_t)-m));     \
+                if (seen != NULL) {                                                                                 \
+                    seen[ids[r]] |= (uint8_t)m;                                                                     \
+                }                                                                                                   \
+            }                                                                                                       \
+        } else if (op == OP_MIN) {                                                                                  \
+            EXTREME(type, <)                                                                                        \
+        } else {                                                                                                    \
+            EXTREME(type, >)                                                                                        \
+        }                                                                                                           \
+    }
+REDUCE(int8_t)
+REDUCE(int16_t)
+REDUCE(int32_t)
+REDUCE(int64_t)
+REDUCE(uint8_t)
+REDUCE(uint16_t)
+REDUCE(uint32_t)
+
+static void count_rows(const int64_t *restrict ids, Py_ssize_t rows, const Reduction *c, int64_t *restrict out) {
+    const uint8_t *valid = c->valid, *where = c->where, *where_valid = c->where_valid;
+    Py_ssize_t vb = c->valid_bit, wb = c->where_bit, wvb = c->where_valid_bit;
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        out[ids[r]] += chosen(valid, vb, where, wb, where_valid, wvb, r);
+    }
+}
+
+/* Each reduction in turn over the rows: out and seen hold a row of `number` groups per reduction. */
+static void reduce_rows(const int64_t *ids, Py_ssize_t rows, const Reduction *red, Py_ssize_t k, Py_ssize_t number,
+                        int64_t *out, uint8_t *seen) {
+    for (Py_ssize_t j = 0; j < k; j++) {
+        const Reduction *c = red + j;
+        int64_t *o = out + j * number;
+        uint8_t *s = seen != NULL ? seen + j * number : NULL;
+        switch (c->op == OP_COUNT ? 0 : c->kind) {
+        case 0: count_rows(ids, rows, c, o); break;
+        case 1: reduce_int8_t(ids, rows, c, o, s); break;
+        case 2: reduce_int16_t(ids, rows, c, o, s); break;
+        case 4: reduce_int32_t(ids, rows, c, o, s); break;
+        case 8: reduce_int64_t(ids, rows, c, o, s); break;
+        case -1: reduce_uint8_t(ids, rows, c, o, s); break;
+        case -2: reduce_uint16_t(ids, rows, c, o, s); break;
+        default: reduce_uint32_t(ids, rows, c, o, s); break;
+        }
+    }
+}
+
+/* A bitmap argument: empty means none (NULL); else it must cover bits offset .. offset + rows. */
+static int bitmap_of(Py_buffer *view, Py_ssize_t offset, Py_ssize_t rows, const uint8_t **bits) {
+    *bits = view->len > 0 ? (const uint8_t *)view->buf : NULL;
+    return offset >= 0 && (view->len == 0 || view->len * 8 >= offset + rows);
+}
+
+#define VIEWS 4 /* buffers a reduction holds: values, validity, condition, condition's validity */
+
+static PyObject *reduce_groups(PyObject *module, PyObject *args) {
+    Py_buffer ids, out, seen;
+    PyObject *specs;
+    if (!PyArg_ParseTuple(args, "y*O!w*w*", &ids, &PyTuple_Type, &specs, &out, &seen)) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    Py_ssize_t k = PyTuple_GET_SIZE(specs), held = 0;
+    Py_ssize_t rows = ids.len / (Py_ssize_t)sizeof(int64_t);
+    Py_ssize_t number = k > 0 ? out.len / (Py_ssize_t)sizeof(int64_t) / k : 0;
+    Reduction *red = PyMem_Calloc(k > 0 ? (size_t)k : 1, sizeof(Reduction));
+    Py_buffer *views = PyMem_Calloc(k > 0 ? (size_t)k * VIEWS : 1, sizeof(Py_buffer));
+    int ok = red != NULL && views != NULL && k > 0 && ids.len % (Py_ssize_t)sizeof(int64_t) == 0 &&
+             out.len == number * k * (Py_ssize_t)sizeof(int64_t) && (seen.len == 0 || seen.len == number * k);
+    if (red == NULL || views == NULL) {
+        PyErr_NoMemory();
+    }
+    for (Py_ssize_t j = 0; ok && j < k; j++) {
+        Reduction *c = red + j;
+        Py_buffer *v = views + j * VIEWS;
+        Py_ssize_t itemsize;
+        int is_signed;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(specs, j), "iy*npy*ny*ny*n", &c->op, &v[0], &itemsize, &is_signed,
+                              &v[1], &c->valid_bit, &v[2], &c->where_bit, &v[3], &c->where_valid_bit)) {
+            ok = 0;
+            break;
+        }
+        held = j + 1;
+        c->values = v[0].buf;
+        c->kind = (int)itemsize * (is_signed ? 1 : -1);
+        ok = c->op >= OP_SUM && c->op <= OP_COUNT && bitmap_of(&v[1], c->valid_bit, rows, &c->valid) &&
+             bitmap_of(&v[2], c->where_bit, rows, &c->where) &&
+             bitmap_of(&v[3], c->where_valid_bit, rows, &c->where_valid) &&
+             (c->op == OP_COUNT || ((itemsize == 1 || itemsize == 2 || itemsize == 4 || (itemsize == 8 && is_signed)) &&
+                                    v[0].len >= rows * itemsize));
+        c->every = c->valid == NULL && c->where == NULL;
+        c->start = c->op == OP_MIN ? INT64_MAX : c->op == OP_MAX ? INT64_MIN : 0;
+    }
+    const int64_t *group = ids.buf;
+    /* every id a row of out: checked before anything is written, so a bad call changes nothing */
+    for (Py_ssize_t r = 0; ok && r < rows; r++) {
+        ok = group[r] >= 0 && group[r] < number;
+    }
+    if (!ok) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_ValueError,
+                            "reduce_groups: ids must be int64s, each a column of out (reductions x groups int64s), "
+                            "each reduction (op 0 to 3, values, itemsize, signed, validity, bit, where, where_bit, "
+                            "where_validity, where_validity_bit) with values of 1, 2 or 4 bytes (or 8, signed) for "
+                            "every row, each bitmap (or empty) covering the rows from its bit offset, and seen empty "
+                            "or as long as out");
+        }
+    } else {
+        int64_t *sums = (int64_t *)out.buf;
+        uint8_t *flags = seen.len > 0 ? (uint8_t *)seen.buf : NULL;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t j = 0; j < k; j++) {
+            for (Py_ssize_t g = 0; g < number; g++) {
+                sums[j * number + g] = red[j].start;
+            }
+        }
+        if (flags != NULL) {
+            memset(flags, 0, (size_t)(number * k));
+        }
+        reduce_rows(group, rows, red, k, number, sums, flags);
+        Py_END_ALLOW_THREADS
+        result = Py_NewRef(Py_None);
+    }
+    for (Py_ssize_t j = 0; j < held * VIEWS; j++) {
+        if (views[j].obj != NULL) {
+            PyBuffer_Release(&views[j]);
+        }
+    }
+    PyMem_Free(views);
+    PyMem_Free(red);
+    PyBuffer_Release(&ids);
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&seen);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"first_seen", first_seen, METH_VARARGS,
      "first_seen(keys, ids, first) -> number: each int64 key's id (dense, in the order keys first "
@@ -349,6 +554,13 @@ static PyMethodDef methods[] = {
     {"sort_int64", sort_int64, METH_VARARGS,
      "sort_int64(keys, scratch): sorts the int64 buffer keys ascending in place (a radix sort), using "
      "scratch (an int64 buffer at least as long) as room"},
+    {"reduce_groups", reduce_groups, METH_VARARGS,
+     "reduce_groups(ids, reductions, out, seen): for each reduction j, a tuple (op, values, itemsize, signed, "
+     "validity, bit, where, where_bit, where_validity, where_validity_bit), out[j, g] = the sum (op 0), minimum "
+     "(1) or maximum (2) of the values of group g's chosen rows, or their number (3; values unread); a row is "
+     "chosen where the validity bitmap and the condition bitmap `where` (null false) hold (an empty bitmap: "
+     "every row); seen[j, g] = 1 where group g has a chosen row (seen empty: not written); ids int64s, out "
+     "reductions x groups int64s (out[j, g]), seen as many bytes"},
     {NULL, NULL, 0, NULL},
 };
 

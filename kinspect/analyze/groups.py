@@ -5,8 +5,8 @@ aggregation; most of a partial aggregate's time went there. Here each key column
 small integer codes (a dictionary column's indices, an integer's offset from its minimum),
 the codes of all the keys one int64 per row (mixed radix; folded in by _grouping.c where it
 is built, else by numpy), and that one column is hashed once into dense group ids (in C
-too, else by Arrow); each sum,
-minimum and maximum is then a single numpy pass (ufunc.at, exact integer arithmetic). A
+too, else by Arrow); the sums, minima, maxima and counts of a group are then one pass of C
+over Arrow's buffers (else a numpy ufunc.at each; exact integer arithmetic either way). A
 group's key values are those of its first row.
 """
 
@@ -51,6 +51,8 @@ _FIRST_SEEN = native_kernel("first_seen")
 _LIST_SUMS = native_kernel("list_sums")
 _ACCUMULATE = native_kernel("accumulate_codes")
 _SORT = native_kernel("sort_int64")
+_REDUCE = native_kernel("reduce_groups")
+_SUM, _MIN, _MAX, _COUNT = 0, 1, 2, 3  # reduce_groups' operations
 # from this many keys the radix sort wins clearly (1,024 keys: 13 us either way; 4,096: 32 against 81 us)
 _RADIX_MIN = 4096
 
@@ -242,11 +244,13 @@ def _code_source(array, null_as) -> _CodeSource | None:
 
 class Groups:
     """Rows grouped by an int64 key (`pack`): each row's group id, dense in the order the groups
-    first appear, and each group's first row."""
+    first appear, and each group's first row. Its sums, minima, maxima and counts are one pass of
+    C over Arrow's buffers where it is built (`native`), else numpy's (the reference)."""
 
-    def __init__(self, key: np.ndarray):
-        self.ids, self.first = first_seen(key)
+    def __init__(self, key: np.ndarray, native: bool = True):
+        self.ids, self.first = first_seen(key, native)
         self.number = len(self.first)  # of groups
+        self.native = native and _REDUCE is not None
 
     @classmethod
     def of(cls, columns) -> "Groups":
@@ -262,23 +266,58 @@ class Groups:
 
     def count(self, condition) -> pa.Array:
         """Each group's rows where `condition` holds, null counting as false (count(when(...)))."""
-        return pa.array(np.bincount(self.ids, weights=_mask(condition), minlength=self.number).astype(np.int64))
+        return self.reduce([("count", condition)])[0]
 
     def sum(self, values, where=None) -> pa.Array:
         """Each group's sum of `values` (int64), over the rows where `where` holds if given;
         null where no such value is valid (Spark's sum(when(where, values)))."""
-        return self._reduce(np.add, 0, values, where)
+        return self.reduce([("sum", values, where)])[0]
 
     def min(self, values) -> pa.Array:
-        return self._reduce(np.minimum, np.iinfo(np.int64).max, values, None)
+        return self.reduce([("min", values)])[0]
 
     def max(self, values) -> pa.Array:
-        return self._reduce(np.maximum, np.iinfo(np.int64).min, values, None)
+        return self.reduce([("max", values)])[0]
 
-    def _reduce(self, ufunc, start: int, values, where) -> pa.Array:
+    def reduce(self, requests) -> list[pa.Array]:
+        """Several reductions at once, each ("sum", values[, where]), ("min", values), ("max", values) or
+        ("count", condition), as the methods above give them: in one pass of C over the rows where it is
+        built and every column is an integer or timestamp (a condition boolean), else one numpy pass each."""
+        requests = [(op, whole(column), None if len(rest) == 0 or rest[0] is None else whole(rest[0]))
+                    for op, column, *rest in requests]
+        specs = [self._spec(*request) for request in requests] if self.native else [None]
+        if any(spec is None for spec in specs) or not requests:
+            return [self._count(column) if op == "count" else self._reduce(_UFUNCS[op], column, where)
+                    for op, column, where in requests]
+        k = len(specs)
+        out = np.empty((k, self.number), np.int64)
+        # a group left empty (null) is possible only where rows are left out: a null value or a condition
+        partial = [op != "count" and (column.null_count or where is not None) for op, column, where in requests]
+        seen = np.empty((k, self.number), np.uint8) if any(partial) else _UNSEEN
+        _REDUCE(np.ascontiguousarray(self.ids, np.int64), tuple(specs), out, seen)
+        return [pa.array(out[j], mask=seen[j] == 0 if partial[j] else None) for j in range(k)]
+
+    def _spec(self, op: str, column: pa.Array, where) -> tuple | None:
+        """A request as reduce_groups takes it; None where numpy must reduce it."""
+        if op == "count":
+            column, where = None, column
+            source = (b"", 0, False, b"", 0)
+        else:
+            source = _int_source(column)
+        if source is None or (where is not None and not pa.types.is_boolean(where.type)):
+            return None
+        condition = (b"", 0, b"", 0) if where is None else (_bitmap(where, 1), where.offset, _bitmap(where, 0),
+                                                             where.offset)
+        return (_OPS[op], *source, *condition)
+
+    def _count(self, condition) -> pa.Array:
+        return pa.array(np.bincount(self.ids, weights=_mask(condition), minlength=self.number).astype(np.int64))
+
+    def _reduce(self, ufunc, values, where) -> pa.Array:
         """ufunc over each group's valid values (chosen by `where`), null for a group with none.
-        Rows not chosen count as `start` (ufunc's identity): no row is copied out by a mask."""
+        Rows not chosen count as ufunc's identity: no row is copied out by a mask."""
         array = whole(values)
+        start = _STARTS[ufunc]
         out = np.full(self.number, start, np.int64)
         data = _numpy(array)
         if not array.null_count and where is None:
@@ -288,6 +327,41 @@ class Groups:
         # a product is cheaper than np.where (and the sum's identity is 0)
         ufunc.at(out, self.ids, data * chosen if ufunc is np.add else np.where(chosen, data, start))
         return pa.array(out, mask=np.bincount(self.ids, weights=chosen, minlength=self.number) == 0)
+
+
+_UFUNCS = {"sum": np.add, "min": np.minimum, "max": np.maximum}
+_STARTS = {np.add: 0, np.minimum: np.iinfo(np.int64).max, np.maximum: np.iinfo(np.int64).min}
+_OPS = {"sum": _SUM, "min": _MIN, "max": _MAX, "count": _COUNT}
+_UNSEEN = np.empty(0, np.uint8)  # reduce_groups' `seen` when no group can be left empty: not written
+
+
+def _bitmap(array, index: int) -> np.ndarray | bytes:
+    """Buffer `index` of an array (0: validity, 1: a boolean's values) as bytes numpy can lend; b"" for none
+    (a validity bitmap of an array without nulls is not read)."""
+    buffer = array.buffers()[index]
+    if buffer is None or (index == 0 and not array.null_count):
+        return b""
+    return np.frombuffer(buffer, np.uint8)
+
+
+def _int_source(array: pa.Array) -> tuple | None:
+    """An integer or timestamp array as reduce_groups' values: (values, itemsize, signed, validity, bit offset);
+    None for other types (numpy reduces them)."""
+    kind = array.type
+    if pa.types.is_timestamp(kind):
+        kind, signed = _I64, True
+    elif pa.types.is_signed_integer(kind):
+        signed = True
+    elif pa.types.is_unsigned_integer(kind) and kind.bit_width <= 32:
+        signed = False
+    else:
+        return None
+    width = kind.bit_width // 8
+    data = array.buffers()[1]
+    if data is None or not len(array):
+        return None
+    values = np.frombuffer(data, np.dtype(f"{'i' if signed else 'u'}{width}"), count=array.offset + len(array))
+    return values[array.offset:], width, signed, _bitmap(array, 0), array.offset
 
 
 def _mask(condition) -> np.ndarray:

@@ -65,9 +65,10 @@ def merge_arrow(name: str, partials, decode: bool = True):
     keys, values, zeros, named, _ = MERGES[name]
     groups = Groups.of([partials[k] for k in keys])
     columns = {k: groups.keys(partials[k]) for k in keys}
-    for column, op in values.items():
-        merged = getattr(groups, op)(partials[column])
-        columns[column] = pc.fill_null(merged, 0) if column in zeros else merged
+    # every merged value in one pass over the partial rows (Groups.reduce)
+    merged = groups.reduce([(op, partials[column]) for column, op in values.items()]) if values else []
+    for column, result in zip(values, merged):
+        columns[column] = pc.fill_null(result, 0) if column in zeros else result
     if named:  # made once per distinct (api_key, api_name), a dictionary over the rows
         apis = Groups.of([columns["api_key"], columns["api_name"]])
         api_key = pc.cast(apis.keys(columns["api_key"]), pa.string())

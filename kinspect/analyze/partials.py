@@ -126,6 +126,14 @@ def exchanges(table: pa.Table) -> pa.Table:
     groups = Groups.of(keys)
     first = groups.keys
     t_us = pc.cast(table["request_time"], pa.timestamp("us", "UTC"))
+    # every sum and count in one pass over the rows (Groups.reduce)
+    reduced = dict(zip(("lo", "hi") + EXCHANGE_SUMS[1:], groups.reduce([
+        ("min", t_us), ("max", t_us), ("sum", request_size), ("sum", response_size), ("count", has_response),
+        ("count", pc.is_valid(table["request_decode_error"])), ("count", pc.is_valid(table["response_decode_error"])),
+        ("count", pc.invert(table["request_inspected"])), ("count", kip_request),
+        ("sum", request_size, kip_request), ("sum", table["request_compact_size"], kip_request),
+        ("count", kip_response), ("sum", response_size, kip_response),
+        ("sum", table["response_compact_size"], kip_response)])))
     return pa.table({
         "software": pc.fill_null(decoded(first(table["client_software_name"])), "unknown"),
         "software_version": first(table["client_software_version"]), "client_id": first(table["client_id"]),
@@ -133,16 +141,7 @@ def exchanges(table: pa.Table) -> pa.Table:
         "version": first(table["request_version"]), "response_version": first(response_version),
         "magic_mask": first(magic_mask), "first_flexible_version": first(table["first_flexible_version"]),
         "flexible": first(table["flexible"]), "schema_version": first(table["schema_version"]),
-        "lo": groups.min(t_us), "hi": groups.max(t_us), "n": groups.size(),
-        "request_bytes": groups.sum(request_size), "response_bytes": groups.sum(response_size),
-        "responses": groups.count(has_response),
-        "request_decode_errors": groups.count(pc.is_valid(table["request_decode_error"])),
-        "response_decode_errors": groups.count(pc.is_valid(table["response_decode_error"])),
-        "requests_not_inspected": groups.count(pc.invert(table["request_inspected"])),
-        "kip_requests": groups.count(kip_request), "kip_request_bytes": groups.sum(request_size, kip_request),
-        "kip_request_compact": groups.sum(table["request_compact_size"], kip_request),
-        "kip_responses": groups.count(kip_response), "kip_response_bytes": groups.sum(response_size, kip_response),
-        "kip_response_compact": groups.sum(table["response_compact_size"], kip_response)})
+        "n": groups.size(), **reduced})
 
 
 def addresses(table: pa.Table) -> pa.Table:
@@ -235,9 +234,10 @@ def topics(table: pa.Table) -> pa.Table:
     named = order[first]  # an element of each distinct (row, topic)
     per_topic = Groups(code[named])
     at = pa.array(rows[named])
+    request_bytes, response_bytes = per_topic.reduce([
+        ("sum", whole(table["request_size"]).take(at)), ("sum", pc.fill_null(whole(table["response_size"]).take(at), 0))])
     return pa.table({"topic": per_topic.keys(topic.take(pa.array(named))), "exchanges": per_topic.size(),
-                     "request_bytes": per_topic.sum(whole(table["request_size"]).take(at)),
-                     "response_bytes": per_topic.sum(pc.fill_null(whole(table["response_size"]).take(at), 0))})
+                     "request_bytes": request_bytes, "response_bytes": response_bytes})
 
 
 def tags(table: pa.Table) -> pa.Table:
@@ -269,10 +269,10 @@ def integers(table: pa.Table) -> pa.Table:
     fields = {name: whole(elements.field(name)) for name in ("location", "path", "type")}
     groups = Groups.of([_api_code(table)[rows], *fields.values()])
     return pa.table({**_api(table, rows[groups.first]), **{name: groups.keys(f) for name, f in fields.items()},
-                     "exchanges": groups.size(), "count": groups.sum(elements.field("count")),
-                     "fixed_bytes": groups.sum(elements.field("fixed_bytes")),
-                     "packed_bytes": groups.sum(elements.field("zigzag_bytes")),
-                     "upacked_bytes": groups.sum(elements.field("uvarint_bytes")),
+                     "exchanges": groups.size(),
+                     **dict(zip(("count", "fixed_bytes", "packed_bytes", "upacked_bytes"), groups.reduce(
+                         [("sum", elements.field(name)) for name in ("count", "fixed_bytes", "zigzag_bytes",
+                                                                     "uvarint_bytes")]))),
                      **_hist_sums(groups, elements.field("uvarint_hist"), "u"),
                      **_hist_sums(groups, elements.field("zigzag_hist"), "z")})
 

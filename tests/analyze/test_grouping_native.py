@@ -1,4 +1,4 @@
-"""analyze._grouping (dense ids, list sums, packed keys, the radix sort in C) against their references, the Python paths of kinspect.analyze.groups."""
+"""analyze._grouping (dense ids, list sums, packed keys, the radix sort, the groups' reductions in C) against their references, the Python paths of kinspect.analyze.groups."""
 
 from __future__ import annotations
 
@@ -216,3 +216,96 @@ def test_sort_keeps_no_memory_between_calls():
     key = np.random.default_rng(2).integers(0, 1 << 40, 100_000)
     work, scratch = key.copy(), np.empty_like(key)
     assert bytes_grown(lambda: [_grouping.sort_int64(work, scratch) for _ in range(20)]) < 4096
+
+
+def column_of(kind, rng, rows: int, nulls: float) -> pa.Array:
+    """A column of `rows` values of an Arrow type, a share of them null, sliced so that its offset is not 0."""
+    low, high = {"int8": (-128, 128), "int16": (-(1 << 15), 1 << 15), "int32": (-(1 << 31), 1 << 31),
+                 "int64": (I64_MIN, I64_MAX), "uint8": (0, 256), "uint16": (0, 1 << 16), "uint32": (0, 1 << 32),
+                 "timestamp": (-(1 << 50), 1 << 50)}[kind]
+    values = rng.integers(low, high, rows + 5, dtype=np.int64, endpoint=False)
+    mask = rng.random(rows + 5) < nulls
+    if kind == "timestamp":
+        array = pa.array(values, pa.int64(), mask=mask).cast(pa.timestamp("us", "UTC"))
+    else:
+        array = pa.array(values, mask=mask).cast(getattr(pa, kind)())
+    return array.slice(5)
+
+
+@pytest.mark.parametrize("kind", ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "timestamp"])
+@pytest.mark.parametrize("nulls, groups", [(0.0, 40), (0.3, 40), (0.3, 20_000), (1.0, 10)])
+def test_c_reductions_equal_the_reference(kind, nulls, groups):
+    """Sums (with and without a condition that is itself partly null), minima, maxima and counts of every
+    integer width, with nulls and offsets, many groups left empty or none: the same arrays, nulls included,
+    from the one C pass as from numpy's reductions one by one."""
+    rng = np.random.default_rng(groups + int(nulls * 10))
+    rows = 30_000
+    key = rng.integers(0, groups, rows)
+    column = column_of(kind, rng, rows, nulls)
+    condition = pa.array(rng.random(rows + 3) < 0.4, mask=rng.random(rows + 3) < 0.2).slice(3)
+    requests = [("sum", column), ("sum", column, condition), ("min", column), ("max", column),
+                ("count", condition), ("count", pa.array(rng.random(rows) < 0.5))]
+    native, python = Groups(key), Groups(key, native=False)
+    assert native.native and not python.native
+    got, expected = native.reduce(requests), python.reduce(requests)
+    for request, a, b in zip(requests, got, expected):
+        assert a.type == b.type == pa.int64() and a.equals(b), request[0]
+    # and what they mean, for the plain sum: each group's valid values added up, null where it has none
+    sums = {}
+    for g, v in zip(key.tolist(), column.cast(pa.int64()).to_pylist()):
+        if v is not None:
+            sums[g] = (sums.get(g, 0) + v + (1 << 63)) % (1 << 64) - (1 << 63)  # numpy's int64 wraps round
+    firsts = key[native.first].tolist()
+    assert got[0].to_pylist() == [sums.get(g) for g in firsts]
+
+
+def test_reductions_over_chunked_columns_and_no_rows():
+    """A chunked column is read whole; a table without rows gives empty results either way."""
+    rng = np.random.default_rng(3)
+    chunked = pa.chunked_array([pa.array(rng.integers(0, 100, 700)), pa.array(rng.integers(0, 100, 300))])
+    key = rng.integers(0, 30, 1000)
+    native, python = Groups(key), Groups(key, native=False)
+    assert all(a.equals(b) for a, b in zip(native.reduce([("sum", chunked), ("max", chunked)]),
+                                           python.reduce([("sum", chunked), ("max", chunked)])))
+    empty = Groups(np.array([], np.int64))
+    assert [len(a) for a in empty.reduce([("sum", pa.array([], pa.int64())), ("count", pa.array([], pa.bool_()))])] \
+        == [0, 0]
+
+
+def test_reduce_groups_refuses_calls_that_do_not_fit_and_changes_nothing():
+    ids = np.array([0, 1, 1, 2], np.int64)
+    values = np.arange(4, dtype=np.int64)
+    every = (0, values, 8, True, b"", 0, b"", 0, b"", 0)
+    out = np.full((1, 3), 99, np.int64)
+    seen = np.empty(0, np.uint8)
+    cases = [
+        (np.array([0, 1, 3, 2], np.int64), (every,), out, seen),  # an id past the groups
+        (np.array([0, -1, 1, 2], np.int64), (every,), out, seen),  # a negative id
+        (ids, ((0, values[:3], 8, True, b"", 0, b"", 0, b"", 0),), out, seen),  # values for fewer rows
+        (ids, ((0, values, 8, False, b"", 0, b"", 0, b"", 0),), out, seen),  # unsigned 64-bit
+        (ids, ((5, values, 8, True, b"", 0, b"", 0, b"", 0),), out, seen),  # no such operation
+        (ids, ((0, values, 8, True, b"", 0, np.zeros(1, np.uint8)[:0], 0, np.zeros(1, np.uint8), 7),), out,
+         seen),  # a condition's validity bitmap too short for its offset
+        (ids, (every,), out, np.empty(2, np.uint8)),  # seen neither empty nor as long as out
+        (ids, (), out, seen),  # no reduction
+    ]
+    for args in cases:
+        with pytest.raises(ValueError, match="reduce_groups: "):
+            _grouping.reduce_groups(*args)
+        assert (out == 99).all()
+    with pytest.raises(TypeError):
+        _grouping.reduce_groups(ids, (every,), b"read-only" * 3, seen)
+    with pytest.raises(TypeError):
+        _grouping.reduce_groups(ids, ((0, values),), out, seen)
+    _grouping.reduce_groups(ids, (every,), out, seen)
+    assert out.tolist() == [[0, 3, 3]]
+
+
+def test_reduce_groups_keeps_no_memory_between_calls():
+    rng = np.random.default_rng(4)
+    ids = rng.integers(0, 1000, 100_000)
+    values = rng.integers(0, 1 << 40, 100_000)
+    where = np.packbits(rng.random(100_000) < 0.5, bitorder="little")
+    specs = ((0, values, 8, True, b"", 0, where, 0, b"", 0), (3, b"", 0, False, b"", 0, where, 0, b"", 0))
+    out, seen = np.empty((2, 1000), np.int64), np.empty((2, 1000), np.uint8)
+    assert bytes_grown(lambda: [_grouping.reduce_groups(ids, specs, out, seen) for _ in range(20)]) < 4096
