@@ -53,7 +53,8 @@ _ACCUMULATE = native_kernel("accumulate_codes")
 _SORT = native_kernel("sort_int64")
 _REDUCE = native_kernel("reduce_groups")
 _SUM, _MIN, _MAX, _COUNT = 0, 1, 2, 3  # reduce_groups' operations
-# from this many keys the radix sort wins clearly (1,024 keys: 13 us either way; 4,096: 32 against 81 us)
+# from this many keys the radix sort wins clearly where numpy sorts by comparisons (1,024 keys: 13 us
+# either way; 4,096: 32 against 81 us)
 _RADIX_MIN = 4096
 
 
@@ -96,13 +97,44 @@ def list_sums(ids: np.ndarray, number: int, offsets: np.ndarray, values: np.ndar
 
 def sorted_keys(keys: np.ndarray, native: bool = True) -> np.ndarray:
     """An integer array's values ascending, as int64: a radix sort in C where it is built
-    (`native`), else numpy's sort (the reference). numpy sorts int64 by comparisons on the
-    machines measured: 82 ms for the 1.5M packed keys of a `values` piece, against 23."""
-    if native and _SORT is not None and len(keys) >= _RADIX_MIN:
-        ordered = np.array(keys, np.int64)  # a copy: sorted in place
-        _SORT(ordered, np.empty_like(ordered))
-        return ordered
+    (`native`) and faster on this machine's processor (`_radix_faster`), else numpy's sort (the
+    reference)."""
+    if native and _SORT is not None and len(keys) >= _RADIX_MIN and _radix_faster(keys):
+        return _radix_sorted(keys)
     return np.sort(np.asarray(keys, np.int64))
+
+
+def _radix_sorted(keys: np.ndarray) -> np.ndarray:
+    ordered = np.array(keys, np.int64)  # a copy: sorted in place
+    _SORT(ordered, np.empty_like(ordered))
+    return ordered
+
+
+# Which sort is faster depends on the processor, not on the keys: numpy 2.4 sorts int64 with
+# AVX-512 on an Intel Xeon (13 ms for the 1.5M packed keys of a `values` piece, against the radix
+# sort's 26), but by comparisons on the AMD EPYC measured before (82 ms, against 23; numpy leaves
+# its AVX-512 sort out on AMD's Zen 4). So the first call with CALIBRATION_KEYS keys or more times
+# both on its first CALIBRATION_KEYS (three times each, the fastest of each counted: a few ms once
+# per process) and every later call takes the faster; smaller calls before it take the radix sort.
+CALIBRATION_KEYS = 1 << 17
+_CHOICE: list = []  # [radix faster], once measured
+
+
+def _radix_faster(keys: np.ndarray) -> bool:
+    if not _CHOICE:
+        if len(keys) < CALIBRATION_KEYS:
+            return True
+        import time
+
+        sample = np.array(keys[:CALIBRATION_KEYS], np.int64)
+        best = {"radix": float("inf"), "numpy": float("inf")}
+        for _ in range(3):
+            for name, sort in (("radix", _radix_sorted), ("numpy", np.sort)):
+                started = time.perf_counter()
+                sort(sample)
+                best[name] = min(best[name], time.perf_counter() - started)
+        _CHOICE.append(best["radix"] < best["numpy"])
+    return _CHOICE[0]
 
 
 def distinct(keys: np.ndarray) -> np.ndarray:

@@ -6,6 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from kinspect.analyze import groups
 from kinspect.analyze.groups import (_RADIX_MIN, Groups, distinct_counts, first_seen, list_sums, native_kernel, pack,
                                      sorted_keys)
 from tests.support.native import bytes_grown, native_module
@@ -175,9 +176,34 @@ def test_accumulate_codes_refuses_buffers_that_do_not_fit():
     assert key.tolist() == [7 * 11 - 1] + [7 * 11 + v + 1 for v in range(1, 10)]
 
 
+@pytest.fixture
+def radix_chosen(monkeypatch):
+    """sorted_keys takes the radix sort from _RADIX_MIN keys on, whichever sort this machine found faster."""
+    monkeypatch.setattr(groups, "_CHOICE", [True])
+    calls = []
+    real = groups._SORT
+    monkeypatch.setattr(groups, "_SORT", lambda *args: calls.append(len(args[0])) or real(*args))
+    yield calls
+
+
+def test_the_faster_sort_is_chosen_once_on_a_large_call(monkeypatch):
+    """The first call of CALIBRATION_KEYS keys or more times both sorts on a sample and keeps the faster for the
+    process; smaller calls before it take the radix sort; every call sorts the same either way."""
+    monkeypatch.setattr(groups, "_CHOICE", [])
+    rng = np.random.default_rng(11)
+    small = rng.integers(0, 1 << 34, _RADIX_MIN * 2)
+    assert np.array_equal(sorted_keys(small), np.sort(small)) and groups._CHOICE == []
+    large = rng.integers(0, 1 << 34, groups.CALIBRATION_KEYS + 5)
+    assert np.array_equal(sorted_keys(large), np.sort(large))
+    assert len(groups._CHOICE) == 1 and isinstance(groups._CHOICE[0], bool)
+    monkeypatch.setattr(groups, "_CHOICE", [False])  # numpy faster: C is not called
+    monkeypatch.setattr(groups, "_SORT", lambda *args: pytest.fail("the radix sort was called"))
+    assert np.array_equal(sorted_keys(large), np.sort(large))
+
+
 @pytest.mark.parametrize("kind", ["empty", "one", "all equal", "few distinct", "mostly distinct",
                                   "runs of neighbours", "extremes", "same low bits"])
-def test_c_sort_equals_numpys(kind):
+def test_c_sort_equals_numpys(kind, radix_chosen):
     """The radix sort against np.sort (sorted_keys' reference), above and below the size where C takes over,
     and what distinct_counts makes of it."""
     key = keys_of(kind)
@@ -186,12 +212,13 @@ def test_c_sort_equals_numpys(kind):
         ordered = sorted_keys(keys)
         assert ordered.dtype == np.int64 and np.array_equal(ordered, np.sort(keys))
         assert np.array_equal(ordered, sorted_keys(keys, native=False))
+    assert radix_chosen == ([len(key)] * 2 if len(key) >= _RADIX_MIN else [])  # the C sort did the large ones
     values, counts = distinct_counts(key)
     reference_values, reference_counts = np.unique(key, return_counts=True)
     assert np.array_equal(values, reference_values) and np.array_equal(counts, reference_counts)
 
 
-def test_c_sort_leaves_its_input_alone_and_sorts_any_dtype():
+def test_c_sort_leaves_its_input_alone_and_sorts_any_dtype(radix_chosen):
     """sorted_keys sorts a copy (the caller's array is kept), of int32 or strided input too."""
     rng = np.random.default_rng(9)
     key = rng.integers(-(1 << 31), 1 << 31, 50_000)
@@ -199,6 +226,7 @@ def test_c_sort_leaves_its_input_alone_and_sorts_any_dtype():
     assert np.array_equal(sorted_keys(key), np.sort(kept)) and np.array_equal(key, kept)
     assert np.array_equal(sorted_keys(key.astype(np.int32)), np.sort(key))
     assert np.array_equal(sorted_keys(key[::3]), np.sort(key[::3]))
+    assert len(radix_chosen) == 3
 
 
 def test_sort_refuses_buffers_that_do_not_fit():
