@@ -20,6 +20,12 @@
  *     inspect.max_inflight;
  *   responses: one paired with a request in flight whose facts were kept, not held for a
  *     transform, after no SASL handshake, with header v0 or an empty header tag section.
+ * And a request kept in pieces (a large Produce, framing.stream's KEEP_PIECES) from the bytes read it
+ * begins in to the one it ends in: its first piece kept as a view of the read it begins in, the reads
+ * inside it kept as they are, and the read that ends it hands it over as the FramePieces it came in,
+ * taken as a whole request is (its header and acks in its first piece). A bulk producer's requests of a
+ * megabyte span two reads or more, and the session's Python for each such read (framing state, plan,
+ * header, event, pairing) cost 150 us per MB with the caches cold, in-process: 80 here.
  * Every check of a frame is made before anything changes: from the first frame not taken here, the rest
  * of the read goes to the Python methods, which read it from scratch. */
 
@@ -51,7 +57,7 @@ typedef struct {
 
 /* The classes read and made here, and their slots' offsets. */
 enum { C_REQUEST, C_RESPONSE, C_EXCHANGE, C_PENDING, C_HEADER, C_OUTPUT, C_STREAM, C_HEADERS, C_CONNECTION,
-       C_COUNT };
+       C_PIECES, C_COUNT };
 
 enum { Q_CONNECTION, Q_TIME, Q_OFFSET, Q_HEADER, Q_API_NAME, Q_KNOWN, Q_TAG_BYTES, Q_TAGS, Q_SIZE, Q_FRAME,
        Q_COMPLETE, Q_CODEC, Q_EXPECTS, Q_DECODED, Q_SCANNED, Q_COUNT };
@@ -79,9 +85,10 @@ static const char *const H_NAMES[H_COUNT] = {"api_key", "api_version", "correlat
                                              "size", "fields"};
 
 enum { S_FAILED, S_BUFFER, S_OFFSET, S_SIZE, S_SKIP, S_PARTS, S_MAX_FRAME, S_KEEP_LIMIT, S_HEAD_BYTES, S_FORWARDING,
-       S_COUNT };
+       S_PARTS_BYTES, S_MODE, S_TICKET, S_FORWARDED, S_PIECES_MIN, S_COUNT };
 static const char *const S_NAMES[S_COUNT] = {"failed", "_buffer", "_buffer_offset", "_size", "_skip", "_parts",
-                                             "max_frame_bytes", "keep_limit", "head_bytes", "forwarding"};
+                                             "max_frame_bytes", "keep_limit", "head_bytes", "forwarding",
+                                             "_parts_bytes", "_mode", "_ticket", "_forwarded", "pieces_min_bytes"};
 
 enum { R_V1, R_V2, R_COUNT };
 static const char *const R_NAMES[R_COUNT] = {"_v1", "_v2"};
@@ -137,7 +144,8 @@ typedef struct {
     Py_ssize_t max_inflight;
     /* Each stream's (client, broker) limits, fixed when it was made: max_frame_bytes, keep_limit, head_bytes. */
     Py_ssize_t max_frame[2], keep_limit[2], head_bytes[2];
-    Py_ssize_t taken; /* reads taken here (the tests check that the common reads are) */
+    Py_ssize_t pieces_min; /* the client stream's pieces_min_bytes */
+    Py_ssize_t taken; /* frames taken here (the tests check that the common reads' are) */
 } ReadsObject;
 
 /* The entry of (api key, version), asked of the session the first time; NULL where Python takes it. */
@@ -292,22 +300,27 @@ static PyObject *advance(PyObject *stream, Py_ssize_t n)
     return offset;
 }
 
-/* A Produce request's acks (peek.produce_acks) read from the kept bytes; 1 when they cannot say
- * (as None != 0 in the reference), -1 for a TransactionalId whose length is a longer varint (Python reads it). */
-static long produce_acks(const unsigned char *frame, Py_ssize_t len, Py_ssize_t pos, long version, int flexible)
+/* Not an int16: produce_acks could not read the acks here, and Python reads them (acks=-1, "all", is a value). */
+#define ACKS_UNREAD (-100000L)
+
+/* A Produce request's acks (peek.produce_acks) read from the len bytes at frame; `beyond` when they lie
+ * past them (1 for a whole frame's kept bytes: as None != 0 in the reference; ACKS_UNREAD for a frame's first
+ * piece: the reference reads further), ACKS_UNREAD for a TransactionalId whose length is a longer varint. */
+static long produce_acks(const unsigned char *frame, Py_ssize_t len, Py_ssize_t pos, long version, int flexible,
+                         long beyond)
 {
     if (version >= 3) {
         long length;
         if (flexible) {
             if (pos >= len)
-                return 1;
+                return beyond;
             if (frame[pos] >= 0x80)
-                return -1;
+                return ACKS_UNREAD;
             length = (long)frame[pos] - 1;
             pos += 1;
         } else {
             if (pos + 2 > len)
-                return 1;
+                return beyond;
             length = (int16_t)be16(frame + pos);
             pos += 2;
         }
@@ -315,34 +328,37 @@ static long produce_acks(const unsigned char *frame, Py_ssize_t len, Py_ssize_t 
             pos += length;
     }
     if (pos + 2 > len)
-        return 1;
+        return beyond;
     return (int16_t)be16(frame + pos);
 }
 
-/* Read the request whose size prefix is at data[pos], if it is whole in data and taken here: 1 (its event
- * appended to events), 0 where the reference must read it, -1 on failure. */
-static int client_frame(ReadsObject *self, PyObject *data, Py_ssize_t pos, PyObject *now, PyObject *events)
+/* Read the request whose frame (after its size prefix) is at `frame`, `size` bytes, if it is one taken here:
+ * 1 (its event appended to events, the stream's offset moved past it), 0 where the reference must read it
+ * (nothing changed), -1 on failure. pieces NULL: the frame lies whole at `frame`, kept as its mode says (a
+ * copy); else the FramePieces it came in, of which the first `avail` bytes lie at `frame` (its header and a
+ * Produce's acks must be among them). */
+static int request_event(ReadsObject *self, const unsigned char *frame, Py_ssize_t size, PyObject *pieces,
+                         Py_ssize_t avail, PyObject *now, PyObject *events)
 {
     PyObject *stream = self->requests;
-    const unsigned char *buf;
-    Py_ssize_t size = whole_frame(self, 1, data, pos, &buf), len = 4 + size;
-    if (size < 0)
-        return 0;
-    long api_key = (int16_t)be16(buf + 4), version = (int16_t)be16(buf + 6);
-    long correlation_id = (int32_t)be32(buf + 8);
+    Py_ssize_t len = 4 + size;
+    long api_key = (int16_t)be16(frame), version = (int16_t)be16(frame + 2);
+    long correlation_id = (int32_t)be32(frame + 4);
     Entry *e = entry_of(self, api_key, version);
     if (e == NULL || (e->flags & E_REQUEST_PYTHON) || e->request_header == 0)
         return 0;
-    int complete;
-    Py_ssize_t keep = kept(self, 1, e->request_mode, size, &complete);
-    const unsigned char *frame = buf + 4;
+    if (pieces != NULL && (e->request_mode != KEEP_PIECES || (e->flags & E_SOFTWARE)))
+        return 0;
+    int complete = 1;
+    Py_ssize_t keep = pieces != NULL ? size : kept(self, 1, e->request_mode, size, &complete);
+    Py_ssize_t readable = pieces != NULL ? avail : keep; /* the bytes at `frame` read here */
     /* The header: the previous one's bytes again (RequestHeaders' memo), else Python reads it. */
     PyObject *memo = SLOT(self->headers, r[e->request_header == 2 ? R_V2 : R_V1]);
     if (memo == NULL || !PyTuple_CheckExact(memo) || PyTuple_GET_SIZE(memo) != 6)
         return 0;
     PyObject *after = PyTuple_GET_ITEM(memo, 0), *header_size = PyTuple_GET_ITEM(memo, 1);
     Py_ssize_t hsize = PyLong_AsSsize_t(header_size);
-    if (!PyBytes_CheckExact(after) || hsize < 8 || PyBytes_GET_SIZE(after) != hsize - 8 || keep < hsize
+    if (!PyBytes_CheckExact(after) || hsize < 8 || PyBytes_GET_SIZE(after) != hsize - 8 || readable < hsize
         || memcmp(frame + 8, PyBytes_AS_STRING(after), hsize - 8) != 0) {
         PyErr_Clear();
         return 0;
@@ -352,9 +368,10 @@ static int client_frame(ReadsObject *self, PyObject *data, Py_ssize_t pos, PyObj
         return 0;
     }
     if (e->flags & E_PRODUCE) {
-        long acks = produce_acks(frame, keep, hsize, version, e->flags & E_PRODUCE_FLEXIBLE);
-        if (acks == 0 || acks == -1)
-            return 0; /* acks=0 (no response to pair) or a long TransactionalId */
+        long acks = produce_acks(frame, readable, hsize, version, e->flags & E_PRODUCE_FLEXIBLE,
+                                 pieces ? ACKS_UNREAD : 1);
+        if (acks == 0 || acks == ACKS_UNREAD)
+            return 0; /* acks=0 (no response to pair), a long TransactionalId, acks past the first piece */
     }
     PyObject *client_id = PyTuple_GET_ITEM(memo, 2), *fields = PyTuple_GET_ITEM(memo, 3);
     if (!PyDict_CheckExact(fields))
@@ -364,7 +381,7 @@ static int client_frame(ReadsObject *self, PyObject *data, Py_ssize_t pos, PyObj
     PyObject *frame_bytes = NULL, *key = NULL, *ver = NULL, *corr = NULL, *new_fields = NULL, *header = NULL;
     PyObject *request = NULL, *pending = NULL, *software = NULL, *size_obj = NULL, *mode = NULL;
     PyObject *offset = NULL, *hv = NULL;
-    frame_bytes = PyBytes_FromStringAndSize((const char *)frame, keep);
+    frame_bytes = pieces != NULL ? Py_NewRef(pieces) : PyBytes_FromStringAndSize((const char *)frame, keep);
     key = PyLong_FromLong(api_key);
     ver = PyLong_FromLong(version);
     corr = PyLong_FromLong(correlation_id);
@@ -491,6 +508,132 @@ fail:
     if (!PyErr_Occurred())
         PyErr_SetString(PyExc_RuntimeError, "_one_frame: a request could not be read");
     return -1;
+}
+
+/* Read the request whose size prefix is at data[pos], if it is whole in data and taken here (request_event). */
+static int client_frame(ReadsObject *self, PyObject *data, Py_ssize_t pos, PyObject *now, PyObject *events)
+{
+    const unsigned char *buf;
+    Py_ssize_t size = whole_frame(self, 1, data, pos, &buf);
+    return size < 0 ? 0 : request_event(self, buf + 4, size, NULL, size, now, events);
+}
+
+/* Whether the client stream is gathering a request kept in pieces (framing.stream's _gather) that began in a
+ * bytes read: its first piece a view of that read, nothing in the buffer, nothing to skip; and the direction
+ * framed and inspected, no raw SASL token expected. */
+static int gathering(ReadsObject *self)
+{
+    PyObject *stream = self->requests, *session = self->session;
+    PyObject *buffer = SLOT(stream, s[S_BUFFER]), *parts = SLOT(stream, s[S_PARTS]), *mode = SLOT(stream, s[S_MODE]);
+    PyObject *size = SLOT(stream, s[S_SIZE]), *skip = SLOT(stream, s[S_SKIP]), *have = SLOT(stream, s[S_PARTS_BYTES]);
+    return SLOT(stream, s[S_FAILED]) == Py_False && parts != NULL && PyList_CheckExact(parts)
+           && PyList_GET_SIZE(parts) > 0 && PyMemoryView_Check(PyList_GET_ITEM(parts, 0)) && buffer != NULL
+           && PyByteArray_CheckExact(buffer) && PyByteArray_GET_SIZE(buffer) == 0 && mode != NULL
+           && PyLong_CheckExact(mode) && PyLong_AsLong(mode) == KEEP_PIECES && size != NULL && PyLong_CheckExact(size)
+           && PyLong_AsSsize_t(size) >= 0 && skip != NULL && PyLong_CheckExact(skip) && PyLong_AsLong(skip) == 0
+           && have != NULL && PyLong_CheckExact(have) && is_true(session, str_client_seen)
+           && is_true(session, str_client_framed) && is_true(session, str_client_inspected)
+           && is_zero(session, str_raw_client);
+}
+
+/* A bytes read while gathering() holds (framing.stream's _gather): a read inside the request is kept as its
+ * next piece (1, *pos = the read's length); a read that ends it hands the request over in the pieces it came
+ * in, when it is one taken here (1, *pos = its bytes in this read); 0 where the reference must read the whole
+ * read (nothing changed: too many small pieces, to be joined; a request not taken here); -1 on failure. */
+static int gather_read(ReadsObject *self, PyObject *data, PyObject *now, PyObject *events, Py_ssize_t *pos)
+{
+    PyObject *stream = self->requests, *parts = SLOT(stream, s[S_PARTS]);
+    Py_ssize_t size = PyLong_AsSsize_t(SLOT(stream, s[S_SIZE])), have = PyLong_AsSsize_t(SLOT(stream, s[S_PARTS_BYTES]));
+    Py_ssize_t n = PyBytes_GET_SIZE(data), need = 4 + size - have; /* bytes of the frame still to come */
+    if (need <= 0)
+        return 0;
+    if (n < need) {
+        PyObject *more = PyLong_FromSsize_t(have + n);
+        if (more == NULL || PyList_Append(parts, data) < 0) {
+            Py_XDECREF(more);
+            return -1;
+        }
+        set_slot(stream, s[S_PARTS_BYTES], more);
+        *pos = n;
+        return 1;
+    }
+    Py_ssize_t count = PyList_GET_SIZE(parts); /* the first piece, then count - 1 reads, then this one */
+    if (size < self->pieces_min * (count + 1))
+        return 0; /* small pieces: the reference joins them */
+    PyObject *first = PyList_GET_ITEM(parts, 0);
+    Py_buffer *view = PyMemoryView_GET_BUFFER(first);
+    if (view->len < 12 || view->ndim != 1 || view->itemsize != 1 || !PyBuffer_IsContiguous(view, 'C'))
+        return 0;
+    PyObject *items = PyTuple_New(count + 1), *whole = PyMemoryView_FromObject(data);
+    PyObject *head = PySequence_GetSlice(first, 4, view->len), *last = whole ? PySequence_GetSlice(whole, 0, need) : NULL;
+    Py_XDECREF(whole);
+    if (items == NULL || head == NULL || last == NULL) {
+        Py_XDECREF(items);
+        Py_XDECREF(head);
+        Py_XDECREF(last);
+        return -1;
+    }
+    PyTuple_SET_ITEM(items, 0, head);
+    for (Py_ssize_t i = 1; i < count; i++)
+        PyTuple_SET_ITEM(items, i, Py_NewRef(PyList_GET_ITEM(parts, i)));
+    PyTuple_SET_ITEM(items, count, last);
+    PyObject *pieces = PyObject_CallOneArg((PyObject *)classes[C_PIECES], items);
+    Py_DECREF(items);
+    if (pieces == NULL)
+        return -1;
+    int taken = request_event(self, (const unsigned char *)view->buf + 4, size, pieces, view->len - 4, now, events);
+    Py_DECREF(pieces);
+    if (taken != 1)
+        return taken;
+    /* No frame under way any more (request_event moved the stream's offset past this one). */
+    set_slot(stream, s[S_PARTS], Py_NewRef(Py_None));
+    set_slot(stream, s[S_PARTS_BYTES], PyLong_FromLong(0));
+    set_slot(stream, s[S_SIZE], PyLong_FromLong(-1));
+    set_slot(stream, s[S_FORWARDED], PyLong_FromLong(0));
+    *pos = need;
+    return 1;
+}
+
+/* The request whose size prefix is at data[pos] and which runs past this bytes read, when it is kept in pieces
+ * (a Produce within inspect.max_bytes): the idle client stream starts gathering it, its first piece a view of
+ * this read, as framing.stream's feed does (1); 0 where the reference must read the rest of the read; -1 on
+ * failure. */
+static int start_gather(ReadsObject *self, PyObject *data, Py_ssize_t pos)
+{
+    PyObject *stream = self->requests;
+    Py_ssize_t len = PyBytes_GET_SIZE(data), avail = len - pos;
+    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(data) + pos;
+    if (avail < 12)
+        return 0;
+    Py_ssize_t size = (int32_t)be32(buf);
+    if (size < 8 || 4 + size <= avail || size > self->max_frame[0] || size > self->keep_limit[0])
+        return 0;
+    long api_key = (int16_t)be16(buf + 4), version = (int16_t)be16(buf + 6), correlation_id = (int32_t)be32(buf + 8);
+    Entry *e = entry_of(self, api_key, version);
+    if (e == NULL || e->request_mode != KEEP_PIECES)
+        return 0;
+    PyObject *whole = PyMemoryView_FromObject(data);
+    PyObject *first = whole ? PySequence_GetSlice(whole, pos, len) : NULL;
+    Py_XDECREF(whole);
+    PyObject *parts = first ? PyList_New(1) : NULL;
+    PyObject *ticket = Py_BuildValue("(lll)", api_key, version, correlation_id);
+    PyObject *size_obj = PyLong_FromSsize_t(size), *have = PyLong_FromSsize_t(avail);
+    if (parts == NULL || ticket == NULL || size_obj == NULL || have == NULL) {
+        Py_XDECREF(first);
+        Py_XDECREF(parts);
+        Py_XDECREF(ticket);
+        Py_XDECREF(size_obj);
+        Py_XDECREF(have);
+        return -1;
+    }
+    PyList_SET_ITEM(parts, 0, first);
+    set_slot(stream, s[S_SIZE], size_obj);
+    set_slot(stream, s[S_MODE], PyLong_FromLong(KEEP_PIECES));
+    set_slot(stream, s[S_TICKET], ticket);
+    set_slot(stream, s[S_PARTS], parts);
+    set_slot(stream, s[S_PARTS_BYTES], have);
+    set_slot(stream, s[S_FORWARDED], PyLong_FromLong(0));
+    return 1;
 }
 
 /* Read the response whose size prefix is at data[pos], as client_frame reads a request. */
@@ -635,25 +778,52 @@ static PyObject *reads_call(ReadsObject *self, PyObject *const *args, Py_ssize_t
     PyObject *data = args[0], *now = args[1], *python = client ? self->python_client : self->python_broker;
     PyObject *events = NULL;
     Py_ssize_t pos = 0, len = 0;
-    if (PyBytes_CheckExact(data) && direction_open(self, client)) {
+    int any = 0; /* whether this read's first bytes were taken here (then pos is how many) */
+    if (PyBytes_CheckExact(data)) {
         len = PyBytes_GET_SIZE(data);
-        events = PyList_New(0);
-        if (events == NULL)
-            return NULL;
-        /* Whole frames from the read's start, as long as each is one taken here. */
-        while (pos < len) {
-            int taken = client ? client_frame(self, data, pos, now, events) : broker_frame(self, data, pos, now, events);
-            if (taken < 0) {
+        if (client && gathering(self)) { /* the end of a request in pieces, or a read inside it */
+            events = PyList_New(0);
+            if (events == NULL)
+                return NULL;
+            int got = gather_read(self, data, now, events, &pos);
+            if (got < 0) {
                 Py_DECREF(events);
                 return NULL;
             }
-            if (taken == 0)
-                break;
-            self->taken++;
-            pos += 4 + (Py_ssize_t)(int32_t)be32((const unsigned char *)PyBytes_AS_STRING(data) + pos);
+            any = got;
+            self->taken += got;
+        }
+        if ((any || pos == 0) && pos < len && direction_open(self, client)) {
+            if (events == NULL && (events = PyList_New(0)) == NULL)
+                return NULL;
+            /* Whole frames, as long as each is one taken here. */
+            while (pos < len) {
+                int taken = client ? client_frame(self, data, pos, now, events)
+                                   : broker_frame(self, data, pos, now, events);
+                if (taken < 0) {
+                    Py_DECREF(events);
+                    return NULL;
+                }
+                if (taken == 0)
+                    break;
+                any = 1;
+                self->taken++;
+                pos += 4 + (Py_ssize_t)(int32_t)be32((const unsigned char *)PyBytes_AS_STRING(data) + pos);
+            }
+            if (client && pos < len) { /* a request in pieces that begins here */
+                int started = start_gather(self, data, pos);
+                if (started < 0) {
+                    Py_DECREF(events);
+                    return NULL;
+                }
+                if (started) {
+                    any = 1;
+                    pos = len;
+                }
+            }
         }
     }
-    if (pos == 0) { /* nothing taken: the reference reads it all */
+    if (!any) { /* nothing taken: the reference reads it all */
         Py_XDECREF(events);
         PyObject *call[3] = {self->session, data, now};
         return PyObject_Vectorcall(python, call, 3, NULL);
@@ -725,6 +895,7 @@ static PyObject *reads_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->inflight = self->codec ? attr(session, str_inflight, NULL) : NULL;
     self->remembered = self->inflight ? attr(session, str_remembered, NULL) : NULL;
     self->max_inflight = -1;
+    self->pieces_min = 0;
     self->taken = 0;
     PyObject_GC_Track(self);
     if (self->remembered == NULL || !PyDict_Check(self->inflight)) {
@@ -744,6 +915,12 @@ static PyObject *reads_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         return NULL;
     }
     Py_DECREF(limit);
+    if ((self->pieces_min = stream_int(self->requests, S_PIECES_MIN)) < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "_one_frame: pieces_min_bytes below zero");
+        Py_DECREF(self);
+        return NULL;
+    }
     PyObject *streams[2] = {self->requests, self->responses};
     for (int i = 0; i < 2; i++) {
         if ((self->max_frame[i] = stream_int(streams[i], S_MAX_FRAME)) < 0
@@ -805,7 +982,8 @@ static PyMethodDef reads_methods[] = {
     {NULL}};
 
 static PyMemberDef reads_members[] = {
-    {"taken", T_PYSSIZET, offsetof(ReadsObject, taken), READONLY, "reads taken here, not by the Python methods"},
+    {"taken", T_PYSSIZET, offsetof(ReadsObject, taken), READONLY,
+     "frames (and reads inside a request in pieces) taken here, not by the Python methods"},
     {NULL}};
 
 static PyTypeObject ReadsType = {
@@ -841,8 +1019,8 @@ static PyObject *configure(PyObject *module, PyObject *args)
         }
         got[i] = (PyTypeObject *)c;
     }
-    if (!PyType_IsSubtype(got[C_OUTPUT], &PyTuple_Type)) {
-        PyErr_SetString(PyExc_TypeError, "configure: Output must be a tuple class");
+    if (!PyType_IsSubtype(got[C_OUTPUT], &PyTuple_Type) || !PyType_IsSubtype(got[C_PIECES], &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "configure: Output and FramePieces must be tuple classes");
         return NULL;
     }
     if (find_offsets(got[C_REQUEST], Q_NAMES, Q_COUNT, q) < 0 || find_offsets(got[C_RESPONSE], P_NAMES, P_COUNT, p) < 0
@@ -863,7 +1041,7 @@ static PyObject *configure(PyObject *module, PyObject *args)
 static PyMethodDef module_methods[] = {
     {"configure", configure, METH_VARARGS,
      "configure((Request, Response, Exchange, _Pending, RequestHeader, Output, FrameStream, RequestHeaders, "
-     "ConnectionInfo), software_of): the classes read and made, once."},
+     "ConnectionInfo, FramePieces), software_of): the classes read and made, once."},
     {NULL}};
 
 static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "kinspect.session._one_frame",

@@ -118,7 +118,7 @@ def _one_frame_module():
         if module is not None:
             try:
                 module.configure((Request, Response, Exchange, _Pending, RequestHeader, Output, FrameStream,
-                                  RequestHeaders, ConnectionInfo), software_of)
+                                  RequestHeaders, ConnectionInfo, FramePieces), software_of)
             except TypeError:  # a class without the slots it reads: Python reads everything
                 module = None
         _ONE_FRAME.append(module)

@@ -7,7 +7,8 @@ each (the C reads' case), several frames each, and cut anywhere: every recorded 
 one request at a time and all requests first, under the configs that change what is kept (head only, no bodies, a small in-flight
 limit, rewrite mode); and a made-up conversation of the special cases the C reads give back
 to Python (acks=0, SASL, an unknown api, header tagged fields, KIP-511's fallback, a long
-TransactionalId, a new ClientId, unpaired and repeated correlation ids).
+TransactionalId, a new ClientId, unpaired and repeated correlation ids). And bulk Produce requests that span
+reads, which both gather into the pieces they came in (C from the read that starts one to the read that ends it).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from kinspect.session.address_rewrite import AddressRewrite, NodeMap
 from kinspect.session.events import frame_bytes
 from tests.support.native import bytes_grown, native_module
 from tests.support.paths import TRAFFIC
-from tests.support.proxy_harness import stream_frames
+from kinspect.protocol.framing.pieces import FramePieces
+from tests.support.proxy_harness import record_batch, stream_frames
 
 _one_frame, _MISSING = native_module("kinspect.session._one_frame")
 Reads = None if _one_frame is None else _one_frame.Reads
@@ -55,7 +57,7 @@ def fact(event) -> tuple:
         if f.name == "header":
             value = _header(value)
         elif f.name == "frame" and value is not None:
-            value = frame_bytes(value)
+            value = type(value).__name__, frame_bytes(value)  # in pieces or joined, alike
         out.append((f.name, value))
     return tuple(out)
 
@@ -83,12 +85,15 @@ def pair(codec: Codec, config: SessionConfig | None = None, plan=None) -> tuple[
     return native, reference
 
 
-def run_both(native: Session, reference: Session, reads: list[tuple[str, bytes]]) -> int:
-    """Feed both sessions the reads ("c" client, "b" broker), comparing after each; the reads C took."""
+def run_both(native: Session, reference: Session, reads: list[tuple[str, bytes]], seen: list | None = None) -> int:
+    """Feed both sessions the reads ("c" client, "b" broker), comparing after each; the reads C took (`seen`:
+    the native session's events, if given)."""
     for i, (side, data) in enumerate(reads):
         now = 1.0 + i / 1024
         a = (native.client_data if side == "c" else native.broker_data)(data, now)
         b = (reference.client_data if side == "c" else reference.broker_data)(data, now)
+        if seen is not None:
+            seen += a.events
         assert a.forward == b.forward, i
         assert [fact(e) for e in a.events] == [fact(e) for e in b.events], (i, side, data[:24])
         assert all(e.connection is native.connection for e in a.events if type(e) is not Exchange)
@@ -315,3 +320,105 @@ def test_many_reads_leave_no_garbage(codec):
     assert native.client_data.__self__.taken > 15000
     assert grown < 64 * 1024, grown
     assert native.inflight == 0
+
+
+PRODUCE_RESPONSE = {"Responses": [{"Name": "bulk", "PartitionResponses": [
+    {"Index": 0, "ErrorCode": 0, "BaseOffset": 0, "LogAppendTimeMs": -1, "LogStartOffset": 0, "RecordErrors": [],
+     "ErrorMessage": None}]}], "ThrottleTimeMs": 0}
+
+
+def bulk_produce(codec, version: int, acks: int, requests: int = 10, transactional_id=None, client_id="bulk"):
+    """Framed Produce requests of about 300 KB (one batch of 100 records of 3 KB each), and their responses
+    (None for acks=0), as a producer of large batches sends them."""
+    out = []
+    for n in range(1, requests + 1):
+        batch = record_batch([bytes([n]) * 3000 for _ in range(100)])
+        body = {"TransactionalId": transactional_id, "Acks": acks, "TimeoutMs": 30000,
+                "TopicData": [{"Name": "bulk", "PartitionData": [{"Index": 0, "Records": batch}]}]}
+        request = _request(codec, 0, version, n, body, client_id)
+        out.append((request, None if acks == 0 else _response(codec, 0, version, n, PRODUCE_RESPONSE)))
+    return out
+
+
+def cut(exchanges, sizes) -> list[tuple[str, bytes]]:
+    """The requests as one client stream cut into reads of the sizes `sizes` yields, each response read as soon
+    as its request's last byte has been read."""
+    stream = b"".join(request for request, _ in exchanges)
+    ends, at = [], 0
+    for request, _ in exchanges:
+        at += len(request)
+        ends.append(at)
+    reads, pos, answered = [], 0, 0
+    while pos < len(stream):
+        step = next(sizes)
+        reads.append(("c", stream[pos:pos + step]))
+        pos += step
+        while answered < len(exchanges) and ends[answered] <= pos:
+            if exchanges[answered][1] is not None:
+                reads.append(("b", exchanges[answered][1]))
+            answered += 1
+    return reads
+
+
+def run_both_in_pieces(native, reference, reads) -> int:
+    """run_both, and the requests (each handed over alike by both: `fact` says how) were in pieces."""
+    events: list = []
+    taken = run_both(native, reference, reads, events)
+    assert any(type(e).__name__ == "Request" and type(e.frame) is FramePieces for e in events)
+    return taken
+
+
+def sizes_of(*steps, seed=None):
+    rng = random.Random(seed)
+    while True:
+        yield rng.choice(steps) if seed is not None else steps[0]
+
+
+@pytest.mark.parametrize("version, acks, transactional_id", [
+    (9, -1, None), (9, 1, None), (3, -1, None), (3, 1, "tx"), (9, -1, "tx"),
+    (9, 0, None),  # no response to pair: Python reads each request
+    pytest.param(9, 1, "t" * 5000, id="9-1-long-transactional-id"),  # acks past a short first piece: Python
+])
+@pytest.mark.parametrize("reads", ["1 MiB", "64 KiB", "random", "small"])
+def test_bulk_produce_in_pieces_reads_alike(codec, version, acks, transactional_id, reads):
+    """Requests of 300 KB cut into reads: the C reads gather them from the read that starts one to the read
+    that ends it, and hand them over in the same pieces, with the same facts and the same state after every
+    read, as the Python methods; reads of under 4 KiB are joined, by Python."""
+    sizes = {"1 MiB": sizes_of(1 << 20), "64 KiB": sizes_of(64 << 10),
+             "random": sizes_of(12, 13, 4100, 30_000, 150_000, 400_000, 1 << 20, seed=version * 7 + acks),
+             "small": sizes_of(1000)}[reads]
+    exchanges = bulk_produce(codec, version, acks, transactional_id=transactional_id)
+    native, reference = pair(codec, SessionConfig(inspect_max_bytes=1 << 20))
+    events: list = []
+    taken = run_both(native, reference, cut(exchanges, sizes), events)
+    frames = [type(e.frame) for e in events if type(e).__name__ == "Request"]
+    assert len(frames) == len(exchanges)
+    # a request whole in one read is bytes; one that came in large reads, pieces; in small reads, joined
+    assert (FramePieces in frames) == (reads != "small")
+    if acks != 0 and reads in ("1 MiB", "64 KiB") and transactional_id != "t" * 5000:
+        assert taken >= len(exchanges), taken  # every request after the first, and the reads inside them
+
+
+def test_a_request_whose_first_piece_is_shorter_than_its_header_is_read_by_python(codec):
+    """A read that ends 12 bytes into a request (its size, api key, version and correlation id) leaves its
+    header to the next read: the C reads give that request to Python, alike."""
+    exchanges = bulk_produce(codec, 9, 1, requests=4, client_id="a-client-id-longer-than-a-few-bytes")
+    stream_length = sum(len(request) for request, _ in exchanges)
+    first = len(exchanges[0][0])
+    steps = iter([first + 12, 100_000, 100_000, 100_000] + [stream_length] * 10)
+    run_both_in_pieces(*pair(codec, SessionConfig(inspect_max_bytes=1 << 20)), cut(exchanges, steps))
+
+
+def test_requests_in_pieces_leave_no_garbage(codec):
+    """The pieces, views and stream state the C reads make for requests that span reads are all released with
+    their events (each round: 10 requests of 300 KB in reads of 64 KiB, and their responses)."""
+    exchanges = bulk_produce(codec, 9, 1)
+    reads = cut(exchanges, sizes_of(64 << 10))
+
+    def rounds():
+        native, _ = pair(codec, SessionConfig(inspect_max_bytes=1 << 20))
+        for side, data in reads:
+            (native.client_data if side == "c" else native.broker_data)(data, 1.0)
+        assert native.inflight == 0 and native.client_data.__self__.taken > 50
+
+    assert bytes_grown(rounds, times=5) < 64 * 1024
