@@ -510,12 +510,30 @@ fail:
     return -1;
 }
 
-/* Read the request whose size prefix is at data[pos], if it is whole in data and taken here (request_event). */
+/* Read the request whose size prefix is at data[pos], if it is whole in data and taken here (request_event):
+ * one kept in pieces (KEEP_PIECES, pieces_min_bytes or more, within keep_limit) as a FramePieces of one view
+ * of the read, as framing.stream hands it over, not a copy. */
 static int client_frame(ReadsObject *self, PyObject *data, Py_ssize_t pos, PyObject *now, PyObject *events)
 {
     const unsigned char *buf;
     Py_ssize_t size = whole_frame(self, 1, data, pos, &buf);
-    return size < 0 ? 0 : request_event(self, buf + 4, size, NULL, size, now, events);
+    if (size < 0)
+        return 0;
+    Entry *e = entry_of(self, (int16_t)be16(buf + 4), (int16_t)be16(buf + 6));
+    if (e == NULL || e->request_mode != KEEP_PIECES || size < self->pieces_min || size > self->keep_limit[0])
+        return request_event(self, buf + 4, size, NULL, size, now, events);
+    PyObject *whole = PyMemoryView_FromObject(data);
+    PyObject *view = whole ? PySequence_GetSlice(whole, pos + 4, pos + 4 + size) : NULL;
+    Py_XDECREF(whole);
+    PyObject *items = view ? PyTuple_Pack(1, view) : NULL;
+    Py_XDECREF(view);
+    PyObject *pieces = items ? PyObject_CallOneArg((PyObject *)classes[C_PIECES], items) : NULL;
+    Py_XDECREF(items);
+    if (pieces == NULL)
+        return -1;
+    int taken = request_event(self, buf + 4, size, pieces, size, now, events);
+    Py_DECREF(pieces);
+    return taken;
 }
 
 /* Whether the client stream is gathering a request kept in pieces (framing.stream's _gather) that began in a

@@ -49,10 +49,11 @@ def _requests(data: bytes, read: int) -> list[Request]:
 ])
 def test_a_produce_request_in_pieces_reads_as_the_whole_one(version, acks, client_id, transactional_id):
     data = _produce(version, acks, client_id, transactional_id)
-    (whole,) = _requests(data, len(data))  # one read: plain bytes
+    (whole,) = _requests(data, len(data))  # one read: one piece, a view of it
     (pieces,) = _requests(data, 64 * 1024)  # reads of 64 KiB: pieces
-    assert type(whole.frame) is bytes and type(pieces.frame) is FramePieces
-    assert frame_bytes(pieces.frame) == whole.frame == data[4:]
+    assert type(whole.frame) is FramePieces and len(whole.frame) == 1 and whole.frame[0].obj is not None
+    assert type(pieces.frame) is FramePieces and len(pieces.frame) > 1
+    assert frame_bytes(pieces.frame) == frame_bytes(whole.frame) == data[4:]
     assert pieces.header == whole.header and pieces.header.client_id == client_id
     assert pieces.expects_response == whole.expects_response == (acks != 0)
     scanned, expected = pieces.scan(), whole.scan()
@@ -162,3 +163,22 @@ def test_observed_requests_let_go_of_their_pieces():
         dispatcher.dispatch(session.broker_data(struct.pack(">i", len(answer)) + answer, 1.1).events)
         if type(observers[-1]) is Later:
             assert observers[-1].seen == [scan]  # the capture's scan at the Exchange: the one kept
+
+
+def test_a_request_whole_in_one_read_is_a_view_of_it():
+    """A frame kept in pieces that arrives whole in a bytes read (alone, or after another frame) is handed over
+    as one view of that read, not copied; one under PIECES_MIN_BYTES, or in a read that is not bytes, is copied."""
+    from kinspect.protocol.framing.stream import PIECES_MIN_BYTES
+
+    large, small = random.Random(3).randbytes(50_000), random.Random(4).randbytes(PIECES_MIN_BYTES - 1)
+    data = b"".join(struct.pack(">i", len(p)) + p for p in (small, large, large))
+    stream = FrameStream(lambda first, size: (KEEP_PIECES, None), 1 << 21, 1 << 21)
+    frames = [f[2] for f in stream.feed(data)[1]]
+    assert type(frames[0]) is bytes and frames[0] == small
+    for frame in frames[1:]:
+        assert type(frame) is FramePieces and len(frame) == 1 and frame[0].obj is data and frame.join() == large
+    one = struct.pack(">i", len(large)) + large
+    (alone,) = [f[2] for f in stream.feed(one)[1]]  # one frame a read: the stream's shortcut
+    assert type(alone) is FramePieces and alone[0].obj is one
+    (copied,) = [f[2] for f in stream.feed(bytearray(one))[1]]  # the caller may reuse a bytearray
+    assert type(copied) is bytes and copied == large

@@ -63,7 +63,7 @@ class ProxyHarness:
         # The readiness probe is off: the tests' scripted brokers answer one connection each.
         self.config = load_config(None, {"metrics.enabled": False, "proxy.readiness_probe_interval": 0, **overrides})
         self.codec = codec or Codec()
-        self.events = EventLog()
+        self.events = EventLog(keep_frames=True)  # check_event_log compares every request's bytes
         self.app = build_app(self.config, self.codec, extra_observers=[self.events, *observers])
         self.server = self.app.server
         self.dispatcher = self.server.dispatcher

@@ -9,8 +9,10 @@ id of a response), `plan(first_bytes, size)` decides what to keep of it:
 - HOLD: the whole frame, and in a forwarding stream its bytes are held back so that the
   caller can send a transformed frame in their place;
 - KEEP_PIECES: as KEEP_WHOLE, but a frame that spans reads of PIECES_MIN_BYTES on average
-  comes as the FramePieces it arrived in, not joined: for a consumer that reads it in place
-  (the C scanner).
+  comes as the FramePieces it arrived in, not joined, and one of PIECES_MIN_BYTES or more
+  whole in a read that nothing changes (bytes) as a FramePieces of one view of that read, not
+  copied: for a consumer that reads it in place (the C scanner). (A copy of a 1 MB request cost
+  the session 110-130 us warm, 190-210 cold; the view costs what a gathered request does.)
 
 `plan` returns (mode, ticket); the ticket travels with the frame (the response's request,
 for example). A stream made with `forwarding=True` also returns the bytes to send on, in
@@ -103,6 +105,8 @@ class FrameStream:
             frame = (offset, size, data[4 : 4 + head], False, ticket, KEEP_HEAD)
         elif mode == KEEP_HEAD and size > self.head_bytes:
             frame = (offset, size, data[4 : 4 + self.head_bytes], False, ticket, mode)
+        elif mode == KEEP_PIECES and size >= self.pieces_min_bytes:
+            frame = (offset, size, FramePieces((memoryview(data)[4:],)), True, ticket, mode)  # a view, not a copy
         else:
             frame = (offset, size, data[4:], True, ticket, mode)
         if self.forwarding:
@@ -254,7 +258,12 @@ class FrameStream:
                     continue
                 if end - pos - 4 < size:
                     break
-                frames.append((base + pos, size, bytes(view[pos + 4 : pos + 4 + size]), True, ticket, mode))
+                if mode == KEEP_PIECES and size >= self.pieces_min_bytes and not held and _immutable(data):
+                    # whole in a read that nothing changes: a view of it, as the one piece it came in
+                    frame = FramePieces((memoryview(data)[pos + 4 : pos + 4 + size],))
+                else:
+                    frame = bytes(view[pos + 4 : pos + 4 + size])
+                frames.append((base + pos, size, frame, True, ticket, mode))
                 pos += 4 + size
                 if mode == HOLD and forward is not None:
                     forward.append(None)
