@@ -24,7 +24,7 @@
  * each column widened, its nulls filled, a mask of the rows chosen, the column multiplied by it,
  * a ufunc.at and a bincount of the mask for the groups left empty: six passes and four
  * temporary arrays for each of the 16 reductions of an `exchanges` piece. Here all of them are
- * one pass over the rows and Arrow's own buffers.
+ * one call, a loop each over Arrow's own buffers.
  *
  * tests/analyze/test_grouping_native.py checks each against its Python path.
  */

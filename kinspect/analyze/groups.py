@@ -5,8 +5,8 @@ aggregation; most of a partial aggregate's time went there. Here each key column
 small integer codes (a dictionary column's indices, an integer's offset from its minimum),
 the codes of all the keys one int64 per row (mixed radix; folded in by _grouping.c where it
 is built, else by numpy), and that one column is hashed once into dense group ids (in C
-too, else by Arrow); the sums, minima, maxima and counts of a group are then one pass of C
-over Arrow's buffers (else a numpy ufunc.at each; exact integer arithmetic either way). A
+too, else by Arrow); the sums, minima, maxima and counts of a group are then one C call, a
+loop each over Arrow's buffers (else a numpy ufunc.at each; exact integer arithmetic). A
 group's key values are those of its first row.
 """
 
@@ -276,8 +276,8 @@ def _code_source(array, null_as) -> _CodeSource | None:
 
 class Groups:
     """Rows grouped by an int64 key (`pack`): each row's group id, dense in the order the groups
-    first appear, and each group's first row. Its sums, minima, maxima and counts are one pass of
-    C over Arrow's buffers where it is built (`native`), else numpy's (the reference)."""
+    first appear, and each group's first row. Its sums, minima, maxima and counts are a C loop each
+    over Arrow's buffers where it is built (`native`), else numpy's (the reference)."""
 
     def __init__(self, key: np.ndarray, native: bool = True):
         self.ids, self.first = first_seen(key, native)
@@ -313,8 +313,8 @@ class Groups:
 
     def reduce(self, requests) -> list[pa.Array]:
         """Several reductions at once, each ("sum", values[, where]), ("min", values), ("max", values) or
-        ("count", condition), as the methods above give them: in one pass of C over the rows where it is
-        built and every column is an integer or timestamp (a condition boolean), else one numpy pass each."""
+        ("count", condition), as the methods above give them: in one C call where it is built and every
+        column is an integer or timestamp (a condition boolean), else one numpy reduction each."""
         requests = [(op, whole(column), None if len(rest) == 0 or rest[0] is None else whole(rest[0]))
                     for op, column, *rest in requests]
         specs = [self._spec(*request) for request in requests] if self.native else [None]

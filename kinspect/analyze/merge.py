@@ -65,7 +65,7 @@ def merge_arrow(name: str, partials, decode: bool = True):
     keys, values, zeros, named, _ = MERGES[name]
     groups = Groups.of([partials[k] for k in keys])
     columns = {k: groups.keys(partials[k]) for k in keys}
-    # every merged value in one pass over the partial rows (Groups.reduce)
+    # every merged value in one C call (Groups.reduce)
     merged = groups.reduce([(op, partials[column]) for column, op in values.items()]) if values else []
     for column, result in zip(values, merged):
         columns[column] = pc.fill_null(result, 0) if column in zeros else result

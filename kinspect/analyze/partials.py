@@ -126,7 +126,7 @@ def exchanges(table: pa.Table) -> pa.Table:
     groups = Groups.of(keys)
     first = groups.keys
     t_us = pc.cast(table["request_time"], pa.timestamp("us", "UTC"))
-    # every sum and count in one pass over the rows (Groups.reduce)
+    # every sum and count in one C call (Groups.reduce)
     reduced = dict(zip(("lo", "hi") + EXCHANGE_SUMS[1:], groups.reduce([
         ("min", t_us), ("max", t_us), ("sum", request_size), ("sum", response_size), ("count", has_response),
         ("count", pc.is_valid(table["request_decode_error"])), ("count", pc.is_valid(table["response_decode_error"])),
