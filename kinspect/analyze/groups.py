@@ -329,7 +329,8 @@ class Groups:
         _REDUCE(np.ascontiguousarray(self.ids, np.int64), tuple(specs), out, seen)
         return [pa.array(out[j], mask=seen[j] == 0 if partial[j] else None) for j in range(k)]
 
-    def _spec(self, op: str, column: pa.Array, where) -> tuple | None:
+    @staticmethod
+    def _spec(op: str, column: pa.Array, where) -> tuple | None:
         """A request as reduce_groups takes it; None where numpy must reduce it."""
         if op == "count":
             column, where = None, column

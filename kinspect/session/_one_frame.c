@@ -332,19 +332,19 @@ static long produce_acks(const unsigned char *frame, Py_ssize_t len, Py_ssize_t 
     return (int16_t)be16(frame + pos);
 }
 
-/* Read the request whose frame (after its size prefix) is at `frame`, `size` bytes, if it is one taken here:
+/* Read the request whose frame (after its size prefix) is at `frame`, `size` bytes, its entry `e` (entry_of
+ * of its api key and version, found by the caller), if it is one taken here:
  * 1 (its event appended to events, the stream's offset moved past it), 0 where the reference must read it
  * (nothing changed), -1 on failure. pieces NULL: the frame lies whole at `frame`, kept as its mode says (a
  * copy); else the FramePieces it came in, of which the first `avail` bytes lie at `frame` (its header and a
  * Produce's acks must be among them). */
-static int request_event(ReadsObject *self, const unsigned char *frame, Py_ssize_t size, PyObject *pieces,
+static int request_event(ReadsObject *self, Entry *e, const unsigned char *frame, Py_ssize_t size, PyObject *pieces,
                          Py_ssize_t avail, PyObject *now, PyObject *events)
 {
     PyObject *stream = self->requests;
     Py_ssize_t len = 4 + size;
     long api_key = (int16_t)be16(frame), version = (int16_t)be16(frame + 2);
     long correlation_id = (int32_t)be32(frame + 4);
-    Entry *e = entry_of(self, api_key, version);
     if (e == NULL || (e->flags & E_REQUEST_PYTHON) || e->request_header == 0)
         return 0;
     if (pieces != NULL && (e->request_mode != KEEP_PIECES || (e->flags & E_SOFTWARE)))
@@ -510,6 +510,15 @@ fail:
     return -1;
 }
 
+/* A view of data[from:to] (a bytes read), which keeps the read alive: how a frame's pieces are held, not copied. */
+static PyObject *view_of(PyObject *data, Py_ssize_t from, Py_ssize_t to)
+{
+    PyObject *whole = PyMemoryView_FromObject(data);
+    PyObject *view = whole ? PySequence_GetSlice(whole, from, to) : NULL;
+    Py_XDECREF(whole);
+    return view;
+}
+
 /* Read the request whose size prefix is at data[pos], if it is whole in data and taken here (request_event):
  * one kept in pieces (KEEP_PIECES, pieces_min_bytes or more, within keep_limit) as a FramePieces of one view
  * of the read, as framing.stream hands it over, not a copy. */
@@ -521,17 +530,15 @@ static int client_frame(ReadsObject *self, PyObject *data, Py_ssize_t pos, PyObj
         return 0;
     Entry *e = entry_of(self, (int16_t)be16(buf + 4), (int16_t)be16(buf + 6));
     if (e == NULL || e->request_mode != KEEP_PIECES || size < self->pieces_min || size > self->keep_limit[0])
-        return request_event(self, buf + 4, size, NULL, size, now, events);
-    PyObject *whole = PyMemoryView_FromObject(data);
-    PyObject *view = whole ? PySequence_GetSlice(whole, pos + 4, pos + 4 + size) : NULL;
-    Py_XDECREF(whole);
+        return request_event(self, e, buf + 4, size, NULL, size, now, events);
+    PyObject *view = view_of(data, pos + 4, pos + 4 + size);
     PyObject *items = view ? PyTuple_Pack(1, view) : NULL;
     Py_XDECREF(view);
     PyObject *pieces = items ? PyObject_CallOneArg((PyObject *)classes[C_PIECES], items) : NULL;
     Py_XDECREF(items);
     if (pieces == NULL)
         return -1;
-    int taken = request_event(self, buf + 4, size, pieces, size, now, events);
+    int taken = request_event(self, e, buf + 4, size, pieces, size, now, events);
     Py_DECREF(pieces);
     return taken;
 }
@@ -582,9 +589,12 @@ static int gather_read(ReadsObject *self, PyObject *data, PyObject *now, PyObjec
     Py_buffer *view = PyMemoryView_GET_BUFFER(first);
     if (view->len < 12 || view->ndim != 1 || view->itemsize != 1 || !PyBuffer_IsContiguous(view, 'C'))
         return 0;
-    PyObject *items = PyTuple_New(count + 1), *whole = PyMemoryView_FromObject(data);
-    PyObject *head = PySequence_GetSlice(first, 4, view->len), *last = whole ? PySequence_GetSlice(whole, 0, need) : NULL;
-    Py_XDECREF(whole);
+    const unsigned char *frame = (const unsigned char *)view->buf + 4;
+    Entry *e = entry_of(self, (int16_t)be16(frame), (int16_t)be16(frame + 2));
+    if (e == NULL || e->request_mode != KEEP_PIECES)
+        return 0;
+    PyObject *items = PyTuple_New(count + 1);
+    PyObject *head = PySequence_GetSlice(first, 4, view->len), *last = view_of(data, 0, need);
     if (items == NULL || head == NULL || last == NULL) {
         Py_XDECREF(items);
         Py_XDECREF(head);
@@ -599,7 +609,7 @@ static int gather_read(ReadsObject *self, PyObject *data, PyObject *now, PyObjec
     Py_DECREF(items);
     if (pieces == NULL)
         return -1;
-    int taken = request_event(self, (const unsigned char *)view->buf + 4, size, pieces, view->len - 4, now, events);
+    int taken = request_event(self, e, frame, size, pieces, view->len - 4, now, events);
     Py_DECREF(pieces);
     if (taken != 1)
         return taken;
@@ -630,9 +640,7 @@ static int start_gather(ReadsObject *self, PyObject *data, Py_ssize_t pos)
     Entry *e = entry_of(self, api_key, version);
     if (e == NULL || e->request_mode != KEEP_PIECES)
         return 0;
-    PyObject *whole = PyMemoryView_FromObject(data);
-    PyObject *first = whole ? PySequence_GetSlice(whole, pos, len) : NULL;
-    Py_XDECREF(whole);
+    PyObject *first = view_of(data, pos, len);
     PyObject *parts = first ? PyList_New(1) : NULL;
     PyObject *ticket = Py_BuildValue("(lll)", api_key, version, correlation_id);
     PyObject *size_obj = PyLong_FromSsize_t(size), *have = PyLong_FromSsize_t(avail);
