@@ -143,7 +143,7 @@ def request_record(event: Request, roundtrip: bool, stats: DecodeStats, offset: 
 def response_record(event: Response, roundtrip: bool, stats: DecodeStats, offset: int | None = None) -> dict:
     """The JSON record of a response event."""
     stats.frames += 1
-    codec, frame, api_key, api_version = event.codec, event.frame, event.api_key, event.api_version
+    codec, frame, api_key, api_version = event.codec, frame_bytes(event.frame), event.api_key, event.api_version
     record = {
         "direction": "response", "offset": event.offset if offset is None else offset, "size": event.size,
         "api_key": api_key,

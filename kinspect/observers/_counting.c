@@ -148,8 +148,8 @@ static PyObject *memo_scan(CounterObject *self, PyObject *c, PyObject *e, PyObje
                            Py_ssize_t scanned_off)
 {
     PyObject *memo = SLOT(c, self->l[L_MEMO]);
-    if (memo == Py_None || PyBytes_GET_SIZE(frame) - body_start > self->memo_body_bytes)
-        return scan_of(self, e);
+    if (memo == Py_None || !PyBytes_CheckExact(frame) || PyBytes_GET_SIZE(frame) - body_start > self->memo_body_bytes)
+        return scan_of(self, e); /* not bytes: a body too large for the memo (memo_needs_bytes) */
     Py_ssize_t size = PyBytes_GET_SIZE(frame), from = body_start < size ? body_start : size;
     PyObject *body = PyBytes_FromStringAndSize(PyBytes_AS_STRING(frame) + from, size - from);
     if (body == NULL)
@@ -264,11 +264,14 @@ static PyObject *fallback(CounterObject *self, int which, PyObject *e)
 
 static inline long long_of(PyObject *v) { return v != NULL && PyLong_Check(v) ? PyLong_AsLong(v) : -1; }
 
-/* Whether the plan would look its body up in its memo, which keys bytes: other frames go to the reference. */
-static inline int memo_needs_bytes(CounterObject *self, PyObject *c, PyObject *frame, PyObject *complete)
+/* Whether the plan would look its body up in its memo, which keys bytes: other frames go to the reference. A
+ * frame in pieces (a large Produce or Fetch) has a body too large for the memo, and is scanned where it lies. */
+static inline int memo_needs_bytes(CounterObject *self, PyObject *c, PyObject *frame, PyObject *complete,
+                                   PyObject *size, Py_ssize_t body_start)
 {
     return PyObject_IsTrue(SLOT(c, self->l[L_SCAN])) == 1 && complete == Py_True && SLOT(c, self->l[L_MEMO]) != Py_None
-           && !PyBytes_CheckExact(frame);
+           && !PyBytes_CheckExact(frame)
+           && !(PyLong_CheckExact(size) && PyLong_AsSsize_t(size) - body_start > self->memo_body_bytes);
 }
 
 static PyObject *topic_bytes_on(CounterObject *self)
@@ -326,13 +329,13 @@ static PyObject *counter_request(CounterObject *self, PyObject *e)
     int known = PyObject_IsTrue(SLOT(c, self->l[L_KNOWN])) == 1;
     long hv = long_of(SLOT(header, self->h[H_VERSION]));
     PyObject *frame = SLOT(e, self->q[Q_FRAME]);
-    if ((known && hv >= 2 && long_of(SLOT(e, self->q[Q_TAG_BYTES])) > 1)
-        || (known && memo_needs_bytes(self, c, frame, SLOT(e, self->q[Q_COMPLETE]))))
-        return fallback(self, F_REQUEST, e); /* header tagged fields; a frame that is not bytes */
     PyObject *size = SLOT(e, self->q[Q_SIZE]), *header_size = SLOT(header, self->h[H_SIZE]);
     Py_ssize_t body_start = PyLong_AsSsize_t(header_size);
     if (body_start == -1 && PyErr_Occurred())
         return NULL;
+    if ((known && hv >= 2 && long_of(SLOT(e, self->q[Q_TAG_BYTES])) > 1)
+        || (known && memo_needs_bytes(self, c, frame, SLOT(e, self->q[Q_COMPLETE]), size, body_start)))
+        return fallback(self, F_REQUEST, e); /* header tagged fields; a small body that is not bytes */
     PyObject *tag_bytes = NULL, *scan = NULL;
     if (add_at(SLOT(c, self->l[L_COUNT_CELL]), 0, one) < 0
         || observe(&self->bounds[B_SIZE], SLOT(c, self->l[L_SIZE]), size) < 0
@@ -379,7 +382,7 @@ static PyObject *counter_response(CounterObject *self, PyObject *e)
     long hv = long_of(SLOT(e, self->p[P_HEADER_VERSION]));
     PyObject *frame = SLOT(e, self->p[P_FRAME]);
     if ((hv >= 1 && long_of(SLOT(e, self->p[P_TAG_BYTES])) > 1)
-        || memo_needs_bytes(self, c, frame, SLOT(e, self->p[P_COMPLETE])))
+        || memo_needs_bytes(self, c, frame, SLOT(e, self->p[P_COMPLETE]), SLOT(e, self->p[P_SIZE]), 4))
         return fallback(self, F_RESPONSE, e);
     PyObject *size = SLOT(e, self->p[P_SIZE]), *tag_bytes = NULL, *scan = NULL;
     PyObject *cell = SLOT(c, self->l[L_HEADER]);

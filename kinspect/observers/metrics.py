@@ -457,7 +457,7 @@ class MetricsObserver:
         lookups with fewer than half found.
         """
         memo = c.memo
-        if memo is None or len(e.frame) - body_start > MEMO_BODY_BYTES:
+        if memo is None or e.size - body_start > MEMO_BODY_BYTES:  # e.size: a FramePieces' len() counts pieces
             try:
                 return e.scan()
             except DecodeError:

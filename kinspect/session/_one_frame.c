@@ -20,12 +20,15 @@
  *     inspect.max_inflight;
  *   responses: one paired with a request in flight whose facts were kept, not held for a
  *     transform, after no SASL handshake, with header v0 or an empty header tag section.
- * And a request kept in pieces (a large Produce, framing.stream's KEEP_PIECES) from the bytes read it
- * begins in to the one it ends in: its first piece kept as a view of the read it begins in, the reads
- * inside it kept as they are, and the read that ends it hands it over as the FramePieces it came in,
- * taken as a whole request is (its header and acks in its first piece). A bulk producer's requests of a
- * megabyte span two reads or more, and the session's Python for each such read (framing state, plan,
- * header, event, pairing) cost 150 us per MB with the caches cold, in-process: 60 to 80 here.
+ * And a frame kept in pieces (framing.stream's KEEP_PIECES: a large Produce request, a large Fetch
+ * response) from the bytes read it begins in to the one it ends in: its first piece kept as a view of the
+ * read it begins in, the reads inside it kept as they are, and the read that ends it hands it over as the
+ * FramePieces it came in, taken as a whole frame is (its header, and a Produce's acks, in its first
+ * piece); a response is paired when its first bytes come, as the reference's plan pairs it. One whole in
+ * a read is a FramePieces of one view of it. A bulk producer's requests and a consumer's responses of a
+ * megabyte span two reads or more: the session's Python for each such read (framing state, plan, header,
+ * event, pairing) cost 150 us per MB with the caches cold, in-process, 60 to 80 here; a response copied
+ * out of its read, 130 us per MB warm and 220 cold, a view of it 2 and 50.
  * Every check of a frame is made before anything changes: from the first frame not taken here, the rest
  * of the read goes to the Python methods, which read it from scratch. */
 
@@ -144,7 +147,7 @@ typedef struct {
     Py_ssize_t max_inflight;
     /* Each stream's (client, broker) limits, fixed when it was made: max_frame_bytes, keep_limit, head_bytes. */
     Py_ssize_t max_frame[2], keep_limit[2], head_bytes[2];
-    Py_ssize_t pieces_min; /* the client stream's pieces_min_bytes */
+    Py_ssize_t pieces_min[2]; /* each stream's pieces_min_bytes */
     Py_ssize_t taken; /* frames taken here (the tests check that the common reads' are) */
 } ReadsObject;
 
@@ -529,7 +532,7 @@ static int client_frame(ReadsObject *self, PyObject *data, Py_ssize_t pos, PyObj
     if (size < 0)
         return 0;
     Entry *e = entry_of(self, (int16_t)be16(buf + 4), (int16_t)be16(buf + 6));
-    if (e == NULL || e->request_mode != KEEP_PIECES || size < self->pieces_min || size > self->keep_limit[0])
+    if (e == NULL || e->request_mode != KEEP_PIECES || size < self->pieces_min[0] || size > self->keep_limit[0])
         return request_event(self, e, buf + 4, size, NULL, size, now, events);
     PyObject *view = view_of(data, pos + 4, pos + 4 + size);
     PyObject *items = view ? PyTuple_Pack(1, view) : NULL;
@@ -543,12 +546,12 @@ static int client_frame(ReadsObject *self, PyObject *data, Py_ssize_t pos, PyObj
     return taken;
 }
 
-/* Whether the client stream is gathering a request kept in pieces (framing.stream's _gather) that began in a
- * bytes read: its first piece a view of that read, nothing in the buffer, nothing to skip; and the direction
- * framed and inspected, no raw SASL token expected. */
-static int gathering(ReadsObject *self)
+/* Whether a stream is gathering a frame kept in pieces (framing.stream's _gather: a large Produce request, a
+ * large Fetch response) that began in a bytes read: its first piece a view of that read, nothing in the buffer,
+ * nothing to skip; and the direction framed and inspected, no raw SASL token expected. */
+static int gathering(ReadsObject *self, int client)
 {
-    PyObject *stream = self->requests, *session = self->session;
+    PyObject *stream = client ? self->requests : self->responses, *session = self->session;
     PyObject *buffer = SLOT(stream, s[S_BUFFER]), *parts = SLOT(stream, s[S_PARTS]), *mode = SLOT(stream, s[S_MODE]);
     PyObject *size = SLOT(stream, s[S_SIZE]), *skip = SLOT(stream, s[S_SKIP]), *have = SLOT(stream, s[S_PARTS_BYTES]);
     return SLOT(stream, s[S_FAILED]) == Py_False && parts != NULL && PyList_CheckExact(parts)
@@ -556,191 +559,85 @@ static int gathering(ReadsObject *self)
            && PyByteArray_CheckExact(buffer) && PyByteArray_GET_SIZE(buffer) == 0 && mode != NULL
            && PyLong_CheckExact(mode) && PyLong_AsLong(mode) == KEEP_PIECES && size != NULL && PyLong_CheckExact(size)
            && PyLong_AsSsize_t(size) >= 0 && skip != NULL && PyLong_CheckExact(skip) && PyLong_AsLong(skip) == 0
-           && have != NULL && PyLong_CheckExact(have) && is_true(session, str_client_seen)
-           && is_true(session, str_client_framed) && is_true(session, str_client_inspected)
-           && is_zero(session, str_raw_client);
+           && have != NULL && PyLong_CheckExact(have)
+           && (client ? is_true(session, str_client_seen) && is_true(session, str_client_framed)
+                            && is_true(session, str_client_inspected) && is_zero(session, str_raw_client)
+                      : SLOT(stream, s[S_FORWARDING]) == Py_False && is_true(session, str_broker_framed)
+                            && is_true(session, str_broker_inspected) && is_zero(session, str_raw_broker));
 }
 
-/* A bytes read while gathering() holds (framing.stream's _gather): a read inside the request is kept as its
- * next piece (1, *pos = the read's length); a read that ends it hands the request over in the pieces it came
- * in, when it is one taken here (1, *pos = its bytes in this read); 0 where the reference must read the whole
- * read (nothing changed: too many small pieces, to be joined; a request not taken here); -1 on failure. */
-static int gather_read(ReadsObject *self, PyObject *data, PyObject *now, PyObject *events, Py_ssize_t *pos)
+/* Read the response whose frame (after its size prefix) is at `frame`, `size` bytes, answering `pending` (a
+ * borrowed _Pending), if it is one taken here: 1 (its events appended, the stream's offset moved past it), 0
+ * where the reference must read it (nothing changed), -1 on failure. popped: the pending was taken out of the
+ * in-flight table when the frame's first bytes came (a response in pieces, start_gather); else it is taken
+ * out here. pieces NULL: the frame lies whole at `frame`, kept as its mode says (a copy); else the FramePieces
+ * it came in, of which the first `avail` bytes lie at `frame` (its header must be among them). */
+static int response_event(ReadsObject *self, PyObject *pending, int popped, const unsigned char *frame,
+                          Py_ssize_t size, PyObject *pieces, Py_ssize_t avail, PyObject *now, PyObject *events)
 {
-    PyObject *stream = self->requests, *parts = SLOT(stream, s[S_PARTS]);
-    Py_ssize_t size = PyLong_AsSsize_t(SLOT(stream, s[S_SIZE])), have = PyLong_AsSsize_t(SLOT(stream, s[S_PARTS_BYTES]));
-    Py_ssize_t n = PyBytes_GET_SIZE(data), need = 4 + size - have; /* bytes of the frame still to come */
-    if (need <= 0)
+    if (!Py_IS_TYPE(pending, classes[C_PENDING]) || SLOT(pending, t[T_FORGOTTEN]) != Py_False
+        || SLOT(pending, t[T_MECHANISM]) != Py_None)
         return 0;
-    if (n < need) {
-        PyObject *more = PyLong_FromSsize_t(have + n);
-        if (more == NULL || PyList_Append(parts, data) < 0) {
-            Py_XDECREF(more);
-            return -1;
-        }
-        set_slot(stream, s[S_PARTS_BYTES], more);
-        *pos = n;
-        return 1;
-    }
-    Py_ssize_t count = PyList_GET_SIZE(parts); /* the first piece, then count - 1 reads, then this one */
-    if (size < self->pieces_min * (count + 1))
-        return 0; /* small pieces: the reference joins them */
-    PyObject *first = PyList_GET_ITEM(parts, 0);
-    Py_buffer *view = PyMemoryView_GET_BUFFER(first);
-    if (view->len < 12 || view->ndim != 1 || view->itemsize != 1 || !PyBuffer_IsContiguous(view, 'C'))
-        return 0;
-    const unsigned char *frame = (const unsigned char *)view->buf + 4;
-    Entry *e = entry_of(self, (int16_t)be16(frame), (int16_t)be16(frame + 2));
-    if (e == NULL || e->request_mode != KEEP_PIECES)
-        return 0;
-    PyObject *items = PyTuple_New(count + 1);
-    PyObject *head = PySequence_GetSlice(first, 4, view->len), *last = view_of(data, 0, need);
-    if (items == NULL || head == NULL || last == NULL) {
-        Py_XDECREF(items);
-        Py_XDECREF(head);
-        Py_XDECREF(last);
-        return -1;
-    }
-    PyTuple_SET_ITEM(items, 0, head);
-    for (Py_ssize_t i = 1; i < count; i++)
-        PyTuple_SET_ITEM(items, i, Py_NewRef(PyList_GET_ITEM(parts, i)));
-    PyTuple_SET_ITEM(items, count, last);
-    PyObject *pieces = PyObject_CallOneArg((PyObject *)classes[C_PIECES], items);
-    Py_DECREF(items);
-    if (pieces == NULL)
-        return -1;
-    int taken = request_event(self, e, frame, size, pieces, view->len - 4, now, events);
-    Py_DECREF(pieces);
-    if (taken != 1)
-        return taken;
-    /* No frame under way any more (request_event moved the stream's offset past this one). */
-    set_slot(stream, s[S_PARTS], Py_NewRef(Py_None));
-    set_slot(stream, s[S_PARTS_BYTES], PyLong_FromLong(0));
-    set_slot(stream, s[S_SIZE], PyLong_FromLong(-1));
-    set_slot(stream, s[S_FORWARDED], PyLong_FromLong(0));
-    *pos = need;
-    return 1;
-}
-
-/* The request whose size prefix is at data[pos] and which runs past this bytes read, when it is kept in pieces
- * (a Produce within inspect.max_bytes): the idle client stream starts gathering it, its first piece a view of
- * this read, as framing.stream's feed does (1); 0 where the reference must read the rest of the read; -1 on
- * failure. */
-static int start_gather(ReadsObject *self, PyObject *data, Py_ssize_t pos)
-{
-    PyObject *stream = self->requests;
-    Py_ssize_t len = PyBytes_GET_SIZE(data), avail = len - pos;
-    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(data) + pos;
-    if (avail < 12)
-        return 0;
-    Py_ssize_t size = (int32_t)be32(buf);
-    if (size < 8 || 4 + size <= avail || size > self->max_frame[0] || size > self->keep_limit[0])
-        return 0;
-    long api_key = (int16_t)be16(buf + 4), version = (int16_t)be16(buf + 6), correlation_id = (int32_t)be32(buf + 8);
-    Entry *e = entry_of(self, api_key, version);
-    if (e == NULL || e->request_mode != KEEP_PIECES)
-        return 0;
-    PyObject *first = view_of(data, pos, len);
-    PyObject *parts = first ? PyList_New(1) : NULL;
-    PyObject *ticket = Py_BuildValue("(lll)", api_key, version, correlation_id);
-    PyObject *size_obj = PyLong_FromSsize_t(size), *have = PyLong_FromSsize_t(avail);
-    if (parts == NULL || ticket == NULL || size_obj == NULL || have == NULL) {
-        Py_XDECREF(first);
-        Py_XDECREF(parts);
-        Py_XDECREF(ticket);
-        Py_XDECREF(size_obj);
-        Py_XDECREF(have);
-        return -1;
-    }
-    PyList_SET_ITEM(parts, 0, first);
-    set_slot(stream, s[S_SIZE], size_obj);
-    set_slot(stream, s[S_MODE], PyLong_FromLong(KEEP_PIECES));
-    set_slot(stream, s[S_TICKET], ticket);
-    set_slot(stream, s[S_PARTS], parts);
-    set_slot(stream, s[S_PARTS_BYTES], have);
-    set_slot(stream, s[S_FORWARDED], PyLong_FromLong(0));
-    return 1;
-}
-
-/* Read the response whose size prefix is at data[pos], as client_frame reads a request. */
-static int broker_frame(ReadsObject *self, PyObject *data, Py_ssize_t pos, PyObject *now, PyObject *events)
-{
-    PyObject *stream = self->responses;
-    const unsigned char *buf;
-    Py_ssize_t size = whole_frame(self, 0, data, pos, &buf), len = 4 + size;
-    if (size < 0)
-        return 0;
-    PyObject *corr = PyLong_FromLong((int32_t)be32(buf + 4));
-    if (corr == NULL)
-        return 0;
-    PyObject *pending = PyDict_GetItemWithError(self->inflight, corr); /* borrowed */
-    if (pending == NULL || !Py_IS_TYPE(pending, classes[C_PENDING]) || SLOT(pending, t[T_FORGOTTEN]) != Py_False
-        || SLOT(pending, t[T_MECHANISM]) != Py_None) {
-        Py_DECREF(corr);
-        PyErr_Clear();
-        return 0;
-    }
     PyObject *api_key_obj = SLOT(pending, t[T_API_KEY]), *version_obj = SLOT(pending, t[T_API_VERSION]);
     long api_key = PyLong_AsLong(api_key_obj), version = PyLong_AsLong(version_obj);
     long mode = PyLong_AsLong(SLOT(pending, t[T_MODE]));
     double sent = PyFloat_AsDouble(SLOT(pending, t[T_TIME])), at = PyFloat_AsDouble(now);
     Entry *e = PyErr_Occurred() || mode == HOLD ? NULL : entry_of(self, api_key, version);
-    if (e == NULL) {
-        Py_DECREF(corr);
+    if (e == NULL || (pieces != NULL && mode != KEEP_PIECES)) {
         PyErr_Clear();
         return 0;
     }
-    int complete;
-    Py_ssize_t keep = kept(self, 0, (int)mode, size, &complete);
-    const unsigned char *frame = buf + 4;
+    int complete = 1;
+    Py_ssize_t keep = pieces != NULL ? size : kept(self, 0, (int)mode, size, &complete);
+    Py_ssize_t readable = pieces != NULL ? avail : keep; /* the bytes at `frame` read here */
     long header_size = 4, tag_bytes = 0;
     if (e->response_header >= 1) {
-        if (keep <= 4 || frame[4] != 0) { /* a header tag section with fields: Python reads it */
-            Py_DECREF(corr);
+        if (readable <= 4 || frame[4] != 0) /* a header tag section with fields: Python reads it */
             return 0;
-        }
         header_size = 5;
         tag_bytes = 1;
     }
     long body_version = version;
-    if (api_key == API_VERSIONS && version > 0 && keep >= header_size + 2
+    if (api_key == API_VERSIONS && version > 0 && readable >= header_size + 2
         && (int16_t)be16(frame + header_size) == UNSUPPORTED_VERSION)
         body_version = 0; /* KIP-511: the broker answered with a v0 body */
 
     PyObject *request = SLOT(pending, t[T_REQUEST]);
-    PyObject *frame_bytes = PyBytes_FromStringAndSize((const char *)frame, keep);
+    PyObject *frame_obj = pieces != NULL ? Py_NewRef(pieces) : PyBytes_FromStringAndSize((const char *)frame, keep);
     PyObject *response = blank(classes[C_RESPONSE]);
     PyObject *exchange = request != Py_None ? blank(classes[C_EXCHANGE]) : NULL;
     PyObject *latency = request != Py_None ? PyFloat_FromDouble(at - sent) : NULL;
     PyObject *body_version_obj = body_version == version ? Py_NewRef(version_obj) : PyLong_FromLong(body_version);
     PyObject *hv = PyLong_FromLong(e->response_header), *hs = PyLong_FromLong(header_size);
     PyObject *tb = PyLong_FromLong(tag_bytes), *size_obj = PyLong_FromSsize_t(size);
-    if (frame_bytes == NULL || response == NULL || body_version_obj == NULL || hv == NULL
+    if (frame_obj == NULL || response == NULL || body_version_obj == NULL || hv == NULL
         || hs == NULL || tb == NULL || size_obj == NULL || (request != Py_None && (exchange == NULL || latency == NULL)))
         goto fail;
     /* From here on the session changes. */
     Py_INCREF(pending);
-    if (PyObject_DelItem(self->inflight, corr) < 0) {
-        Py_DECREF(pending);
-        goto fail;
-    }
-    if (PyObject_Length(self->remembered) > 0) { /* answers come in order: the oldest is the one answered */
-        PyObject *first = PySequence_GetItem(self->remembered, 0);
-        if (first == NULL) {
+    if (!popped) {
+        if (PyObject_DelItem(self->inflight, SLOT(pending, t[T_CORRELATION])) < 0) {
             Py_DECREF(pending);
             goto fail;
         }
-        Py_DECREF(first);
-        if (first == pending) {
-            PyObject *gone = PyObject_CallMethodNoArgs(self->remembered, str_popleft);
-            if (gone == NULL) {
+        if (PyObject_Length(self->remembered) > 0) { /* answers come in order: the oldest is the one answered */
+            PyObject *first = PySequence_GetItem(self->remembered, 0);
+            if (first == NULL) {
                 Py_DECREF(pending);
                 goto fail;
             }
-            Py_DECREF(gone);
+            Py_DECREF(first);
+            if (first == pending) {
+                PyObject *gone = PyObject_CallMethodNoArgs(self->remembered, str_popleft);
+                if (gone == NULL) {
+                    Py_DECREF(pending);
+                    goto fail;
+                }
+                Py_DECREF(gone);
+            }
         }
     }
-    PyObject *offset = advance(stream, len);
+    PyObject *offset = advance(self->responses, 4 + size);
     if (offset == NULL) {
         Py_DECREF(pending);
         goto fail;
@@ -759,7 +656,7 @@ static int broker_frame(ReadsObject *self, PyObject *data, Py_ssize_t pos, PyObj
     SLOT(response, p[P_TAG_BYTES]) = tb;
     SLOT(response, p[P_TAGS]) = PyTuple_New(0);
     SLOT(response, p[P_SIZE]) = size_obj;
-    SLOT(response, p[P_FRAME]) = frame_bytes;
+    SLOT(response, p[P_FRAME]) = frame_obj;
     SLOT(response, p[P_COMPLETE]) = Py_NewRef(complete ? Py_True : Py_False);
     SLOT(response, p[P_CODEC]) = Py_NewRef(self->codec);
     SLOT(response, p[P_DECODED]) = Py_NewRef(Py_None);
@@ -770,7 +667,6 @@ static int broker_frame(ReadsObject *self, PyObject *data, Py_ssize_t pos, PyObj
         SLOT(exchange, x[X_LATENCY]) = latency;
     }
     Py_DECREF(pending);
-    Py_DECREF(corr);
     int failed = PyList_Append(events, response);
     Py_DECREF(response);
     if (exchange != NULL) {
@@ -780,8 +676,7 @@ static int broker_frame(ReadsObject *self, PyObject *data, Py_ssize_t pos, PyObj
     return failed ? -1 : 1;
 
 fail:
-    Py_DECREF(corr);
-    Py_XDECREF(frame_bytes);
+    Py_XDECREF(frame_obj);
     Py_XDECREF(response);
     Py_XDECREF(exchange);
     Py_XDECREF(latency);
@@ -792,6 +687,196 @@ fail:
     Py_XDECREF(size_obj);
     if (!PyErr_Occurred())
         PyErr_SetString(PyExc_RuntimeError, "_one_frame: a response could not be read");
+    return -1;
+}
+
+/* The request in flight that the response whose first bytes are at `frame` answers (borrowed), or NULL
+ * (without an error set) for none. */
+static PyObject *answered(ReadsObject *self, const unsigned char *frame)
+{
+    PyObject *corr = PyLong_FromLong((int32_t)be32(frame));
+    if (corr == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *pending = PyDict_GetItemWithError(self->inflight, corr); /* borrowed */
+    Py_DECREF(corr);
+    PyErr_Clear();
+    return pending;
+}
+
+/* Read the response whose size prefix is at data[pos], if it is whole in data and taken here (response_event):
+ * one kept in pieces (a large Fetch: KEEP_PIECES, pieces_min_bytes or more, within keep_limit) as a FramePieces
+ * of one view of the read, as framing.stream hands it over, not a copy. */
+static int broker_frame(ReadsObject *self, PyObject *data, Py_ssize_t pos, PyObject *now, PyObject *events)
+{
+    const unsigned char *buf;
+    Py_ssize_t size = whole_frame(self, 0, data, pos, &buf);
+    if (size < 0)
+        return 0;
+    PyObject *pending = answered(self, buf + 4);
+    if (pending == NULL || !Py_IS_TYPE(pending, classes[C_PENDING]))
+        return 0;
+    PyObject *mode = SLOT(pending, t[T_MODE]);
+    if (!(PyLong_CheckExact(mode) && PyLong_AsLong(mode) == KEEP_PIECES && size >= self->pieces_min[1]
+          && size <= self->keep_limit[1]))
+        return response_event(self, pending, 0, buf + 4, size, NULL, size, now, events);
+    PyObject *view = view_of(data, pos + 4, pos + 4 + size);
+    PyObject *items = view ? PyTuple_Pack(1, view) : NULL;
+    Py_XDECREF(view);
+    PyObject *pieces = items ? PyObject_CallOneArg((PyObject *)classes[C_PIECES], items) : NULL;
+    Py_XDECREF(items);
+    if (pieces == NULL)
+        return -1;
+    Py_INCREF(pending); /* response_event may take it out of the table */
+    int taken = response_event(self, pending, 0, buf + 4, size, pieces, size, now, events);
+    Py_DECREF(pending);
+    Py_DECREF(pieces);
+    return taken;
+}
+
+/* A bytes read while gathering() holds (framing.stream's _gather): a read inside the frame is kept as its
+ * next piece (1, *pos = the read's length); a read that ends it hands the frame over in the pieces it came
+ * in, when it is one taken here (1, *pos = its bytes in this read); 0 where the reference must read the whole
+ * read (nothing changed: too many small pieces, to be joined; a frame not taken here); -1 on failure. */
+static int gather_read(ReadsObject *self, int client, PyObject *data, PyObject *now, PyObject *events,
+                       Py_ssize_t *pos)
+{
+    PyObject *stream = client ? self->requests : self->responses, *parts = SLOT(stream, s[S_PARTS]);
+    Py_ssize_t size = PyLong_AsSsize_t(SLOT(stream, s[S_SIZE])), have = PyLong_AsSsize_t(SLOT(stream, s[S_PARTS_BYTES]));
+    Py_ssize_t n = PyBytes_GET_SIZE(data), need = 4 + size - have; /* bytes of the frame still to come */
+    if (need <= 0)
+        return 0;
+    if (n < need) {
+        PyObject *more = PyLong_FromSsize_t(have + n);
+        if (more == NULL || PyList_Append(parts, data) < 0) {
+            Py_XDECREF(more);
+            return -1;
+        }
+        set_slot(stream, s[S_PARTS_BYTES], more);
+        *pos = n;
+        return 1;
+    }
+    Py_ssize_t count = PyList_GET_SIZE(parts); /* the first piece, then count - 1 reads, then this one */
+    if (size < self->pieces_min[!client] * (count + 1))
+        return 0; /* small pieces: the reference joins them */
+    PyObject *first = PyList_GET_ITEM(parts, 0);
+    Py_buffer *view = PyMemoryView_GET_BUFFER(first);
+    if (view->len < 12 || view->ndim != 1 || view->itemsize != 1 || !PyBuffer_IsContiguous(view, 'C'))
+        return 0;
+    const unsigned char *frame = (const unsigned char *)view->buf + 4;
+    Entry *e = NULL;
+    PyObject *ticket = SLOT(stream, s[S_TICKET]); /* a response's: the request it answers */
+    if (client) {
+        e = entry_of(self, (int16_t)be16(frame), (int16_t)be16(frame + 2));
+        if (e == NULL || e->request_mode != KEEP_PIECES)
+            return 0;
+    } else if (ticket == NULL || !Py_IS_TYPE(ticket, classes[C_PENDING])) {
+        return 0;
+    }
+    PyObject *items = PyTuple_New(count + 1);
+    PyObject *head = PySequence_GetSlice(first, 4, view->len), *last = view_of(data, 0, need);
+    if (items == NULL || head == NULL || last == NULL) {
+        Py_XDECREF(items);
+        Py_XDECREF(head);
+        Py_XDECREF(last);
+        return -1;
+    }
+    PyTuple_SET_ITEM(items, 0, head);
+    for (Py_ssize_t i = 1; i < count; i++)
+        PyTuple_SET_ITEM(items, i, Py_NewRef(PyList_GET_ITEM(parts, i)));
+    PyTuple_SET_ITEM(items, count, last);
+    PyObject *pieces = PyObject_CallOneArg((PyObject *)classes[C_PIECES], items);
+    Py_DECREF(items);
+    if (pieces == NULL)
+        return -1;
+    int taken = client ? request_event(self, e, frame, size, pieces, view->len - 4, now, events)
+                       : response_event(self, ticket, 1, frame, size, pieces, view->len - 4, now, events);
+    Py_DECREF(pieces);
+    if (taken != 1)
+        return taken;
+    /* No frame under way any more (the event's reader moved the stream's offset past this one). */
+    set_slot(stream, s[S_PARTS], Py_NewRef(Py_None));
+    set_slot(stream, s[S_PARTS_BYTES], PyLong_FromLong(0));
+    set_slot(stream, s[S_SIZE], PyLong_FromLong(-1));
+    set_slot(stream, s[S_FORWARDED], PyLong_FromLong(0));
+    *pos = need;
+    return 1;
+}
+
+/* The frame whose size prefix is at data[pos] and which runs past this bytes read, when it is kept in pieces
+ * (a Produce request, a Fetch response, within inspect.max_bytes): the idle stream starts gathering it, its
+ * first piece a view of this read, as framing.stream's feed does (1); a response is paired now, as the
+ * reference's plan pairs it when its first bytes come. 0 where the reference must read the rest of the read;
+ * -1 on failure. */
+static int start_gather(ReadsObject *self, int client, PyObject *data, Py_ssize_t pos)
+{
+    PyObject *stream = client ? self->requests : self->responses;
+    Py_ssize_t len = PyBytes_GET_SIZE(data), avail = len - pos;
+    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(data) + pos;
+    if (avail < 12)
+        return 0;
+    Py_ssize_t size = (int32_t)be32(buf);
+    if (size < 8 || 4 + size <= avail || size > self->max_frame[!client] || size > self->keep_limit[!client])
+        return 0;
+    PyObject *ticket = NULL;
+    if (client) {
+        long api_key = (int16_t)be16(buf + 4), version = (int16_t)be16(buf + 6);
+        long correlation_id = (int32_t)be32(buf + 8);
+        Entry *e = entry_of(self, api_key, version);
+        if (e == NULL || e->request_mode != KEEP_PIECES)
+            return 0;
+        ticket = Py_BuildValue("(lll)", api_key, version, correlation_id);
+    } else {
+        PyObject *pending = answered(self, buf + 4);
+        if (pending == NULL || !Py_IS_TYPE(pending, classes[C_PENDING]) || SLOT(pending, t[T_FORGOTTEN]) != Py_False
+            || SLOT(pending, t[T_MECHANISM]) != Py_None)
+            return 0;
+        PyObject *mode = SLOT(pending, t[T_MODE]);
+        if (!PyLong_CheckExact(mode) || PyLong_AsLong(mode) != KEEP_PIECES)
+            return 0;
+        ticket = Py_NewRef(pending);
+    }
+    PyObject *first = ticket ? view_of(data, pos, len) : NULL;
+    PyObject *parts = first ? PyList_New(1) : NULL;
+    PyObject *size_obj = PyLong_FromSsize_t(size), *have = PyLong_FromSsize_t(avail);
+    if (parts == NULL || size_obj == NULL || have == NULL) {
+        Py_XDECREF(first);
+        Py_XDECREF(parts);
+        Py_XDECREF(ticket);
+        Py_XDECREF(size_obj);
+        Py_XDECREF(have);
+        return -1;
+    }
+    PyList_SET_ITEM(parts, 0, first);
+    if (!client) { /* paired now (Session._plan_response): out of the in-flight table, and of the remembered */
+        if (PyObject_DelItem(self->inflight, SLOT(ticket, t[T_CORRELATION])) < 0)
+            goto fail;
+        if (PyObject_Length(self->remembered) > 0) {
+            PyObject *oldest = PySequence_GetItem(self->remembered, 0);
+            if (oldest == NULL)
+                goto fail;
+            Py_DECREF(oldest);
+            if (oldest == ticket) {
+                PyObject *gone = PyObject_CallMethodNoArgs(self->remembered, str_popleft);
+                if (gone == NULL)
+                    goto fail;
+                Py_DECREF(gone);
+            }
+        }
+    }
+    set_slot(stream, s[S_SIZE], size_obj);
+    set_slot(stream, s[S_MODE], PyLong_FromLong(KEEP_PIECES));
+    set_slot(stream, s[S_TICKET], ticket);
+    set_slot(stream, s[S_PARTS], parts);
+    set_slot(stream, s[S_PARTS_BYTES], have);
+    set_slot(stream, s[S_FORWARDED], PyLong_FromLong(0));
+    return 1;
+fail:
+    Py_DECREF(parts);
+    Py_DECREF(ticket);
+    Py_DECREF(size_obj);
+    Py_DECREF(have);
     return -1;
 }
 
@@ -807,11 +892,11 @@ static PyObject *reads_call(ReadsObject *self, PyObject *const *args, Py_ssize_t
     int any = 0; /* whether this read's first bytes were taken here (then pos is how many) */
     if (PyBytes_CheckExact(data)) {
         len = PyBytes_GET_SIZE(data);
-        if (client && gathering(self)) { /* the end of a request in pieces, or a read inside it */
+        if (gathering(self, client)) { /* the end of a frame in pieces, or a read inside it */
             events = PyList_New(0);
             if (events == NULL)
                 return NULL;
-            int got = gather_read(self, data, now, events, &pos);
+            int got = gather_read(self, client, data, now, events, &pos);
             if (got < 0) {
                 Py_DECREF(events);
                 return NULL;
@@ -836,8 +921,8 @@ static PyObject *reads_call(ReadsObject *self, PyObject *const *args, Py_ssize_t
                 self->taken++;
                 pos += 4 + (Py_ssize_t)(int32_t)be32((const unsigned char *)PyBytes_AS_STRING(data) + pos);
             }
-            if (client && pos < len) { /* a request in pieces that begins here */
-                int started = start_gather(self, data, pos);
+            if (pos < len) { /* a frame in pieces that begins here */
+                int started = start_gather(self, client, data, pos);
                 if (started < 0) {
                     Py_DECREF(events);
                     return NULL;
@@ -921,7 +1006,7 @@ static PyObject *reads_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->inflight = self->codec ? attr(session, str_inflight, NULL) : NULL;
     self->remembered = self->inflight ? attr(session, str_remembered, NULL) : NULL;
     self->max_inflight = -1;
-    self->pieces_min = 0;
+    self->pieces_min[0] = self->pieces_min[1] = 0;
     self->taken = 0;
     PyObject_GC_Track(self);
     if (self->remembered == NULL || !PyDict_Check(self->inflight)) {
@@ -941,15 +1026,10 @@ static PyObject *reads_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         return NULL;
     }
     Py_DECREF(limit);
-    if ((self->pieces_min = stream_int(self->requests, S_PIECES_MIN)) < 0) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "_one_frame: pieces_min_bytes below zero");
-        Py_DECREF(self);
-        return NULL;
-    }
     PyObject *streams[2] = {self->requests, self->responses};
     for (int i = 0; i < 2; i++) {
-        if ((self->max_frame[i] = stream_int(streams[i], S_MAX_FRAME)) < 0
+        if ((self->pieces_min[i] = stream_int(streams[i], S_PIECES_MIN)) < 0
+            || (self->max_frame[i] = stream_int(streams[i], S_MAX_FRAME)) < 0
             || (self->keep_limit[i] = stream_int(streams[i], S_KEEP_LIMIT)) < 0
             || (self->head_bytes[i] = stream_int(streams[i], S_HEAD_BYTES)) < 0) {
             if (!PyErr_Occurred())

@@ -175,7 +175,7 @@ class Response(_Lazy):
     header_tag_bytes: int  # bytes of the header's tag section (count included); 0 for header v0
     header_tags: tuple
     size: int
-    frame: bytes
+    frame: bytes  # the whole frame when complete (a large Fetch: its FramePieces), else its head
     complete: bool
     codec: Codec = field(repr=False)
     _decoded: object = field(default=None, repr=False)
@@ -190,8 +190,9 @@ class Response(_Lazy):
         if type(scanned) is ScanResult:
             return scanned
         frame = self.frame
-        if scanned is None and self.complete and type(frame) is bytes:
-            # The first ask (every response the metrics' memo does not know): _once's steps, inline.
+        if scanned is None and self.complete and (type(frame) is bytes or type(frame) is FramePieces):
+            # The first ask (every response the metrics' memo does not know): _once's steps, inline; a
+            # FramePieces is scanned in place, never joined.
             try:
                 scanned = self._scanned = self._scan_frame(frame)
             except DecodeError as exc:
@@ -200,13 +201,13 @@ class Response(_Lazy):
             return scanned
         return self._once("_scanned", self._scan_frame)
 
-    def _scan_frame(self, frame: bytes) -> ScanResult:
+    def _scan_frame(self, frame) -> ScanResult:
         # The session read the header: v0 ends after the correlation id; v1 whose tag section is empty (one
         # zero byte) ends after it. Any other header is read again by the codec, which fails a malformed one.
         header_end = None
-        if self.header_version == 0 and len(frame) >= 4:
+        if self.header_version == 0 and self.size >= 4:
             header_end = 4
-        elif self.header_size == 5 and len(frame) > 4 and frame[4] == 0:
+        elif self.header_size == 5 and self.size > 4 and (frame if type(frame) is bytes else frame.head(5))[4] == 0:
             header_end = 5
         return self.codec.scan_response(frame, self.api_key, self.api_version, header_end)
 

@@ -41,7 +41,7 @@ from kinspect.protocol.framing.framer import DEFAULT_MAX_FRAME_BYTES, FrameError
 from kinspect.protocol.wire.peek import api_versions_body_version, leading_error_code, produce_acks
 from kinspect.session.client_software import FIRST_SOFTWARE_VERSION, software_of
 from kinspect.session.facts import RequestHeaders, response_header_facts
-from kinspect.session.events import ConnectionInfo, Exchange, Problem, Request, Response
+from kinspect.session.events import ConnectionInfo, Exchange, Problem, Request, Response, frame_bytes
 from kinspect.protocol.framing.pieces import FramePieces
 from kinspect.protocol.framing.stream import HOLD, KEEP_WHOLE, FrameStream
 from kinspect.session.plan import Plan
@@ -61,8 +61,17 @@ _PIECES_HEAD = 4096
 
 
 def _head(frame) -> bytes:
-    """A request's bytes for the session's own reads: the frame, or a FramePieces' first bytes."""
+    """A frame's bytes for the session's own reads: the frame, or a FramePieces' first bytes."""
     return frame.head(_PIECES_HEAD) if type(frame) is FramePieces else frame
+
+
+def _response_head(frame, header_version: int) -> bytes:
+    """What the session reads of a response that may be in pieces (a large Fetch; see Plan): its head, unless
+    its header has tagged fields (then it is joined: they may run past the head)."""
+    if type(frame) is not FramePieces:
+        return frame
+    head = frame.head(_PIECES_HEAD)
+    return frame.join() if header_version >= 1 and len(head) > 4 and head[4] != 0 else head
 
 
 def _produce_acks(frame, body_offset: int, version: int, flexible: bool) -> int | None:
@@ -450,7 +459,7 @@ class Session:
             events.append(self._problem(
                 now, "unpaired_response", "response",
                 f"correlation id {pending.correlation_id}: its request was forgotten (inspect.max_inflight)",
-                size=size, offset=offset, frame=frame))
+                size=size, offset=offset, frame=frame_bytes(frame)))
         if mode == HOLD:
             try:
                 out = self.transform.apply(frame, pending.api_key, pending.api_version)
@@ -477,15 +486,16 @@ class Session:
         api_key, version = pending.api_key, pending.api_version
         codec = self.codec
         _, name, known, header_version, _ = self._spec_facts(api_key, version)
-        header_size, tag_bytes, tags = response_header_facts(frame, header_version)
-        body_version = api_versions_body_version(frame, version, header_size) if api_key == API_VERSIONS else version
+        head = _response_head(frame, header_version)
+        header_size, tag_bytes, tags = response_header_facts(head, header_version)
+        body_version = api_versions_body_version(head, version, header_size) if api_key == API_VERSIONS else version
         response = Response(self.connection, now, offset, api_key, name, known,
                             body_version, version, pending.correlation_id, header_version, header_size, tag_bytes,
                             tags, size, frame, complete, codec)
         events.append(response)
         if pending.request is not None:
             events.append(Exchange(pending.request, response, now - pending.time))
-        if pending.mechanism is not None and leading_error_code(frame, header_size) == 0:
+        if pending.mechanism is not None and leading_error_code(head, header_size) == 0:
             exchanges = SASL_RAW_EXCHANGES.get(pending.mechanism.upper(), -1)
             self._raw_client = exchanges
             self._raw_broker = exchanges if exchanges > 0 else -1

@@ -21,7 +21,7 @@ from kinspect.protocol.codec import Codec
 from kinspect.protocol.errors import UnknownApiError
 from kinspect.protocol.wire.primitives import write_uvarint, zigzag_encode
 from kinspect.session.facts import request_header_tags, response_header_facts
-from kinspect.session.events import ConnectionInfo, Exchange, Request, Response
+from kinspect.session.events import ConnectionInfo, Exchange, Request, Response, frame_bytes
 from tests.spec_values import struct_value
 from tests.support.proxy_harness import record_batch as records_batch
 from tests.support.reference_rows import RowBuilder as ReferenceRowBuilder
@@ -489,7 +489,7 @@ def test_rows_of_all_recorded_traffic_fit_the_schema(codec, builder):
 
     exchanges = _recorded_exchanges(codec)
     rows = builder.build_many(exchanges)
-    frames = [(e.request.frame, e.response.frame if e.response else None) for e in exchanges]
+    frames = [(frame_bytes(e.request.frame), frame_bytes(e.response.frame) if e.response else None) for e in exchanges]
     assert len(rows) > 200
     assert all(r["request_decode_error"] is None and r["response_decode_error"] is None for r in rows)
     table = pa.Table.from_pylist(rows, schema=arrow_schema())

@@ -28,7 +28,8 @@ from kinspect.protocol.codec import Codec
 from kinspect.protocol.codec.wire_program import PURE_PYTHON_ENV
 from kinspect.session import ConnectionInfo, Request, Session, SessionConfig
 from tests.support.paths import TRAFFIC
-from tests.support.proxy_harness import api_versions, metadata, produce, request_frame
+from tests.support.proxy_harness import (api_versions, fetch, fetch_response, metadata, produce, record_batch,
+                                         request_frame)
 from tests.support.reference_metrics import ReferenceMetricsObserver
 
 _PREFIX = struct.Struct(">i")
@@ -433,3 +434,37 @@ def test_memo_tells_a_malformed_response_header_from_a_good_one(codec: Codec):
     assert observer.registry.get_sample_value(
         "kinspect_decode_failures_total", {"api": "Metadata", "direction": "response", "reason": "decode_error"}) == 2
     assert observer.registry.get_sample_value("kinspect_responses_total", {"api": "Metadata", "version": "12"}) == 4
+
+
+# ----------------------------------------------------------------------------- responses in pieces
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["C-counting", "python-counting"])
+def test_fetch_responses_in_pieces_give_the_same_metrics(codec: Codec, native: bool):
+    """Large Fetch responses reach the observers in the pieces they came in (a view of one read, or several
+    reads): counted alike, their scans read in place; small ones (empty fetches) repeat and are memoized."""
+    from kinspect.protocol.framing.pieces import FramePieces
+
+    records = [record_batch([bytes([n]) * 2000] * 40) for n in range(3)]
+    started = time.time()
+    reference = ReferenceMetricsObserver(topic_bytes=True)
+    observer = counting_observer(native, topic_bytes=True)
+    session = Session(codec, ConnectionInfo(1, "c", "b"))
+    kinds = collections.Counter()
+    for n in range(40):
+        version = (4, 12)[n % 2]
+        data = fetch_response(codec, n, "orders", records[: n % 4] or [None], version=version,
+                              error_codes=[0, 6, 0][: n % 4] or [3])
+        events = session.client_data(fetch(codec, n, "orders", version=version), 0.0).events
+        read = (len(data), 30_000)[n % 3 == 0]
+        for i in range(0, len(data), read):
+            events += session.broker_data(data[i:i + read], 0.001 * (n + 1)).events
+        for e in events:
+            observer.on_event(e)
+            reference.on_event(e)
+            if type(e).__name__ == "Response":
+                kinds[type(e.frame).__name__, len(e.frame) > 1 if type(e.frame) is FramePieces else None] += 1
+    assert kinds[("FramePieces", True)] and kinds[("FramePieces", False)] and kinds[("bytes", None)], kinds
+    text = assert_same(reference, observer, started)
+    assert 'kinspect_response_errors_total{api="Fetch",error="NOT_LEADER_OR_FOLLOWER"}' in text
+    assert 'kinspect_topic_bytes_total{direction="response",topic="orders"}' in text

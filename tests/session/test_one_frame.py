@@ -7,8 +7,9 @@ each (the C reads' case), several frames each, and cut anywhere: every recorded 
 one request at a time and all requests first, under the configs that change what is kept (head only, no bodies, a small in-flight
 limit, rewrite mode); and a made-up conversation of the special cases the C reads give back
 to Python (acks=0, SASL, an unknown api, header tagged fields, KIP-511's fallback, a long
-TransactionalId, a new ClientId, unpaired and repeated correlation ids). And bulk Produce requests that span
-reads, which both gather into the pieces they came in (C from the read that starts one to the read that ends it).
+TransactionalId, a new ClientId, unpaired and repeated correlation ids). And bulk Produce requests and Fetch
+responses that span reads, which both gather into the pieces they came in (C from the read that starts one to
+the read that ends it).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import struct
+import uuid
 
 import pytest
 
@@ -26,7 +28,7 @@ from kinspect.session.events import frame_bytes
 from tests.support.native import bytes_grown, native_module
 from tests.support.paths import TRAFFIC
 from kinspect.protocol.framing.pieces import FramePieces
-from tests.support.proxy_harness import record_batch, stream_frames
+from tests.support.proxy_harness import fetch, fetch_response, record_batch, stream_frames
 
 _one_frame, _MISSING = native_module("kinspect.session._one_frame")
 Reads = None if _one_frame is None else _one_frame.Reads
@@ -417,6 +419,79 @@ def test_requests_in_pieces_leave_no_garbage(codec):
 
     def rounds():
         native, _ = pair(codec, SessionConfig(inspect_max_bytes=1 << 20))
+        for side, data in reads:
+            (native.client_data if side == "c" else native.broker_data)(data, 1.0)
+        assert native.inflight == 0 and native.client_data.__self__.taken > 50
+
+    assert bytes_grown(rounds, times=5) < 64 * 1024
+
+
+def bulk_fetch(codec, version: int, responses: int = 10, header_tags: bytes = b""):
+    """Framed Fetch requests and their responses of about 300 KB (a record set of 100 records of 3 KB), as a
+    consumer of large batches is answered."""
+    out = []
+    for n in range(1, responses + 1):
+        request = fetch(codec, n, "bulk", offset=100 * n, version=version, topic_id=uuid.UUID(int=7))
+        records = [record_batch([bytes([n]) * 3000 for _ in range(100)])]
+        out.append((request, fetch_response(codec, n, "bulk", records, version=version, header_tags=header_tags)))
+    return out
+
+
+def cut_responses(exchanges, sizes, between: bytes = b"") -> list[tuple[str, bytes]]:
+    """Every request first (a consumer's fetches in flight), then the responses as one broker stream cut into
+    reads of the sizes `sizes` yields; `between`: a small framed response's body sent after each (paired with
+    a Metadata request sent with each Fetch)."""
+    reads = []
+    stream = b""
+    for n, (request, response) in enumerate(exchanges):
+        reads.append(("c", request))
+        stream += response
+        if between:
+            reads.append(("c", _request(codec_of_tests, 3, 12, 10_000 + n, {**METADATA_REQUEST, "Topics": []})))
+            stream += _response(codec_of_tests, 3, 12, 10_000 + n, {**METADATA_RESPONSE, "ClusterId": None})
+    pos = 0
+    while pos < len(stream):
+        step = next(sizes)
+        reads.append(("b", stream[pos:pos + step]))
+        pos += step
+    return reads
+
+
+codec_of_tests = Codec()
+
+
+@pytest.mark.parametrize("version, header_tags", [(4, b""), (12, b""), (16, b""), (12, b"\x01\x07\x02hi")],
+                         ids=["v4", "v12", "v16", "v12-header-tags"])
+@pytest.mark.parametrize("reads, between", [
+    *((reads, between) for reads in ("1 MiB", "64 KiB", "random", "small") for between in (False, True)),
+    ("one a read", False),  # each response one read
+])
+def test_bulk_fetch_in_pieces_reads_alike(codec, version, header_tags, reads, between):
+    """Responses of 300 KB cut into reads: the C reads pair each when its first bytes come, gather it from the
+    read that starts it to the read that ends it, and hand it over in the same pieces, with the same facts and
+    the same state after every read, as the Python methods. A header with tagged fields is Python's."""
+    exchanges = bulk_fetch(codec, version, header_tags=header_tags)
+    sizes = {"1 MiB": sizes_of(1 << 20), "64 KiB": sizes_of(64 << 10),
+             "random": sizes_of(12, 13, 4100, 30_000, 150_000, 400_000, 1 << 20, seed=version),
+             "small": sizes_of(1000), "one a read": iter(len(r) for _, r in exchanges)}[reads]
+    native, reference = pair(codec)
+    events: list = []
+    taken = run_both(native, reference, cut_responses(exchanges, sizes, between), events)
+    frames = [type(e.frame) for e in events if type(e).__name__ == "Response" and e.api_key == 1]
+    assert len(frames) == len(exchanges)
+    assert (FramePieces in frames) == (reads != "small")
+    if not header_tags and reads in ("1 MiB", "64 KiB", "one a read"):
+        # every request but the first (its header is new) and every response, or the reads that make it
+        assert taken >= 2 * len(exchanges) - 1, taken
+
+
+def test_fetch_responses_in_pieces_leave_no_garbage(codec):
+    """The pieces, views and stream state the C reads make for responses that span reads are all released with
+    their events (each round: 10 responses of 300 KB in reads of 64 KiB, after their requests)."""
+    reads = cut_responses(bulk_fetch(codec, 12), sizes_of(64 << 10))
+
+    def rounds():
+        native, _ = pair(codec)
         for side, data in reads:
             (native.client_data if side == "c" else native.broker_data)(data, 1.0)
         assert native.inflight == 0 and native.client_data.__self__.taken > 50

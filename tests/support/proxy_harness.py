@@ -630,6 +630,22 @@ def fetch(codec: Codec, correlation_id: int, topic: str, offset: int = 0, max_wa
     })
 
 
+def fetch_response(codec: Codec, correlation_id: int, topic: str, records: list[bytes | None], version: int = 12,
+                   error_codes: list[int] | None = None, header_tags: bytes = b"") -> bytes:
+    """A framed Fetch response: one partition per entry of `records` (its record set, or None), with its error
+    code; header_tags: a response header v1's tag section in place of the empty one (b"\\x00")."""
+    codes = error_codes or [0] * len(records)
+    body = {"ThrottleTimeMs": 0, "ErrorCode": 0, "SessionId": 0, "Responses": [{
+        "Topic": topic, "TopicId": uuid.UUID(int=7), "Partitions": [{
+            "PartitionIndex": p, "ErrorCode": codes[p], "HighWatermark": 1000, "LastStableOffset": 1000,
+            "LogStartOffset": 0, "AbortedTransactions": [], "PreferredReadReplica": -1, "Records": records[p]}
+            for p in range(len(records))]}]}
+    frame = codec.encode_response(1, version, {"CorrelationId": correlation_id}, body)
+    if header_tags:
+        frame = frame[:4] + header_tags + frame[5:]
+    return _PREFIX.pack(len(frame)) + frame
+
+
 def record_batch(values: list[bytes]) -> bytes:
     """A v2 record batch (no compression), built with kafka-python's record builder."""
     from kafka.record.memory_records import MemoryRecordsBuilder

@@ -19,7 +19,7 @@ from kinspect.protocol.error_codes import error_name
 from kinspect.protocol.errors import DecodeError
 from kinspect.protocol.wire.peek import tag_section_fields
 from kinspect.protocol.wire.primitives import Malformed
-from kinspect.session.events import Exchange, Request, Response
+from kinspect.session.events import Exchange, Request, Response, frame_bytes
 
 _INT16 = struct.Struct(">h")
 
@@ -80,7 +80,7 @@ class RowBuilder:
         header = request.header
         api_key, version = header.api_key, header.api_version
         codec = self.codec
-        frame = request.frame
+        frame = frame_bytes(request.frame)  # the reference reads a frame in pieces joined
 
         req = self._inspect(request, "request", api_key, version, lambda: codec.decode_request(frame),
                             lambda: codec.scan_request(frame, header))
@@ -153,7 +153,7 @@ class RowBuilder:
 
     def _response(self, row: dict, response: Response, tagged: list) -> _Side:
         codec = self.codec
-        frame = response.frame
+        frame = frame_bytes(response.frame)
         api_key, version = response.api_key, response.api_version
         resp = self._inspect(response, "response", api_key, version,
                              lambda: codec.decode_response(frame, api_key, version),

@@ -356,7 +356,7 @@ class Codec:
         return RequestHeader(api_key, api_version, correlation_id, fields.get("ClientId"), hv, end, fields)
 
     def decode_request(self, frame: bytes) -> DecodedRequest:
-        frame = bytes(frame)
+        frame = _contiguous(frame)
         header = self.decode_request_header(frame)
         compiled = self.body(header.api_key, "request", header.api_version)
         body, end = compiled.decode(frame, header.size, whole=False)
@@ -377,7 +377,7 @@ class Codec:
         return fields, hv, end
 
     def decode_response(self, frame: bytes, api_key: int, api_version: int) -> DecodedResponse:
-        frame = bytes(frame)
+        frame = _contiguous(frame)
         compiled = self.body(api_key, "response", api_version)
         fields, hv, end = self.decode_response_header(frame, api_key, api_version)
         body, body_end = compiled.decode(frame, end, whole=False)
@@ -407,8 +407,16 @@ class Codec:
         compiled = self.body(api_key, "response", api_version)
         if header_end is None:
             hv = self.response_header_version(api_key, api_version)
-            _, header_end = self.header("ResponseHeader", hv).decode(frame, 0, whole=False)
+            # A FramePieces (a large Fetch response): its header is read from the pieces joined (rare: a header
+            # with tagged fields), and its body scanned in place.
+            head = b"".join(frame) if isinstance(frame, tuple) else frame
+            _, header_end = self.header("ResponseHeader", hv).decode(head, 0, whole=False)
         return compiled.scan_fresh(frame, header_end, self.integer_facts)
+
+
+def _contiguous(frame) -> bytes:
+    """A frame as bytes: a FramePieces (a tuple of its pieces, as a session hands large frames over) joined."""
+    return b"".join(frame) if isinstance(frame, tuple) else bytes(frame)
 
 
 def correlation_id_of_response(frame: bytes) -> int:
