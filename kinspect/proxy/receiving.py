@@ -4,12 +4,14 @@ uvloop reads a plain protocol's bytes 256 KiB at a time. A bulk producer's 1 MB 
 request then takes four reads, and each read costs the proxy a system call, a wake-up and
 the session's work. A buffered protocol chooses its own buffer. Reading into one of
 READ_BUFFER_BYTES cost the bulk producer 5 to 10% less proxy CPU per MB (two live runs of
-interleaved repetitions and bench_proxy.py against the tree before; docs/performance.md). The buffer is shared by every connection of a
-thread. A read is copied out into bytes before the next one can land in it, as uvloop's own
-buffer is, so it costs one megabyte per event-loop thread, not per connection.
+interleaved repetitions and bench_proxy.py against the tree before; docs/performance.md). The
+buffer is shared by every connection of a thread, so it costs one megabyte per event-loop
+thread, not per connection.
 
-`receiver(callback)` is the C Receiver (kinspect/proxy/_receive.c) where it is built; the
-class below is its reference (tests/proxy/test_receiving.py gives both the same reads).
+`receiver(callback)` is the C Receiver (kinspect/proxy/_receive.c) where it is built: the
+thread's reads land in a bytes object (its Slab), and a long read is handed on as that very
+object, not copied. The class below is its reference, which copies each read out of a shared
+buffer (tests/proxy/test_receiving.py gives both the same reads).
 """
 
 from __future__ import annotations
@@ -31,6 +33,14 @@ def read_buffer() -> memoryview:
     return buffer
 
 
+def read_slab(module):
+    """This thread's Slab of the C receiver `module` (kinspect.proxy._receive), as read_buffer is the reference's."""
+    slab = getattr(_local, "slab", None)
+    if slab is None:
+        slab = _local.slab = module.Slab(READ_BUFFER_BYTES)
+    return slab
+
+
 class Receiver:
     """A buffered protocol's get_buffer and buffer_updated: each read handed to `callback` as bytes."""
 
@@ -50,13 +60,15 @@ class Receiver:
             self.callback(bytes(self.buffer[:n]))
 
 
-_NATIVE: list = []  # the C Receiver class, or None, once looked for
+_NATIVE: list = []  # the C module kinspect.proxy._receive, or None, once looked for
 
 
 def receiver(callback, native: bool = True):
     """A Receiver handing this thread's reads to `callback`: the C one where built (`native`), else Python."""
     if not _NATIVE:
         module = optional_extension("kinspect.proxy._receive")
-        _NATIVE.append(None if module is None else module.Receiver)
-    kind = _NATIVE[0] if native and _NATIVE[0] is not None else Receiver
-    return kind(callback, read_buffer())
+        _NATIVE.append(module)
+    module = _NATIVE[0]
+    if native and module is not None:
+        return module.Receiver(callback, read_slab(module))
+    return Receiver(callback, read_buffer())

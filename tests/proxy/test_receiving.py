@@ -11,7 +11,7 @@ import threading
 import pytest
 import uvloop
 
-from kinspect.proxy.receiving import READ_BUFFER_BYTES, Receiver, read_buffer, receiver
+from kinspect.proxy.receiving import READ_BUFFER_BYTES, Receiver, read_buffer, read_slab, receiver
 from kinspect.proxy.relay import _Side
 from tests.support.native import bytes_grown, native_module
 
@@ -25,33 +25,75 @@ def native():
     return _receive.Receiver
 
 
-def _reads(kind) -> tuple[list, list]:
-    """What a Receiver of `kind` hands on for reads of random sizes written into its buffer."""
+def _buffer_of(kind):
+    return read_slab(_receive) if kind is not Receiver else read_buffer()
+
+
+def _reads(kind, held: bool = False) -> tuple[list, list]:
+    """What a Receiver of `kind` hands on for reads of random sizes written into its buffer (held: while the
+    writer's view of it is held, as the event loop holds it through buffer_updated)."""
     handed: list = []
-    reads = kind(handed.append, read_buffer())
+    reads = kind(handed.append, _buffer_of(kind))
     rng = random.Random(7)
     written = []
     for n in [0, 1, 4095, READ_BUFFER_BYTES, 17, 262_145] + [rng.randrange(1, 70_000) for _ in range(50)]:
-        buffer = reads.get_buffer(-1)
+        buffer = memoryview(reads.get_buffer(-1))
         data = rng.randbytes(n)
         buffer[:n] = data
+        if not held:
+            buffer.release()
         reads.buffer_updated(n)
+        buffer.release()
         if n:
             written.append(data)
     return handed, written
 
 
-def test_the_c_receiver_hands_on_what_the_python_one_does(native):
-    handed, written = _reads(native)
+@pytest.mark.parametrize("held", [False, True], ids=["released", "held"])
+def test_the_c_receiver_hands_on_what_the_python_one_does(native, held):
+    handed, written = _reads(native, held)
     assert handed == written and all(type(data) is bytes for data in handed)
-    assert _reads(Receiver) == (handed, written)
-    assert receiver(print).get_buffer(0) is read_buffer() and type(receiver(print)) is native
+    assert _reads(Receiver, held) == (handed, written)
+    assert receiver(print).get_buffer(0) is read_slab(_receive) and type(receiver(print)) is native
     assert type(receiver(print, native=False)) is Receiver
+
+
+def test_a_long_read_is_handed_on_as_the_bytes_it_landed_in(native):
+    """A read of COPY_BELOW bytes or more is the slab's spare itself, cut to its length, and the next read lands
+    in a new spare: what was handed on never changes. A shorter read is copied, and the spare kept; so is a read
+    while another view of the slab is held, which could still write into it. (The spare is named by its id: a
+    reference held here would make it shared, and copied.)"""
+    handed: list = []
+    slab = _receive.Slab(1 << 16)
+    reads = native(handed.append, slab)
+
+    def read(data: bytes, other_view: bool = False) -> int:
+        """Read `data` as the event loop does (its view held through buffer_updated); the spare's id."""
+        view = memoryview(reads.get_buffer(-1))
+        view[:len(data)] = data
+        spare = id(slab.spare)
+        other = memoryview(slab) if other_view else None
+        reads.buffer_updated(len(data))
+        view.release()
+        if other is not None:
+            other.release()
+        return spare
+
+    spare = read(b"a" * 100)
+    assert handed[-1] == b"a" * 100 and id(handed[-1]) != spare and id(slab.spare) == spare
+    spare = read(b"b" * _receive.COPY_BELOW)
+    assert id(handed[-1]) == spare and handed[-1] == b"b" * _receive.COPY_BELOW and slab.spare is None
+    read(b"c" * 60_000)
+    assert handed[-2] == b"b" * _receive.COPY_BELOW and handed[-1] == b"c" * 60_000  # a new spare, the first kept
+    spare = read(b"d" * 50_000, other_view=True)
+    assert handed[-1] == b"d" * 50_000 and id(handed[-1]) != spare and id(slab.spare) == spare
+    assert slab.exports == 0 and [len(h) for h in handed] == [100, _receive.COPY_BELOW, 60_000, 50_000]
 
 
 @pytest.mark.parametrize("kind", ["c", "python"])
 def test_a_read_larger_than_the_buffer_or_negative_is_refused(native, kind):
-    reads = (native if kind == "c" else Receiver)(lambda data: pytest.fail("nothing was read"), read_buffer())
+    made = native if kind == "c" else Receiver
+    reads = made(lambda data: pytest.fail("nothing was read"), _buffer_of(made))
     for n in (READ_BUFFER_BYTES + 1, -1):
         with pytest.raises(ValueError, match="bytes read into a buffer of"):
             reads.buffer_updated(n)
@@ -63,12 +105,15 @@ def test_a_callback_that_raises_reaches_the_loop(native):
         raise RuntimeError("observer bug")
 
     with pytest.raises(RuntimeError, match="observer bug"):
-        native(boom, read_buffer()).buffer_updated(3)
+        native(boom, read_slab(_receive)).buffer_updated(3)
+    with pytest.raises(RuntimeError, match="observer bug"):
+        native(boom, read_slab(_receive)).buffer_updated(50_000)
 
 
 def test_the_c_receiver_does_not_leak(native):
-    reads = native(lambda data: None, read_buffer())
-    assert bytes_grown(lambda: [reads.buffer_updated(50_000) for _ in range(2000)]) < 4096
+    # Each round ends with a long read, which takes the spare: none is left over for tracemalloc to count.
+    reads = native(lambda data: None, read_slab(_receive))
+    assert bytes_grown(lambda: [reads.buffer_updated(n) for _ in range(1000) for n in (100, 50_000)]) < 4096
 
 
 def test_each_thread_reads_into_its_own_buffer():
@@ -142,6 +187,6 @@ def test_a_relay_side_reads_through_the_c_receiver(native):
     side = _Side(relay, "client")
     assert isinstance(side, asyncio.BufferedProtocol) and not isinstance(side, asyncio.Protocol)
     assert type(side.get_buffer.__self__) is native and side.buffer_updated.__self__ is side.get_buffer.__self__
-    side.get_buffer(-1)[:5] = b"hello"
+    memoryview(side.get_buffer(-1))[:5] = b"hello"
     side.buffer_updated(5)
     assert relay.data == [b"hello"]
