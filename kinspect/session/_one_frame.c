@@ -522,6 +522,18 @@ static PyObject *view_of(PyObject *data, Py_ssize_t from, Py_ssize_t to)
     return view;
 }
 
+/* A FramePieces of one piece, a view of data[from:to]: a frame whole in one read, handed over as
+ * framing.stream hands it (new reference; NULL with an error set). */
+static PyObject *one_piece(PyObject *data, Py_ssize_t from, Py_ssize_t to)
+{
+    PyObject *view = view_of(data, from, to);
+    PyObject *items = view ? PyTuple_Pack(1, view) : NULL;
+    Py_XDECREF(view);
+    PyObject *pieces = items ? PyObject_CallOneArg((PyObject *)classes[C_PIECES], items) : NULL;
+    Py_XDECREF(items);
+    return pieces;
+}
+
 /* Read the request whose size prefix is at data[pos], if it is whole in data and taken here (request_event):
  * one kept in pieces (KEEP_PIECES, pieces_min_bytes or more, within keep_limit) as a FramePieces of one view
  * of the read, as framing.stream hands it over, not a copy. */
@@ -534,11 +546,7 @@ static int client_frame(ReadsObject *self, PyObject *data, Py_ssize_t pos, PyObj
     Entry *e = entry_of(self, (int16_t)be16(buf + 4), (int16_t)be16(buf + 6));
     if (e == NULL || e->request_mode != KEEP_PIECES || size < self->pieces_min[0] || size > self->keep_limit[0])
         return request_event(self, e, buf + 4, size, NULL, size, now, events);
-    PyObject *view = view_of(data, pos + 4, pos + 4 + size);
-    PyObject *items = view ? PyTuple_Pack(1, view) : NULL;
-    Py_XDECREF(view);
-    PyObject *pieces = items ? PyObject_CallOneArg((PyObject *)classes[C_PIECES], items) : NULL;
-    Py_XDECREF(items);
+    PyObject *pieces = one_piece(data, pos + 4, pos + 4 + size);
     if (pieces == NULL)
         return -1;
     int taken = request_event(self, e, buf + 4, size, pieces, size, now, events);
@@ -721,11 +729,7 @@ static int broker_frame(ReadsObject *self, PyObject *data, Py_ssize_t pos, PyObj
     if (!(PyLong_CheckExact(mode) && PyLong_AsLong(mode) == KEEP_PIECES && size >= self->pieces_min[1]
           && size <= self->keep_limit[1]))
         return response_event(self, pending, 0, buf + 4, size, NULL, size, now, events);
-    PyObject *view = view_of(data, pos + 4, pos + 4 + size);
-    PyObject *items = view ? PyTuple_Pack(1, view) : NULL;
-    Py_XDECREF(view);
-    PyObject *pieces = items ? PyObject_CallOneArg((PyObject *)classes[C_PIECES], items) : NULL;
-    Py_XDECREF(items);
+    PyObject *pieces = one_piece(data, pos + 4, pos + 4 + size);
     if (pieces == NULL)
         return -1;
     Py_INCREF(pending); /* response_event may take it out of the table */
