@@ -574,6 +574,27 @@ static int gathering(ReadsObject *self, int client)
                             && is_true(session, str_broker_inspected) && is_zero(session, str_raw_broker));
 }
 
+/* A response's request paired (Session._plan_response): out of the in-flight table and, if it is the oldest of
+ * the requests whose facts are kept, out of those (answers come in order). -1 with an error set on failure. */
+static int pair(ReadsObject *self, PyObject *pending)
+{
+    if (PyObject_DelItem(self->inflight, SLOT(pending, t[T_CORRELATION])) < 0)
+        return -1;
+    if (PyObject_Length(self->remembered) <= 0)
+        return 0;
+    PyObject *oldest = PySequence_GetItem(self->remembered, 0);
+    if (oldest == NULL)
+        return -1;
+    Py_DECREF(oldest);
+    if (oldest == pending) {
+        PyObject *gone = PyObject_CallMethodNoArgs(self->remembered, str_popleft);
+        if (gone == NULL)
+            return -1;
+        Py_DECREF(gone);
+    }
+    return 0;
+}
+
 /* Read the response whose frame (after its size prefix) is at `frame`, `size` bytes, answering `pending` (a
  * borrowed _Pending), if it is one taken here: 1 (its events appended, the stream's offset moved past it), 0
  * where the reference must read it (nothing changed), -1 on failure. popped: the pending was taken out of the
@@ -624,25 +645,9 @@ static int response_event(ReadsObject *self, PyObject *pending, int popped, cons
     /* From here on the session changes. */
     Py_INCREF(pending);
     if (!popped) {
-        if (PyObject_DelItem(self->inflight, SLOT(pending, t[T_CORRELATION])) < 0) {
+        if (pair(self, pending) < 0) {
             Py_DECREF(pending);
             goto fail;
-        }
-        if (PyObject_Length(self->remembered) > 0) { /* answers come in order: the oldest is the one answered */
-            PyObject *first = PySequence_GetItem(self->remembered, 0);
-            if (first == NULL) {
-                Py_DECREF(pending);
-                goto fail;
-            }
-            Py_DECREF(first);
-            if (first == pending) {
-                PyObject *gone = PyObject_CallMethodNoArgs(self->remembered, str_popleft);
-                if (gone == NULL) {
-                    Py_DECREF(pending);
-                    goto fail;
-                }
-                Py_DECREF(gone);
-            }
         }
     }
     PyObject *offset = advance(self->responses, 4 + size);
@@ -854,20 +859,8 @@ static int start_gather(ReadsObject *self, int client, PyObject *data, Py_ssize_
     }
     PyList_SET_ITEM(parts, 0, first);
     if (!client) { /* paired now (Session._plan_response): out of the in-flight table, and of the remembered */
-        if (PyObject_DelItem(self->inflight, SLOT(ticket, t[T_CORRELATION])) < 0)
+        if (pair(self, ticket) < 0)
             goto fail;
-        if (PyObject_Length(self->remembered) > 0) {
-            PyObject *oldest = PySequence_GetItem(self->remembered, 0);
-            if (oldest == NULL)
-                goto fail;
-            Py_DECREF(oldest);
-            if (oldest == ticket) {
-                PyObject *gone = PyObject_CallMethodNoArgs(self->remembered, str_popleft);
-                if (gone == NULL)
-                    goto fail;
-                Py_DECREF(gone);
-            }
-        }
     }
     set_slot(stream, s[S_SIZE], size_obj);
     set_slot(stream, s[S_MODE], PyLong_FromLong(KEEP_PIECES));
