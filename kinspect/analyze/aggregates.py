@@ -20,6 +20,8 @@ reads it with pyarrow, each aggregate's columns in turn, groups them with Arrow'
 compiled kernels (kinspect.analyze.scan, .partials, .groups) and splits each aggregate's
 partial rows into buckets by key; Spark shuffles the buckets as opaque Arrow bytes, and a
 task per shuffle partition merges its buckets (sums, minima, maxima; kinspect.analyze.merge).
+On a local master the buckets go through local files instead (kinspect.analyze.handoff): two
+jobs, read then merge.
 No Python runs per row, and the JVM only moves bytes. A small local capture is read,
 grouped and merged by the same code on the driver.
 """
@@ -40,19 +42,26 @@ LARGE = ("exchanges", "values")
 def compute(spark, scan, buckets: int) -> dict[str, pa.Table]:
     """Every aggregate of the captures that Spark's read tasks cover (`kinspect.analyze.scan.Scan`),
     in one Spark job: each piece read and partially grouped, its partial rows shuffled in
-    `buckets` by key as Arrow bytes, each bucket merged; collected on the driver.
+    `buckets` by key as Arrow bytes, each bucket merged; collected on the driver. On a local
+    master the partial rows go from the read tasks to the merging ones through local files
+    instead of the shuffle (kinspect.analyze.handoff).
 
     The job is two RDD stages, not DataFrame ones: the JVM holds the Arrow bytes as opaque
     byte arrays from the Python worker to the shuffle and back, where mapInArrow copied them
     into and out of Spark SQL rows and Arrow batches at each step (a toy job moving 132 MB of
     bytes through the same two stages: JVM CPU 1.1-1.3 s and 5.8 s wall as DataFrames, 0.7 s
     and 1.2 s as RDDs)."""
+    from kinspect.analyze import handoff as files
     from kinspect.analyze.scan import merger, partition_of, reader
 
-    merged = (scan.pieces.mapPartitions(reader(placement(buckets)))
-              .partitionBy(buckets, partition_of)
-              .mapPartitions(merger())
-              .collect())
+    if files.local_master(spark):
+        merged = files.through_files(spark, scan, placement(buckets), buckets)
+    else:
+        spark.sparkContext.setJobDescription("kinspect analyze: the captures into the aggregates")
+        merged = (scan.pieces.mapPartitions(reader(placement(buckets)))
+                  .partitionBy(buckets, partition_of)
+                  .mapPartitions(merger())
+                  .collect())
     parts: dict[str, list] = {name: [] for name in MERGES}
     for name, blob in merged:
         parts[name].append(from_ipc(blob))

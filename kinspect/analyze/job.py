@@ -101,14 +101,16 @@ def compute(spark, paths: list[str], top: int = 50, progress: Progress | None = 
             raise AnalyzeInputError(str(exc)) from None
         how = "read on the driver"
     else:
+        from kinspect.analyze.handoff import local_master
+
         partitions = size_shuffle(spark, pieces.input_bytes)
         try:
-            spark.sparkContext.setJobDescription("kinspect analyze: the captures into the aggregates")
             aggs = aggregates.compute(spark, pieces, partitions)
         except (PySparkException, Py4JJavaError) as exc:
             # the one pass reads every file: a corrupt remote file shows up here
             raise AnalyzeInputError(f"cannot read captures at {', '.join(paths)}: {scan.first_line(exc)}") from None
-        how = f"{pieces.tasks} read tasks, {partitions} shuffle partitions"
+        how = (f"{pieces.tasks} read tasks, {partitions} merging tasks, "
+               f"{'partial rows through local files' if local_master(spark) else 'partial rows shuffled'}")
     aggs = Aggregates(aggs)  # what several tables derive from the aggregates is computed once
     result.fact_rows = sum(agg.num_rows for agg in aggs.values())
     result.seconds["read"] = time.perf_counter() - started

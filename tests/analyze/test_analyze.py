@@ -322,6 +322,73 @@ def test_tasks_reading_several_pieces_give_the_same_tables(spark, analyzed, gene
 
 
 @pytest.mark.integration
+def test_partial_rows_shuffled_give_the_same_tables(spark, analyzed, generated, monkeypatch):
+    """On a local master the read tasks hand their partial rows to the merging tasks through local files
+    (kinspect.analyze.handoff), which `analyzed` used; through Spark's shuffle, as on a cluster, the same tables."""
+    from kinspect.analyze import handoff
+
+    result, _, lines = analyzed
+    assert any("partial rows through local files" in line for line in lines)
+    dirs, _ = generated
+    monkeypatch.setattr(handoff, "local_master", lambda spark: False)
+    said = []
+    shuffled = compute(spark, [str(d) for d in dirs], top=TOP, targets=TARGETS, progress=said.append, driver_rows=0)
+    assert any("partial rows shuffled" in line for line in said)
+    assert shuffled.tables == result.tables
+
+
+@pytest.mark.integration
+def test_the_handoff_files_are_removed_whatever_happens(spark, generated, tmp_path, monkeypatch):
+    """The job's files are gone when it ends, and when a task fails."""
+    import tempfile
+
+    from kinspect.analyze import handoff
+
+    made = []
+
+    def work_directory(spark):
+        made.append(tempfile.mkdtemp(prefix="kinspect-analyze-", dir=tmp_path))
+        return made[-1]
+
+    monkeypatch.setattr(handoff, "work_directory", work_directory)
+    dirs, _ = generated
+    compute(spark, [str(d) for d in dirs], top=TOP, targets=TARGETS, driver_rows=0)
+
+    def failing_merger(directory):
+        def merge(partitions):
+            raise RuntimeError("a merging task failed")
+        return merge
+
+    monkeypatch.setattr(handoff, "file_merger", failing_merger)  # shipped to the Python workers with the job
+    with pytest.raises(AnalyzeInputError, match="a merging task failed"):
+        compute(spark, [str(d) for d in dirs], top=TOP, targets=TARGETS, driver_rows=0)
+    assert len(made) == 2 and not any(Path(d).exists() for d in made)
+
+
+def test_a_task_retried_hands_over_its_partial_rows_once(tmp_path):
+    """A read task's files count once however often it ran: an attempt that failed part way leaves none, the one
+    that completed is renamed into place, and a later attempt of the same task is dropped."""
+    from kinspect.analyze.handoff import commit, partial_rows
+
+    def blobs(fail: bool = False):
+        yield 0, ("values", b"first")
+        if fail:
+            raise RuntimeError("the task failed part way")
+        yield 1, ("values", b"second")
+        yield 0, ("exchanges", b"third")
+
+    with pytest.raises(RuntimeError, match="part way"):
+        commit(str(tmp_path), 3, blobs(fail=True))
+    assert list(tmp_path.iterdir()) == []
+    assert commit(str(tmp_path), 3, blobs()) is True
+    assert commit(str(tmp_path), 3, blobs()) is False
+    assert [p.name for p in tmp_path.iterdir()] == ["task-3"]
+    assert sorted(partial_rows(str(tmp_path), 0)) == [(0, ("exchanges", b"third")), (0, ("values", b"first"))]
+    assert list(partial_rows(str(tmp_path), 1)) == [(1, ("values", b"second"))]
+    assert list(partial_rows(str(tmp_path), 2)) == []
+
+
+@pytest.mark.integration
 def test_small_capture_without_spark_gives_the_same_tables(analyzed, generated):
     """What the CLI does for a small local capture on a local master: the job with no Spark at
     all (`spark` None), every aggregate and table in this process. The same tables."""
