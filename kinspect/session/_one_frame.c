@@ -737,9 +737,7 @@ static int broker_frame(ReadsObject *self, PyObject *data, Py_ssize_t pos, PyObj
     PyObject *pieces = one_piece(data, pos + 4, pos + 4 + size);
     if (pieces == NULL)
         return -1;
-    Py_INCREF(pending); /* response_event may take it out of the table */
     int taken = response_event(self, pending, 0, buf + 4, size, pieces, size, now, events);
-    Py_DECREF(pending);
     Py_DECREF(pieces);
     return taken;
 }

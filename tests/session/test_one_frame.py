@@ -437,9 +437,9 @@ def bulk_fetch(codec, version: int, responses: int = 10, header_tags: bytes = b"
     return out
 
 
-def cut_responses(exchanges, sizes, between: bytes = b"") -> list[tuple[str, bytes]]:
+def cut_responses(codec, exchanges, sizes, between: bool = False) -> list[tuple[str, bytes]]:
     """Every request first (a consumer's fetches in flight), then the responses as one broker stream cut into
-    reads of the sizes `sizes` yields; `between`: a small framed response's body sent after each (paired with
+    reads of the sizes `sizes` yields; `between`: a small response sent after each (paired with
     a Metadata request sent with each Fetch)."""
     reads = []
     stream = b""
@@ -447,8 +447,8 @@ def cut_responses(exchanges, sizes, between: bytes = b"") -> list[tuple[str, byt
         reads.append(("c", request))
         stream += response
         if between:
-            reads.append(("c", _request(codec_of_tests, 3, 12, 10_000 + n, {**METADATA_REQUEST, "Topics": []})))
-            stream += _response(codec_of_tests, 3, 12, 10_000 + n, {**METADATA_RESPONSE, "ClusterId": None})
+            reads.append(("c", _request(codec, 3, 12, 10_000 + n, {**METADATA_REQUEST, "Topics": []})))
+            stream += _response(codec, 3, 12, 10_000 + n, {**METADATA_RESPONSE, "ClusterId": None})
     pos = 0
     while pos < len(stream):
         step = next(sizes)
@@ -456,8 +456,6 @@ def cut_responses(exchanges, sizes, between: bytes = b"") -> list[tuple[str, byt
         pos += step
     return reads
 
-
-codec_of_tests = Codec()
 
 
 @pytest.mark.parametrize("version, header_tags", [(4, b""), (12, b""), (16, b""), (12, b"\x01\x07\x02hi")],
@@ -476,7 +474,7 @@ def test_bulk_fetch_in_pieces_reads_alike(codec, version, header_tags, reads, be
              "small": sizes_of(1000), "one a read": iter(len(r) for _, r in exchanges)}[reads]
     native, reference = pair(codec)
     events: list = []
-    taken = run_both(native, reference, cut_responses(exchanges, sizes, between), events)
+    taken = run_both(native, reference, cut_responses(codec, exchanges, sizes, between), events)
     frames = [type(e.frame) for e in events if type(e).__name__ == "Response" and e.api_key == 1]
     assert len(frames) == len(exchanges)
     assert (FramePieces in frames) == (reads != "small")
@@ -488,7 +486,7 @@ def test_bulk_fetch_in_pieces_reads_alike(codec, version, header_tags, reads, be
 def test_fetch_responses_in_pieces_leave_no_garbage(codec):
     """The pieces, views and stream state the C reads make for responses that span reads are all released with
     their events (each round: 10 responses of 300 KB in reads of 64 KiB, after their requests)."""
-    reads = cut_responses(bulk_fetch(codec, 12), sizes_of(64 << 10))
+    reads = cut_responses(codec, bulk_fetch(codec, 12), sizes_of(64 << 10))
 
     def rounds():
         native, _ = pair(codec)

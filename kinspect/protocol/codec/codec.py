@@ -409,8 +409,7 @@ class Codec:
             hv = self.response_header_version(api_key, api_version)
             # A FramePieces (a large Fetch response): its header is read from the pieces joined (rare: a header
             # with tagged fields), and its body scanned in place.
-            head = b"".join(frame) if isinstance(frame, tuple) else frame
-            _, header_end = self.header("ResponseHeader", hv).decode(head, 0, whole=False)
+            _, header_end = self.header("ResponseHeader", hv).decode(_contiguous(frame), 0, whole=False)
         return compiled.scan_fresh(frame, header_end, self.integer_facts)
 
 
