@@ -283,12 +283,18 @@ def run_job(spark, where: Path, driver_rows: int | None = None) -> tuple[float, 
     jvm = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
     me = os.getpid()
     try:
-        tree, own, driver = tree_cpu_seconds(jvm), cpu_seconds(jvm), cpu_seconds(me)
+        (own, tree), driver = tree_cpu_seconds(jvm), cpu_seconds(me)
         started = time.perf_counter()
         result = analyze(spark, [str(where)], str(out), driver_rows=driver_rows)
         seconds = time.perf_counter() - started
-        tree, own, driver = tree_cpu_seconds(jvm) - tree, cpu_seconds(jvm) - own, cpu_seconds(me) - driver
-        return seconds, result.seconds, {"job": tree + driver, "jvm": own, "workers": tree - own, "driver": driver}
+        (own_after, tree_after), driver = tree_cpu_seconds(jvm), cpu_seconds(me) - driver
+        tree, own = tree_after - tree, own_after - own
+        # The JVM's own share comes from the same reading as the tree's, so the JVM running on
+        # between two readings cannot turn up as the workers'. A worker reaped between the
+        # reading of its parent and its own still moves a tick or two out of sight, which on a
+        # tiny job would read as a negative share: it is at least nothing.
+        workers = max(tree - own, 0.0)
+        return seconds, result.seconds, {"job": tree + driver, "jvm": own, "workers": workers, "driver": driver}
     finally:
         shutil.rmtree(out, ignore_errors=True)
 

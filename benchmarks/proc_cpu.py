@@ -42,13 +42,13 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def tree_cpu_seconds(pid: int | None) -> float | None:
-    """CPU time of a process and of every live descendant (a Spark JVM's Python workers are its
-    descendants): user + system of each, plus what exited children left in their parent's
-    cutime/cstime."""
+def tree_cpu_seconds(pid: int | None) -> tuple[float, float] | None:
+    """CPU time of a process alone and with every live descendant (a Spark JVM's Python workers
+    are its descendants), from one reading of each: (its user + system, that plus its exited
+    children's cutime/cstime and each live descendant's user + system and their children's)."""
     if pid is None:
         return None
-    total = 0.0
+    own = total = 0.0
     for process in (pid, *descendants(pid)):
         try:
             with open(f"/proc/{process}/stat") as f:
@@ -57,8 +57,10 @@ def tree_cpu_seconds(pid: int | None) -> float | None:
             if process == pid:
                 return None
             continue  # ended meanwhile
+        if process == pid:
+            own = (int(fields[11]) + int(fields[12])) / CLK_TCK
         total += sum(int(x) for x in fields[11:15]) / CLK_TCK
-    return total
+    return own, total
 
 
 def user_system_seconds(pid: int | None) -> tuple[float, float] | None:
