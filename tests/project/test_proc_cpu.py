@@ -6,10 +6,13 @@ import os
 import subprocess
 import sys
 
+import pytest
 from tests.support.paths import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from proc_cpu import tree_cpu_seconds  # noqa: E402
+
+pytestmark = pytest.mark.integration  # starts Python processes
 
 # Spins until it has used this much CPU itself, says so, and waits to be told to go.
 BURN = "import sys, time\nwhile time.process_time() < 0.3: pass\nprint('done', flush=True)\nsys.stdin.read()\n"
