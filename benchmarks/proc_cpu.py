@@ -43,9 +43,9 @@ def descendants(pid: int) -> list[int]:
 
 
 def tree_cpu_seconds(pid: int | None) -> tuple[float, float] | None:
-    """CPU time of a process alone and with every live descendant (a Spark JVM's Python workers
-    are its descendants), from one reading of each: (its user + system, that plus its exited
-    children's cutime/cstime and each live descendant's user + system and their children's)."""
+    """CPU seconds of a process, each process read once: (its own user + system, the tree's). The
+    tree's counts it, every live descendant (a Spark JVM's Python workers are its descendants) and
+    what their exited children left in their cutime/cstime."""
     if pid is None:
         return None
     own = total = 0.0
