@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from kinspect.protocol.codec import Codec, RequestHeader
 from kinspect.protocol.errors import DecodeError
-from kinspect.protocol.framing.pieces import FramePieces
+from kinspect.protocol.framing.pieces import FramePieces, frame_bytes
 from kinspect.protocol.codec.scan_result import ScanResult
 
 
@@ -28,11 +28,6 @@ class ConnectionInfo:
     client_id: str | None = None
     client_software_name: str | None = None  # KIP-511, from ApiVersions v3+ (sanitized)
     client_software_version: str | None = None
-
-
-def frame_bytes(frame) -> bytes:
-    """An event's frame as bytes: a large Produce request's FramePieces (see Plan) joined."""
-    return frame.join() if type(frame) is FramePieces else frame
 
 
 class _Lazy:

@@ -18,6 +18,7 @@ from kinspect.protocol.specs.api_keys import API_VERSIONS, CONTROLLED_SHUTDOWN
 from kinspect.protocol.codec import codegen
 from kinspect.protocol.codec.runtime import namespace
 from kinspect.protocol.errors import DecodeError, EncodeError, SpecError, UnknownApiError
+from kinspect.protocol.framing.pieces import frame_bytes
 from kinspect.protocol.wire.primitives import Malformed
 from kinspect.protocol.codec.scan_result import ScanResult
 from kinspect.protocol.specs.model import MessageSpec
@@ -356,7 +357,7 @@ class Codec:
         return RequestHeader(api_key, api_version, correlation_id, fields.get("ClientId"), hv, end, fields)
 
     def decode_request(self, frame: bytes) -> DecodedRequest:
-        frame = _contiguous(frame)
+        frame = bytes(frame_bytes(frame))  # a FramePieces joined; any buffer as bytes
         header = self.decode_request_header(frame)
         compiled = self.body(header.api_key, "request", header.api_version)
         body, end = compiled.decode(frame, header.size, whole=False)
@@ -377,7 +378,7 @@ class Codec:
         return fields, hv, end
 
     def decode_response(self, frame: bytes, api_key: int, api_version: int) -> DecodedResponse:
-        frame = _contiguous(frame)
+        frame = bytes(frame_bytes(frame))
         compiled = self.body(api_key, "response", api_version)
         fields, hv, end = self.decode_response_header(frame, api_key, api_version)
         body, body_end = compiled.decode(frame, end, whole=False)
@@ -409,13 +410,8 @@ class Codec:
             hv = self.response_header_version(api_key, api_version)
             # A FramePieces (a large Fetch response): its header is read from the pieces joined (rare: a header
             # with tagged fields), and its body scanned in place.
-            _, header_end = self.header("ResponseHeader", hv).decode(_contiguous(frame), 0, whole=False)
+            _, header_end = self.header("ResponseHeader", hv).decode(frame_bytes(frame), 0, whole=False)
         return compiled.scan_fresh(frame, header_end, self.integer_facts)
-
-
-def _contiguous(frame) -> bytes:
-    """A frame as bytes: a FramePieces (a tuple of its pieces, as a session hands large frames over) joined."""
-    return b"".join(frame) if isinstance(frame, tuple) else bytes(frame)
 
 
 def correlation_id_of_response(frame: bytes) -> int:

@@ -26,3 +26,9 @@ class FramePieces(tuple):
             out.append(piece[: n - taken])
             taken += len(out[-1])
         return b"".join(out)
+
+
+def frame_bytes(frame):
+    """A frame as its bytes: a FramePieces (or any tuple of a frame's pieces, as the codec takes them) joined;
+    anything else as it is."""
+    return b"".join(frame) if isinstance(frame, tuple) else frame
