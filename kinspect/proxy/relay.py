@@ -20,6 +20,11 @@ from kinspect.session import Session
 
 log = logging.getLogger("kinspect.proxy")
 
+# Reads of at least this many bytes are first offered to the session to pass over (a read inside a
+# large frame kept by its head: measured, its inspection cost a consumer of 6 MB responses about 0.05
+# ms of CPU per MB, a tenth of what forwarding costs). Smaller reads skip the question: it would cost
+# every small request its attribute loads for nothing.
+PASS_MIN_BYTES = 64 * 1024
 # Each direction buffers at most this much unsent data before its reader is paused.
 WRITE_BUFFER_HIGH = 1024 * 1024
 WRITE_BUFFER_LOW = 256 * 1024
@@ -113,7 +118,8 @@ class Relay:
         return self.broker if side is self.client else self.client
 
     # Every read of every connection comes to one of these two: written for that (one counter,
-    # one write, then the read is inspected: queued for a batch, or at once in rewrite mode).
+    # one write, then the read is inspected: queued for a batch, or at once in rewrite mode; a large
+    # read inside a frame read by its head only is passed over).
     def client_read(self, data: bytes) -> None:
         self.client_bytes += len(data)
         if self._early is not None:
@@ -126,8 +132,12 @@ class Relay:
                 broker.write(data)
         if not self.session.client_framed:
             return
-        if self.queue is not None:
-            self.queue.add(self, True, data, self._clock())
+        queue = self.queue
+        # Passed over only when no read waits to be inspected: the session must be at this read.
+        if len(data) >= PASS_MIN_BYTES and not queue and self.session.pass_client(len(data)):
+            return
+        if queue is not None:
+            queue.add(self, True, data, self._clock())
         else:
             self.inspect(True, data, self._clock())
 
@@ -141,8 +151,11 @@ class Relay:
             client.write(data)
         if not self.session.broker_framed:
             return
-        if self.queue is not None:
-            self.queue.add(self, False, data, self._clock())
+        queue = self.queue
+        if len(data) >= PASS_MIN_BYTES and not queue and self.session.pass_broker(len(data)):
+            return
+        if queue is not None:
+            queue.add(self, False, data, self._clock())
         else:
             self.inspect(False, data, self._clock())
 

@@ -186,6 +186,17 @@ class FrameStream:
         """The ticket of a frame begun but not ended, else None."""
         return self._ticket if (self._size >= 0 or self._skip) else None
 
+    def pass_over(self, n: int) -> bool:
+        """What feed() does with a read of n bytes that all fall in the unread rest of a frame kept by its head
+        (it passes over them), without the read: for a caller that need not hand such reads over. False, and
+        nothing changed, when they do not all fall there or the stream forwards (its caller sends what feed says)."""
+        skip = self._skip
+        if n > skip or self.forwarding or self.failed:
+            return False
+        self._skip = skip - n
+        self._buffer_offset += n
+        return True
+
     def feed(self, data) -> tuple[list | None, list]:
         if self.failed:
             raise FrameError("the stream failed earlier; it cannot be re-synchronised")
