@@ -118,6 +118,7 @@ METRIC_NAMES = {
     "kinspect_upstream_connect_failures_total": "counter",
     "kinspect_inspection_failures_total": "counter",
     "kinspect_tasks": "gauge",
+    "kinspect_inspection_cpu_seconds_total": "counter",
 }
 
 # The process itself, from prometheus_client's process, platform and GC collectors registered
@@ -655,6 +656,9 @@ SERVER_FAMILIES = (
     ("kinspect_inspection_failures_total", "counter",
      "Inspection failures (inspector bugs); the bytes still flow, and pairing and rewriting go on", ()),
     ("kinspect_tasks", "gauge", "asyncio tasks alive on the proxy's event loop", ()),
+    ("kinspect_inspection_cpu_seconds_total", "counter",
+     "CPU seconds spent inspecting forwarded reads in batches, apart from forwarding them (reads inspected at "
+     "once, in rewrite mode or with inspect.batch_delay_ms 0, are not counted)", ()),
 )
 
 
@@ -718,6 +722,7 @@ class ServerCollector(Collector):
                                                          for reason, count in stats.connect_failures.items()],
             "kinspect_inspection_failures_total": [((), stats.inspection_failures)],
             "kinspect_tasks": [((), stats.tasks)],
+            "kinspect_inspection_cpu_seconds_total": [((), stats.inspection_cpu_seconds)],
         }
 
 

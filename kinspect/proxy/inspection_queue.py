@@ -18,6 +18,7 @@ or native=False.
 from __future__ import annotations
 
 import asyncio
+import time
 
 from kinspect.protocol.codec.wire_program import optional_extension
 
@@ -57,13 +58,16 @@ def native_inspect_reads():
 class InspectionQueue:
     """Reads forwarded but not yet inspected: (relay, from_client, data, time read), oldest first."""
 
-    __slots__ = ("delay", "max_reads", "max_bytes", "_reads", "_bytes", "_handle", "_inspect_reads")
+    __slots__ = ("delay", "max_reads", "max_bytes", "cpu_seconds", "_reads", "_bytes", "_handle", "_inspect_reads")
 
     def __init__(self, delay: float, max_reads: int = DEFAULT_MAX_READS, max_bytes: int = DEFAULT_MAX_BYTES,
                  native: bool = True) -> None:
         self.delay = delay
         self.max_reads = max_reads
         self.max_bytes = max_bytes
+        # CPU time of the thread that inspected the batches (kinspect_inspection_cpu_seconds_total): what
+        # inspection costs, apart from forwarding. Two clock reads a batch, about 0.3 us each.
+        self.cpu_seconds = 0.0
         self._reads: list = []
         self._bytes = 0
         self._handle: asyncio.TimerHandle | None = None  # the pending flush, on the running loop
@@ -90,7 +94,10 @@ class InspectionQueue:
 
         A pending timer is left to fire (it then inspects what was queued since, a little early):
         cancelling it and starting another costs more than a timer that finds little to do."""
+        if not self._reads:
+            return
         inspect_reads = self._inspect_reads
+        started = time.thread_time()
         while self._reads:  # reads an inspection queues meanwhile (none today) are inspected too
             reads, self._reads, self._bytes = self._reads, [], 0
             if inspect_reads is not None:
@@ -98,3 +105,4 @@ class InspectionQueue:
             else:
                 for relay, from_client, data, now in reads:
                     relay.inspect(from_client, data, now)
+        self.cpu_seconds += time.thread_time() - started

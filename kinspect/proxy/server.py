@@ -314,6 +314,7 @@ class ProxyServer:
             bytes_from_clients=sent["client"], bytes_from_brokers=sent["broker"],
             inflight=sum(relay.session.inflight for relay in relays), inflight_limit=self.config.inspect.max_inflight,
             connect_failures=dict(self.connect_failures), inspection_failures=self.inspection_failures, tasks=tasks,
+            inspection_cpu_seconds=self.inspection_queue.cpu_seconds if self.inspection_queue is not None else 0.0,
             serving=serving, upstream_reachable=upstream[0] if upstream else None,
             upstream_checked_ago=time.monotonic() - upstream[1] if upstream else None,
         )

@@ -17,6 +17,7 @@ class ServerStats:
     inflight_limit: int  # per connection (inspect.max_inflight)
     connect_failures: dict = field(default_factory=dict)  # reason -> failed attempts to reach a broker
     inspection_failures: int = 0
+    inspection_cpu_seconds: float = 0.0  # CPU time spent inspecting queued reads (inspect.batch_delay_ms > 0)
     tasks: int = 0  # asyncio tasks alive on the proxy's loop
     serving: bool = False  # every listener made is serving, and the server is not stopping
     upstream_reachable: bool | None = None  # outcome of the latest broker connect or probe; None before any

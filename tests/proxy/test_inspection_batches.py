@@ -142,7 +142,8 @@ def test_batched_inspection_gives_the_same_events_and_metrics_as_inspection_at_o
     assert batched[1] == at_once[1]
     requests = [line for line in at_once[2].splitlines() if line.startswith("kinspect_requests_total{")]
     assert len(requests) > 20
-    drop = ("kinspect_event_loop_", "process_", "python_gc_")  # the process's own state, not the traffic's
+    # the process's own state, not the traffic's (the inspection's CPU time included: none is counted at once)
+    drop = ("kinspect_event_loop_", "process_", "python_gc_", "kinspect_inspection_cpu_seconds")
 
     def traffic(text: str) -> list[str]:  # without the wall-clock times at which series were created
         return [line for line in text.splitlines()
@@ -151,6 +152,19 @@ def test_batched_inspection_gives_the_same_events_and_metrics_as_inspection_at_o
     kept = [traffic(text) for text in (at_once[2], batched[2])]
     assert len(kept[0]) > 100
     assert kept[0] == kept[1]
+
+
+def test_the_inspection_cpu_time_counts_batches_only():
+    conversations = [(path.read_bytes(), path.with_name(path.name.replace("requests", "responses")).read_bytes())
+                     for path in sorted(TRAFFIC.glob("*/*.requests.bin"))]
+
+    def cpu(text: str) -> float:
+        [value] = [float(line.split()[1]) for line in text.splitlines()
+                   if line.startswith("kinspect_inspection_cpu_seconds_total ")]
+        return value
+
+    assert cpu(asyncio.run(_replay(0, conversations))[2]) == 0.0  # inspected at once: not counted
+    assert 0.0 < cpu(asyncio.run(_replay(3_600_000, conversations))[2]) < 60.0
 
 
 def test_rewrite_mode_and_a_zero_delay_inspect_at_once_and_a_negative_delay_is_refused():

@@ -89,7 +89,7 @@ async def _run(batch_delay_ms: float, read_size: int) -> tuple[list, list, str, 
     relay.close()
     metrics = [line for line in generate_latest(app.metrics.registry).decode().splitlines()
                if line.startswith("kinspect_") and "_created" not in line.split(" ")[0]
-               and not line.startswith("kinspect_event_loop_")]
+               and not line.startswith(("kinspect_event_loop_", "kinspect_inspection_cpu_seconds"))]
     return ([event_fact(e) for e in log.events], [relay.broker.transport.sent, relay.client.transport.sent],
             "\n".join(metrics), passed[0])
 
