@@ -89,7 +89,9 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -293,6 +295,7 @@ class Stack:
         self.proxy_log: Path | None = None
         self.bootstrap = ""
         self.event_loop: str | None = None
+        self.metrics_port: int | None = None  # kinspect's /metrics, when its metrics are on
 
     @property
     def proxy_pid(self) -> int | None:
@@ -314,6 +317,7 @@ class Stack:
             cmd = kinspect_command() + ["proxy", "--mode", "passthrough", "--listen", f"{HOST}:{port}",
                                         "--upstream", self.broker.bootstrap]
             cmd += ["--no-metrics"] if path == "kinspect-nometrics" else ["--metrics-listen", f"{HOST}:{metrics_port}"]
+            self.metrics_port = None if path == "kinspect-nometrics" else metrics_port
             if path == "kinspect-capture":
                 cmd += ["--capture-dir", str(self.workdir / f"{self.tag}-{self.path}-captures")]
         elif path == "kinspect-rewrite":
@@ -323,6 +327,7 @@ class Stack:
                                         "--bootstrap-server", self.broker.bootstrap,
                                         "--node-port-base", str(node_port - TANSU_NODE_ID),
                                         "--metrics-listen", f"{HOST}:{metrics_port}"]
+            self.metrics_port = metrics_port
         elif path == "haproxy":
             haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
             (port,) = distinct_free_ports(1)
@@ -349,6 +354,19 @@ class Stack:
                 )
                 time.sleep(0.5)  # let it attach
         return self
+
+    def inspection_seconds(self) -> float | None:
+        """kinspect's own count of the CPU seconds its inspection batches took
+        (kinspect_inspection_cpu_seconds_total); None without metrics, or from a tree that does not count it."""
+        if self.metrics_port is None:
+            return None
+        try:
+            with urllib.request.urlopen(f"http://{HOST}:{self.metrics_port}/metrics", timeout=10) as response:
+                text = response.read().decode()
+        except OSError:
+            return None
+        found = re.search(r"^kinspect_inspection_cpu_seconds_total ([0-9.e+-]+)$", text, re.M)
+        return float(found.group(1)) if found else None
 
     def _event_loop(self) -> str | None:
         deadline = time.monotonic() + 5.0
@@ -407,15 +425,15 @@ def proxy_cpu(used: dict) -> float | None:
 
 
 def proxy_cpu_figures(used: dict, elapsed: float, nbytes: int) -> dict:
-    cpu = proxy_cpu(used)
+    cpu, inspection = proxy_cpu(used), used.get("inspection_s")
+    figures = {"inspection_ms_per_mb": None if inspection is None else 1000.0 * inspection / (nbytes / 1e6)}
     if cpu is None:
-        return {"proxy_cpu_pct": None, "proxy_cpu_ms_per_mb": None, "proxy_cpu": used}
+        return {"proxy_cpu_pct": None, "proxy_cpu_ms_per_mb": None, "proxy_cpu": used, **figures}
     return {"proxy_cpu_pct": 100.0 * cpu / elapsed, "proxy_cpu_ms_per_mb": 1000.0 * cpu / (nbytes / 1e6),
-            "proxy_cpu": used}
+            "proxy_cpu": used, **figures}
 
 
-def measure_produce(bootstrap: str, topic: str, warm_topic: str, records: int, size: int,
-                    cpu_pid: int | None) -> dict:
+def measure_produce(bootstrap: str, topic: str, warm_topic: str, records: int, size: int, new_meter) -> dict:
     errors: list[str] = []
 
     def on_delivery(err, msg):
@@ -434,7 +452,7 @@ def measure_produce(bootstrap: str, topic: str, warm_topic: str, records: int, s
         producer.list_topics(topic, timeout=30)
         value = os.urandom(size)
         produce, poll = producer.produce, producer.poll
-        meter = CpuMeter(cpu_pid).start()
+        meter = new_meter().start()
         t0 = time.perf_counter()
         for i in range(records):
             while True:
@@ -460,7 +478,7 @@ def measure_produce(bootstrap: str, topic: str, warm_topic: str, records: int, s
     }
 
 
-def measure_consume(bootstrap: str, topic: str, warm_topic: str, records: int, cpu_pid: int | None) -> dict:
+def measure_consume(bootstrap: str, topic: str, warm_topic: str, records: int, new_meter) -> dict:
     consumer = Consumer({
         "bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:8]}",
         "enable.auto.commit": False, "auto.offset.reset": "earliest", "enable.partition.eof": False,
@@ -486,7 +504,7 @@ def measure_consume(bootstrap: str, topic: str, warm_topic: str, records: int, c
         consumer.assign([TopicPartition(topic, 0, 0)])
         consume = consumer.consume
         count = nbytes = 0
-        meter = CpuMeter(cpu_pid).start()
+        meter = new_meter().start()
         t0 = time.perf_counter()
         deadline = time.monotonic() + PHASE_TIMEOUT_S
         while count < records:
@@ -612,25 +630,26 @@ def run_cell(stack: Stack, settings: dict, api_versions: RawRequests, metadata: 
     topic, warm_topic, latency_topic = "bench", "bench-warm", "bench-latency"
     create_topics(stack.broker.bootstrap, [topic, warm_topic, latency_topic, SMALL_TOPIC, SMALL_FETCH_TOPIC])
     port = int(stack.bootstrap.rpartition(":")[2])
-    cpu_pid = stack.proxy_pid
+    # The proxy's CPU in a phase, and the part kinspect counts as inspection (its metrics on).
+    new_meter = partial(CpuMeter, stack.proxy_pid, stack.inspection_seconds)
     cell = {}
     if settings["bulk"]:
         cell["produce"] = measure_produce(stack.bootstrap, topic, warm_topic, settings["records"],
-                                          settings["record_size"], cpu_pid)
-        cell["consume"] = measure_consume(stack.bootstrap, topic, warm_topic, settings["records"], cpu_pid)
+                                          settings["record_size"], new_meter)
+        cell["consume"] = measure_consume(stack.bootstrap, topic, warm_topic, settings["records"], new_meter)
         cell["apiversions"] = measure_round_trips(port, api_versions, RAW_WARMUP)
         cell["metadata"] = measure_round_trips(port, metadata, RAW_WARMUP)
         cell["produce_latency"] = measure_produce_latency(stack.bootstrap, latency_topic,
                                                           settings["produce_latency"], settings["record_size"])
     if small is not None:
-        cell["small"] = measure_small(port, cpu_pid, settings, small)
+        cell["small"] = measure_small(port, new_meter, settings, small)
     if stack.event_loop is not None:
         cell["event_loop"] = stack.event_loop
     cell["loadavg_1m"] = loadavg()
     return cell
 
 
-def measure_small(port: int, cpu_pid: int | None, settings: dict, small: dict) -> dict:
+def measure_small(port: int, new_meter, settings: dict, small: dict) -> dict:
     """Every small-request workload, one at a time then pipelined, on `connections` connections each."""
     out = {}
     conns, per_conn = settings["connections"], settings["small_requests"]
@@ -640,7 +659,7 @@ def measure_small(port: int, cpu_pid: int | None, settings: dict, small: dict) -
         # Warm-up: the proxy's first frames of this kind, on connections of their own.
         small_requests.run_load(port, workload, conns, SMALL_WARMUP, 1)
         for mode, in_flight in (("serial", 1), ("pipelined", settings["in_flight"])):
-            result = small_requests.run_load(port, workload, conns, per_conn, in_flight, meter=CpuMeter(cpu_pid))
+            result = small_requests.run_load(port, workload, conns, per_conn, in_flight, meter=new_meter())
             lat = sorted(result["latencies_ms"])
             cpu = proxy_cpu(result["meter"])
             n = result["requests"]
@@ -650,6 +669,8 @@ def measure_small(port: int, cpu_pid: int | None, settings: dict, small: dict) -
                 "stat_cpu_us_per_req": None if result["meter"]["cpu_s"] is None else 1e6 * result["meter"]["cpu_s"] / n,
                 "user_us_per_req": None if result["meter"]["user_s"] is None else 1e6 * result["meter"]["user_s"] / n,
                 "system_us_per_req": None if result["meter"]["system_s"] is None else 1e6 * result["meter"]["system_s"] / n,
+                "inspection_us_per_req": (None if result["meter"]["inspection_s"] is None
+                                          else 1e6 * result["meter"]["inspection_s"] / n),
                 "p50_ms": percentile(lat, 50), "p99_ms": percentile(lat, 99),
             }
     return out
@@ -704,8 +725,11 @@ def cpu_per_mb_report(results: dict[str, list[dict]], paths: list[str]) -> tuple
             values = [c[phase]["proxy_cpu_ms_per_mb"] for c in results[p]
                       if phase in c and c[phase].get("proxy_cpu_ms_per_mb") is not None]
             if values:
+                inspection = [c[phase]["inspection_ms_per_mb"] for c in results[p]
+                              if phase in c and c[phase].get("inspection_ms_per_mb") is not None]
                 summary.setdefault(p, {})[phase] = {"median": statistics.median(values), "spread_pct": spread_pct(values),
-                                                    "values": values}
+                                                    "values": values,
+                                                    "inspection": statistics.median(inspection) if inspection else None}
     if not summary:
         return [], summary
     rows = []
@@ -717,15 +741,17 @@ def cpu_per_mb_report(results: dict[str, list[dict]], paths: list[str]) -> tuple
             fig = summary[p].get(phase)
             ref = summary.get("haproxy", {}).get(phase)
             if fig is None:
-                row += ["n/a", "", ""]
+                row += ["n/a", "", "", ""]
                 continue
             ratio = fig["median"] / ref["median"] if ref and ref["median"] else None
             fig["ratio_to_haproxy"] = ratio
-            row += [f"{fig['median']:.2f}", "-" if ratio is None else f"{ratio:.2f}x", fmt_spread(fig["spread_pct"])]
+            row += [f"{fig['median']:.2f}", "-" if ratio is None else f"{ratio:.2f}x", fmt_spread(fig["spread_pct"]),
+                    "-" if fig["inspection"] is None else f"{fig['inspection']:.3f}"]
         rows.append(row)
-    lines = ["bulk load: proxy CPU per MB forwarded (ms of CPU per MB; median of reps)"]
-    lines += render_table(["variant", "produce ms/MB", "vs haproxy", "spread", "consume ms/MB", "vs haproxy", "spread"],
-                          rows)
+    lines = ["bulk load: proxy CPU per MB forwarded (ms of CPU per MB; median of reps); inspection = of it, what "
+             "kinspect counts as inspection (kinspect_inspection_cpu_seconds_total), the rest being forwarding"]
+    lines += render_table(["variant", "produce ms/MB", "vs haproxy", "spread", "inspection",
+                           "consume ms/MB", "vs haproxy", "spread", "inspection"], rows)
     for p in paths:
         ratios = [summary.get(p, {}).get(phase, {}).get("ratio_to_haproxy") for phase in ("produce", "consume")]
         if is_kinspect(p) and None not in ratios:
@@ -750,7 +776,7 @@ def small_report(results: dict[str, list[dict]], paths: list[str], settings: dic
                 continue
             fig = {"reps": len(cells)}
             for field in ("req_s", "cpu_us_per_req", "stat_cpu_us_per_req", "user_us_per_req", "system_us_per_req",
-                          "p50_ms", "p99_ms"):
+                          "inspection_us_per_req", "p50_ms", "p99_ms"):
                 values = [c[field] for c in cells if c.get(field) is not None]
                 fig[field] = statistics.median(values) if values else None
                 fig[field + "_spread_pct"] = spread_pct(values) if values else None
@@ -761,8 +787,10 @@ def small_report(results: dict[str, list[dict]], paths: list[str], settings: dic
              f"serial = one at a time per connection, pipelined = {settings['in_flight']} in flight; "
              f"CPU = the proxy's CPU time per request; spread = (max - min) / median of CPU over reps; "
              f"user/sys = the same split into user and system time (/proc/<pid>/stat, 10 ms ticks); "
+             f"inspect = of the CPU, what kinspect counts as inspection (kinspect_inspection_cpu_seconds_total); "
              f"added = p50/p99 round trip minus direct's, ms"]
-    header = ["workload", "variant", "req/s", "CPU us/req", "vs haproxy", "spread", "user/sys us", "p50/p99 added ms"]
+    header = ["workload", "variant", "req/s", "CPU us/req", "vs haproxy", "spread", "user/sys us", "inspect us",
+              "p50/p99 added ms"]
     rows = []
     for phase in phases:
         by_path = summary.get(phase, {})
@@ -784,7 +812,8 @@ def small_report(results: dict[str, list[dict]], paths: list[str], settings: dic
                 added = "n/a"
             rows.append([phase, p, f"{fig['req_s']:.0f}", "-" if cpu is None else f"{cpu:.1f}",
                          "-" if fig["ratio_to_haproxy"] is None else f"{fig['ratio_to_haproxy']:.2f}x",
-                         fmt_spread(fig["cpu_us_per_req_spread_pct"]), user_sys(fig), added])
+                         fmt_spread(fig["cpu_us_per_req_spread_pct"]), user_sys(fig),
+                         "-" if fig["inspection_us_per_req"] is None else f"{fig['inspection_us_per_req']:.1f}", added])
     lines += render_table(header, rows)
     lines.append("direct's own p50 / p99 in brackets")
     # One line per variant: CPU per request across every workload (geometric mean of the ratios).

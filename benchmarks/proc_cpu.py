@@ -104,18 +104,24 @@ def run_seconds(pid: int | None) -> float | None:
 
 
 class CpuMeter:
-    """CPU used by a process between start() and stop(), by both counters."""
+    """CPU used by a process between start() and stop(), by both counters; and, given `inspection` (a
+    callable returning the process's own count of CPU seconds spent inspecting, or None), that count's
+    growth: the part of the CPU that was inspection rather than forwarding."""
 
-    def __init__(self, pid: int | None) -> None:
+    def __init__(self, pid: int | None, inspection=None) -> None:
         self.pid = pid
-        self.us0 = self.r0 = None
+        self.inspection = inspection
+        self.us0 = self.r0 = self.i0 = None
 
     def start(self) -> "CpuMeter":
+        # The process's own count first: reading it (a scrape) costs the process CPU, outside the phase.
+        self.i0 = self.inspection() if self.inspection is not None else None
         self.us0, self.r0 = user_system_seconds(self.pid), run_seconds(self.pid)
         return self
 
     def stop(self) -> dict:
         us1, r1 = user_system_seconds(self.pid), run_seconds(self.pid)
+        i1 = self.inspection() if self.inspection is not None and self.i0 is not None else None
         if self.us0 is None or us1 is None:
             user = system = None
         else:
@@ -123,6 +129,7 @@ class CpuMeter:
         return {
             "cpu_s": None if user is None else user + system, "user_s": user, "system_s": system,
             "run_s": None if self.r0 is None or r1 is None else r1 - self.r0,
+            "inspection_s": None if i1 is None else i1 - self.i0,
         }
 
 

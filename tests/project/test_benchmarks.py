@@ -33,11 +33,13 @@ SMOKE = {
                          r"the job's CPU: JVM [\d.]+ s, Python workers [\d.]+ s, driver [\d.]+ s[\s\S]*time\(4,000\) / time\(2,000\)"),
     "bench_pcap.py": (["--mb", "2", "--reps", "1"], r"kinspect\s+[\d.]+ MB/s"),
     "bench_pipeline.py": (["--requests", "50", "--reps", "1"], r"metrics\s+[\d.]+ \(\s*\d+%\)\s+[\d.]+x relay"),
-    # bulk table, a small-request row with the proxy's CPU per request, the idle-memory figure
+    # bulk table, the CPU per MB with inspection's part, a small-request row with the proxy's CPU per request
+    # and inspection's part, the idle-memory figure
     "bench_proxy.py": (["--quick", "--reps", "1", "--records", "2000", "--small-requests", "20", "--idle", "200",
                         "--paths", "direct,kinspect-passthrough"],
                        r"produce MB/s\s+[\d.]+\s+[\d.]+ \([\d.]+%\)[\s\S]*"
-                       r"apiversions/serial\s+kinspect-passthrough\s+\d+\s+[\d.]+\s[\s\S]*"
+                       r"\nkinspect-passthrough\s+[\d.]+\s+-\s+-\s+[\d.]+\s+[\d.]+\s+-\s+-\s+[\d.]+\n[\s\S]*"
+                       r"apiversions/serial\s+kinspect-passthrough\s+\d+\s+[\d.]+\s+-\s+-\s+\d+/\d+\s+[\d.]+\s[\s\S]*"
                        r"idle memory: 200 idle connections through kinspect .* [\d.]+ KiB per connection"),
 }
 
