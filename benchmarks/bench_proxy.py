@@ -295,7 +295,7 @@ class Stack:
         self.proxy_log: Path | None = None
         self.bootstrap = ""
         self.event_loop: str | None = None
-        self.metrics_port: int | None = None  # kinspect's /metrics, when its metrics are on
+        self.metrics_port: int | None = None  # kinspect's /metrics, read for its inspection batches' CPU (metrics on, not rewrite mode)
 
     @property
     def proxy_pid(self) -> int | None:
@@ -327,7 +327,7 @@ class Stack:
                                         "--bootstrap-server", self.broker.bootstrap,
                                         "--node-port-base", str(node_port - TANSU_NODE_ID),
                                         "--metrics-listen", f"{HOST}:{metrics_port}"]
-            self.metrics_port = metrics_port
+            self.metrics_port = None  # rewrite mode inspects each read at once: no batch to count
         elif path == "haproxy":
             haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
             (port,) = distinct_free_ports(1)
