@@ -295,7 +295,7 @@ class Stack:
         self.proxy_log: Path | None = None
         self.bootstrap = ""
         self.event_loop: str | None = None
-        self.metrics_port: int | None = None  # kinspect's /metrics, read for its inspection batches' CPU (metrics on, not rewrite mode)
+        self.metrics_port: int | None = None  # kinspect's /metrics, for its inspection's CPU (batches only)
 
     @property
     def proxy_pid(self) -> int | None:
