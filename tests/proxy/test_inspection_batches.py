@@ -32,7 +32,7 @@ from kinspect.protocol.codec import Codec
 from kinspect.session import ConnectionInfo, Session
 from kinspect.session.replay import frame_ends
 from tests.support.event_log import EventLog
-from tests.support.relay_stubs import RecordingTransport, event_fact
+from tests.support.relay_stubs import RecordingTransport, event_fact, traffic_lines
 from tests.support.paths import TRAFFIC
 from tests.support.proxy_harness import ProxyHarness, api_versions, poll_until, recv_frame
 from tests.support.tansu import TansuBroker, free_port
@@ -142,14 +142,7 @@ def test_batched_inspection_gives_the_same_events_and_metrics_as_inspection_at_o
     assert batched[1] == at_once[1]
     requests = [line for line in at_once[2].splitlines() if line.startswith("kinspect_requests_total{")]
     assert len(requests) > 20
-    # the process's own state, not the traffic's (the inspection's CPU time included: none is counted at once)
-    drop = ("kinspect_event_loop_", "process_", "python_gc_", "kinspect_inspection_cpu_seconds")
-
-    def traffic(text: str) -> list[str]:  # without the wall-clock times at which series were created
-        return [line for line in text.splitlines()
-                if not line.startswith(drop) and "_created" not in line.split(" ")[0] and not line.startswith("# ")]
-
-    kept = [traffic(text) for text in (at_once[2], batched[2])]
+    kept = [traffic_lines(text) for text in (at_once[2], batched[2])]
     assert len(kept[0]) > 100
     assert kept[0] == kept[1]
 

@@ -26,7 +26,7 @@ from kinspect.proxy.relay import Relay
 from kinspect.session import ConnectionInfo, Exchange, Problem, Request, Response, Session
 from kinspect.session.replay import frame_ends
 from tests.support.event_log import EventLog
-from tests.support.relay_stubs import RecordingTransport, event_fact
+from tests.support.relay_stubs import RecordingTransport, event_fact, traffic_lines
 from tests.support.native import bytes_grown, native_module
 from tests.support.paths import TRAFFIC
 from tests.support.proxy_harness import stream_frames
@@ -84,10 +84,7 @@ class _Harness:
         return relay
 
     def outcome(self) -> Outcome:
-        # The process's own state, not the traffic's (the inspection's CPU time differs from run to run).
-        drop = ("kinspect_event_loop_", "process_", "python_gc_", "kinspect_inspection_cpu_seconds")
-        metrics = [line for line in generate_latest(self.app.metrics.registry).decode().splitlines()
-                   if not line.startswith(drop) and "_created" not in line.split(" ")[0] and not line.startswith("# ")]
+        metrics = traffic_lines(generate_latest(self.app.metrics.registry).decode())
         return Outcome([event_fact(e) for e in self.log.events],
                        [(r.broker.transport.sent, r.client.transport.sent) for r in self.relays],
                        self.server.inspection_failures, self.server.dispatcher.failures,

@@ -24,7 +24,7 @@ from kinspect.proxy.relay import Relay
 from kinspect.session import ConnectionInfo, Session
 from tests.support.event_log import EventLog
 from tests.support.proxy_harness import api_versions, fetch, fetch_response, produce, record_batch
-from tests.support.relay_stubs import RecordingTransport, event_fact
+from tests.support.relay_stubs import RecordingTransport, event_fact, traffic_lines
 
 CODEC = Codec()
 LIMIT = 100_000  # inspect.inspect_max_bytes: frames above it are read by their head
@@ -87,9 +87,8 @@ async def _run(batch_delay_ms: float, read_size: int) -> tuple[list, list, str, 
         for read in _reads(response, read_size):
             relay.broker.data_received(read)
     relay.close()
-    metrics = [line for line in generate_latest(app.metrics.registry).decode().splitlines()
-               if line.startswith("kinspect_") and "_created" not in line.split(" ")[0]
-               and not line.startswith(("kinspect_event_loop_", "kinspect_inspection_cpu_seconds"))]
+    metrics = [line for line in traffic_lines(generate_latest(app.metrics.registry).decode())
+               if line.startswith("kinspect_")]
     return ([event_fact(e) for e in log.events], [relay.broker.transport.sent, relay.client.transport.sent],
             "\n".join(metrics), passed[0])
 

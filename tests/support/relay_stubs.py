@@ -1,4 +1,5 @@
-"""What tests of relays without sockets share: a transport that keeps what was written, and an event's facts as a tuple to compare."""
+"""What tests of relays without sockets share: a transport that keeps what was written, an event's facts as a tuple
+to compare, and the /metrics lines that depend on the traffic alone."""
 
 from __future__ import annotations
 
@@ -23,6 +24,18 @@ class RecordingTransport:
 
     def get_extra_info(self, key):
         return ("127.0.0.1", 1) if key == "peername" else None
+
+
+# The process's own state, not the traffic's: the loop, the process and its collector, and the CPU time the
+# inspection took (none is counted when reads are inspected at once).
+PROCESS_STATE = ("kinspect_event_loop_", "process_", "python_gc_", "kinspect_inspection_cpu_seconds")
+
+
+def traffic_lines(metrics_text: str) -> list[str]:
+    """The samples of a /metrics text that two runs given the same traffic must share (no comments, no
+    process state, no wall-clock times at which series were created)."""
+    return [line for line in metrics_text.splitlines()
+            if not line.startswith(PROCESS_STATE) and "_created" not in line.split(" ")[0] and not line.startswith("# ")]
 
 
 def event_fact(event) -> tuple:
