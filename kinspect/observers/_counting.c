@@ -12,7 +12,8 @@
  *   memo: (MEMO_BODY_BYTES, MEMO_ENTRIES, MEMO_TRIAL);
  *   fallbacks: (observer._request, _response, _exchange), called for what is not counted here;
  *   helpers: (observer._decode_failure, _body_tagged_fields, _produced_records, _topic_bytes, _error_codes),
- *     called for the rarer facts, as the reference calls them.
+ *     called for the rarer facts, as the reference calls them (_produced_records only when count_produced
+ *     leaves a Produce request's records to it: a compression without cells yet, summaries not made).
  * counter.request(e), counter.response(e), counter.exchange(e): the handlers the dispatcher calls.
  *
  * Counted here: events of a (api key, version) whose plan exists (the first event of each goes to
