@@ -151,8 +151,8 @@ class Session:
         self._requests = FrameStream(self._plan_request, config.max_frame_bytes, config.inspect_max_bytes, HEAD_BYTES)
         self._responses = FrameStream(self._plan_response, config.max_frame_bytes, config.inspect_max_bytes,
                                       HEAD_BYTES, forwarding=plan.transform is not None)
-        # A read that falls wholly in the unread rest of a frame kept by its head (a response over
-        # inspect_max_bytes) changes nothing but the stream's position: the proxy passes it over here
+        # A read that falls wholly in the unread rest of a frame kept by its head (a request or a response
+        # over inspect_max_bytes) changes nothing but the stream's position: the proxy passes it over here
         # instead of handing it to client_data / broker_data (the same change, without the read).
         self.pass_client = self._requests.pass_over
         self.pass_broker = self._responses.pass_over
