@@ -12,6 +12,7 @@ EXTENSIONS = (
     ("kinspect.observers._counting", True),
     ("kinspect.proxy._batch", True),
     ("kinspect.proxy._receive", False),
+    ("kinspect.proxy._forward", True),
     ("kinspect.capture._take", True),
     ("kinspect.capture._columns", False),
     ("kinspect.analyze._grouping", False),

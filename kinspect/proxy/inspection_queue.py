@@ -83,7 +83,12 @@ class InspectionQueue:
         if len(reads) >= self.max_reads or self._bytes >= self.max_bytes:
             self.flush()
         elif self._handle is None:
-            self._handle = asyncio.get_running_loop().call_later(self.delay, self._due)
+            self._start_timer()
+
+    def _start_timer(self) -> None:
+        """The batch's first read: it is inspected `delay` seconds from now at the latest (kinspect/proxy/_forward.c
+        adds reads as `add` does, and calls this)."""
+        self._handle = asyncio.get_running_loop().call_later(self.delay, self._due)
 
     def _due(self) -> None:
         self._handle = None

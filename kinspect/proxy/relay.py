@@ -14,6 +14,8 @@ import asyncio
 import logging
 import time
 
+from kinspect.protocol.codec.wire_program import optional_extension
+from kinspect.proxy.inspection_queue import InspectionQueue
 from kinspect.proxy.observers import Dispatcher
 from kinspect.proxy.receiving import receiver
 from kinspect.session import Session
@@ -35,19 +37,23 @@ class _Side(asyncio.BufferedProtocol):
 
     A buffered protocol: the event loop reads into the thread's megabyte buffer
     (kinspect.proxy.receiving), whose Receiver hands each read as bytes to the relay's reader of
-    this side (Relay.client_read or broker_read). get_buffer and buffer_updated are slots holding
-    the Receiver's methods (C where built), and `data_received` the reader itself (what a caller
-    with bytes in hand calls): no Python method of this class runs per read.
+    this side: Relay.client_read or broker_read, or where built (`native`) the C Reader that does
+    the same (kinspect/proxy/_forward.c). get_buffer and buffer_updated are slots holding the
+    Receiver's methods (C where built), and `data_received` the reader itself (what a caller with
+    bytes in hand calls): no Python method of this class runs per read.
     """
 
     __slots__ = ("relay", "name", "transport", "data_received", "get_buffer", "buffer_updated")
 
-    def __init__(self, relay: "Relay", name: str) -> None:
+    def __init__(self, relay: "Relay", name: str, native: bool = True) -> None:
         self.relay = relay
         self.name = name
         self.transport: asyncio.Transport | None = None
-        self.data_received = relay.client_read if name == "client" else relay.broker_read
-        reads = receiver(self.data_received)
+        reader = native_reader(relay, name == "client") if native else None
+        if reader is None:
+            reader = relay.client_read if name == "client" else relay.broker_read
+        self.data_received = reader
+        reads = receiver(reader, native)
         self.get_buffer, self.buffer_updated = reads.get_buffer, reads.buffer_updated
 
     def connection_made(self, transport) -> None:
@@ -76,7 +82,8 @@ class Relay:
     __slots__ = ("server", "upstreams", "session", "dispatcher", "transforms", "queue", "client", "broker", "closed",
                  "client_bytes", "broker_bytes", "_eof", "_failures", "_clock", "_early", "_early_bytes")
 
-    def __init__(self, server, session: Session, dispatcher: Dispatcher, upstreams: list[tuple[str, int]]) -> None:
+    def __init__(self, server, session: Session, dispatcher: Dispatcher, upstreams: list[tuple[str, int]],
+                 native: bool = True) -> None:
         self.server = server
         self.upstreams = upstreams
         self.session = session
@@ -85,8 +92,8 @@ class Relay:
         # Where forwarded reads wait to be inspected in a batch (None: inspected at once). Rewrite
         # mode inspects at once: a response is changed before it is sent, so its request must be read.
         self.queue = None if self.transforms else getattr(server, "inspection_queue", None)
-        self.client = _Side(self, "client")
-        self.broker = _Side(self, "broker")
+        self.client = _Side(self, "client", native)  # native: reads go through the C reader where built
+        self.broker = _Side(self, "broker", native)
         self.closed = asyncio.get_running_loop().create_future()
         self.client_bytes = 0  # bytes received from the client
         self.broker_bytes = 0  # bytes received from the broker
@@ -119,7 +126,8 @@ class Relay:
 
     # Every read of every connection comes to one of these two: written for that (one counter,
     # one write, then the read is inspected: queued for a batch, or at once in rewrite mode; a large
-    # read inside a frame read by its head only is passed over).
+    # read inside a frame read by its head only is passed over). kinspect/proxy/_forward.c does the
+    # same for a small queued read, and calls these for the rest: change both.
     def client_read(self, data: bytes) -> None:
         self.client_bytes += len(data)
         if self._early is not None:
@@ -286,3 +294,21 @@ class Relay:
         peer = self._peer(side).transport
         if peer is not None and not peer.is_closing():
             peer.resume_reading()
+
+
+_FORWARD: list = []  # [the configured kinspect.proxy._forward module, or None], found once
+
+
+def native_reader(relay: Relay, from_client: bool):
+    """The C Reader of one side's reads (kinspect/proxy/_forward.c), or None where it is not built or
+    KINSPECT_PURE_PYTHON=1: then Relay.client_read or broker_read is called with each read."""
+    if not _FORWARD:
+        module = optional_extension("kinspect.proxy._forward")
+        if module is not None:
+            try:
+                module.configure(Relay, _Side, InspectionQueue, PASS_MIN_BYTES)
+            except TypeError:  # a class without the slots it reads: the Python reads
+                module = None
+        _FORWARD.append(module)
+    module = _FORWARD[0]
+    return None if module is None else module.Reader(relay, from_client)

@@ -44,7 +44,8 @@ TANSU_NODE_ID = 111  # Tansu's fixed broker node id
 TOPIC = "container-demo"
 RECORDS = 20
 C_EXTENSIONS = ("kinspect.protocol.codec._wire", "kinspect.session._one_frame", "kinspect.observers._counting",
-                "kinspect.proxy._batch", "kinspect.proxy._receive", "kinspect.capture._take", "kinspect.capture._columns",
+                "kinspect.proxy._batch", "kinspect.proxy._receive", "kinspect.proxy._forward",
+                "kinspect.capture._take", "kinspect.capture._columns",
                 "kinspect.analyze._grouping")
 RUNTIME_PACKAGES = ("uvloop", "prometheus_client", "structlog", "pyarrow", "numpy")  # the core and the proxy extra
 ABSENT_PACKAGES = ("pyspark", "pytest", "pip")  # no pipeline extra, no test tools, no installer

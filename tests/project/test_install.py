@@ -86,7 +86,8 @@ def test_build_makes_an_sdist_and_a_wheel_with_the_c_codec(dist):
         names = set(whl.namelist())
         metadata = whl.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     for extension in ("kinspect/protocol/codec/_wire.", "kinspect/session/_one_frame.", "kinspect/observers/_counting.",
-                      "kinspect/proxy/_batch.", "kinspect/proxy/_receive.", "kinspect/capture/_take.", "kinspect/capture/_columns.",
+                      "kinspect/proxy/_batch.", "kinspect/proxy/_receive.", "kinspect/proxy/_forward.",
+                      "kinspect/capture/_take.", "kinspect/capture/_columns.",
                       "kinspect/analyze/_grouping."):
         assert any(n.startswith(extension) and n.endswith(".so") for n in names), (extension, sorted(names)[:20])
     assert {"kinspect/cli/main.py", "kinspect/specs/index.json", "kinspect/specs/LICENSE"} <= names
@@ -108,7 +109,8 @@ def test_build_makes_an_sdist_and_a_wheel_with_the_c_codec(dist):
     with tarfile.open(dist["sdist"]) as sdist:
         members = {m.name.split("/", 1)[1] for m in sdist.getmembers() if "/" in m.name}
     assert {"kinspect/protocol/codec/_wire.c", "kinspect/session/_one_frame.c", "kinspect/observers/_counting.c",
-            "kinspect/proxy/_batch.c", "kinspect/proxy/_receive.c", "kinspect/slot_offsets.h", "kinspect/capture/_take.c",
+            "kinspect/proxy/_batch.c", "kinspect/proxy/_receive.c", "kinspect/proxy/_forward.c",
+            "kinspect/slot_offsets.h", "kinspect/capture/_take.c",
             "kinspect/capture/_columns.c", "kinspect/analyze/_grouping.c", "setup.py", "pyproject.toml", "specs/index.json", "README.md"} <= members
 
 
@@ -176,6 +178,7 @@ def test_pip_install_dot_without_a_compiler(source, tmp_path):
     assert not list((site / "kinspect" / "observers").glob("_counting*.so")), "the C counting was built after all"
     assert not list((site / "kinspect" / "proxy").glob("_batch*.so")), "the C batch was built after all"
     assert not list((site / "kinspect" / "proxy").glob("_receive*.so")), "the C receiver was built after all"
+    assert not list((site / "kinspect" / "proxy").glob("_forward*.so")), "the C reader was built after all"
     assert not list((site / "kinspect" / "capture").glob("_take*.so")), "the C fact taker was built after all"
     assert not list((site / "kinspect" / "capture").glob("_columns*.so")), "the C column cutter was built after all"
     assert not list((site / "kinspect" / "analyze").glob("_grouping*.so")), "the C grouping kernels were built after all"
