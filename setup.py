@@ -10,6 +10,7 @@ EXTENSIONS = (
     ("kinspect.protocol.codec._wire", False),
     ("kinspect.session._one_frame", True),
     ("kinspect.observers._counting", True),
+    ("kinspect.observers._inventory", True),
     ("kinspect.proxy._batch", True),
     ("kinspect.proxy._receive", False),
     ("kinspect.proxy._forward", True),

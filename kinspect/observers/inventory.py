@@ -16,9 +16,12 @@ import time
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
+from kinspect.protocol.codec import RequestHeader
+from kinspect.protocol.codec.scan_result import ScanResult
+from kinspect.protocol.codec.wire_program import optional_extension
 from kinspect.protocol.errors import DecodeError
-from kinspect.session.events import Request, Response
-from kinspect.upgrade.inventory import UNKNOWN, Inventory
+from kinspect.session.events import ConnectionInfo, Request, Response
+from kinspect.upgrade.inventory import MAX_CLIENT_IDS, MAX_PAIRS, UNKNOWN, ConnectionRecord, Inventory
 from kinspect.upgrade.targets import PRODUCE, Target, incompatible
 
 UNSUPPORTED_VERSION = 35
@@ -52,7 +55,9 @@ class InventoryObserver:
     needs_bodies = True  # for dispatchers that do not ask wants_body()
 
     def __init__(self, targets: list[Target] = (), max_unknown_series: int = 200, label_overflow=None,
-                 max_connections: int = 10000, api_name=None) -> None:
+                 max_connections: int = 10000, api_name=None, native: bool = True) -> None:
+        """native: requests and responses are noted in C (observers._inventory) where it is built; _request and
+        _response below do what it leaves, and stay the reference."""
         self.targets = tuple(targets)  # fixed: the verdicts per (api, version, magics) are remembered
         self.max_unknown_series = max_unknown_series
         self.label_overflow = label_overflow  # the metrics observer's kinspect_label_overflow_total, if any
@@ -66,7 +71,11 @@ class InventoryObserver:
         self._records = self.inventory._records  # the records by key, least recently seen first
         # (api key, version, record magics) -> the targets that reject it (a request's verdicts depend on these alone)
         self._rejecting: dict[tuple, tuple] = {}
-        self.handlers = {Request: self._request, Response: self._response}  # for the dispatcher
+        noter = _noter(self) if native else None
+        self.native = noter is not None
+        # For the dispatcher: the C handlers where built (they call the two below for what they leave).
+        self.handlers = ({Request: noter.request, Response: noter.response} if noter is not None
+                         else {Request: self._request, Response: self._response})
 
     @staticmethod
     def wants_body(api_key: int, version: int, direction: str) -> bool:
@@ -203,6 +212,19 @@ def _magics(e: Request) -> tuple[int, ...]:
             return (batches[0].magic,)
     seen = {batch.magic for summary in summaries if summary is not None for batch in summary.batches}
     return tuple(sorted(seen))
+
+
+def _noter(observer: InventoryObserver):
+    """The C handlers of an observer (kinspect/observers/_inventory.c), or None where not built or KINSPECT_PURE_PYTHON=1."""
+    module = optional_extension("kinspect.observers._inventory")
+    if module is None:
+        return None
+    try:
+        return module.Noter(observer, (Request, RequestHeader, ConnectionInfo, ConnectionRecord, _Software, ScanResult),
+                            (PRODUCE, API_VERSIONS, MAX_CLIENT_IDS, MAX_PAIRS),
+                            (observer._request, observer._response), _magics)
+    except TypeError:  # a class without the slots it reads: the Python notes everything
+        return None
 
 
 class InventoryCollector(Collector):

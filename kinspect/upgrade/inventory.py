@@ -24,7 +24,7 @@ MAX_PAIRS = 256
 DEFAULT_MAX_CONNECTIONS = 10000
 
 
-@dataclass
+@dataclass(slots=True)
 class ConnectionRecord:
     """What one client connection did, as far as an upgrade is concerned."""
 

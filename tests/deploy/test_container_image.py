@@ -43,7 +43,7 @@ RUNTIME = "runc"
 TANSU_NODE_ID = 111  # Tansu's fixed broker node id
 TOPIC = "container-demo"
 RECORDS = 20
-C_EXTENSIONS = ("kinspect.protocol.codec._wire", "kinspect.session._one_frame", "kinspect.observers._counting",
+C_EXTENSIONS = ("kinspect.protocol.codec._wire", "kinspect.session._one_frame", "kinspect.observers._counting", "kinspect.observers._inventory",
                 "kinspect.proxy._batch", "kinspect.proxy._receive", "kinspect.proxy._forward",
                 "kinspect.capture._take", "kinspect.capture._columns",
                 "kinspect.analyze._grouping")

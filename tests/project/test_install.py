@@ -85,7 +85,7 @@ def test_build_makes_an_sdist_and_a_wheel_with_the_c_codec(dist):
     with zipfile.ZipFile(dist["wheel"]) as whl:
         names = set(whl.namelist())
         metadata = whl.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
-    for extension in ("kinspect/protocol/codec/_wire.", "kinspect/session/_one_frame.", "kinspect/observers/_counting.",
+    for extension in ("kinspect/protocol/codec/_wire.", "kinspect/session/_one_frame.", "kinspect/observers/_counting.", "kinspect/observers/_inventory.",
                       "kinspect/proxy/_batch.", "kinspect/proxy/_receive.", "kinspect/proxy/_forward.",
                       "kinspect/capture/_take.", "kinspect/capture/_columns.",
                       "kinspect/analyze/_grouping."):
@@ -108,7 +108,7 @@ def test_build_makes_an_sdist_and_a_wheel_with_the_c_codec(dist):
     assert not any(r.startswith(("pyspark", "pyarrow")) and "extra ==" not in r for r in requires)
     with tarfile.open(dist["sdist"]) as sdist:
         members = {m.name.split("/", 1)[1] for m in sdist.getmembers() if "/" in m.name}
-    assert {"kinspect/protocol/codec/_wire.c", "kinspect/session/_one_frame.c", "kinspect/observers/_counting.c",
+    assert {"kinspect/protocol/codec/_wire.c", "kinspect/session/_one_frame.c", "kinspect/observers/_counting.c", "kinspect/observers/_inventory.c",
             "kinspect/proxy/_batch.c", "kinspect/proxy/_receive.c", "kinspect/proxy/_forward.c",
             "kinspect/slot_offsets.h", "kinspect/capture/_take.c",
             "kinspect/capture/_columns.c", "kinspect/analyze/_grouping.c", "setup.py", "pyproject.toml", "specs/index.json", "README.md"} <= members
@@ -176,6 +176,7 @@ def test_pip_install_dot_without_a_compiler(source, tmp_path):
     assert not list((site / "kinspect" / "protocol" / "codec").glob("_wire*.so")), "the C codec was built after all"
     assert not list((site / "kinspect" / "session").glob("_one_frame*.so")), "the C one-frame reads were built after all"
     assert not list((site / "kinspect" / "observers").glob("_counting*.so")), "the C counting was built after all"
+    assert not list((site / "kinspect" / "observers").glob("_inventory*.so")), "the C inventory was built after all"
     assert not list((site / "kinspect" / "proxy").glob("_batch*.so")), "the C batch was built after all"
     assert not list((site / "kinspect" / "proxy").glob("_receive*.so")), "the C receiver was built after all"
     assert not list((site / "kinspect" / "proxy").glob("_forward*.so")), "the C reader was built after all"
