@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kinspect.protocol.codec import Codec, RequestHeader
+from kinspect.protocol.codec.codec import DECODE_FAILURES
 from kinspect.protocol.errors import DecodeError
 from kinspect.protocol.framing.pieces import FramePieces, frame_bytes
 from kinspect.protocol.codec.scan_result import ScanResult
@@ -139,6 +140,19 @@ class Request(_Lazy):
             return scanned
         # The first ask: _once's steps, inline. The frame is not held in a local: a DecodeError's
         # traceback (cached on the event) would keep a large request's reads alive past release_frame.
+        if scanned is None and self.complete and type(self.frame) is bytes:
+            # Codec.scan_request's C scan, called directly once it made it (a small frame); a failure is left
+            # to scan_request below, which scans again and raises the DecodeError that says where.
+            header = self.header
+            codec = self.codec
+            fast = codec.fast_scans.get((header.api_key, header.api_version, True))
+            if fast is not None:
+                try:
+                    scanned = self._scanned = fast[0](self.frame, header.size, fast[1] if codec.integer_facts else None,
+                                                      fast[2], True)
+                    return scanned
+                except DECODE_FAILURES:
+                    pass
         if scanned is None and self.complete and self.frame is not None:
             try:
                 scanned = self._scanned = self.codec.scan_request(self.frame, self.header)
@@ -185,6 +199,21 @@ class Response(_Lazy):
         if type(scanned) is ScanResult:
             return scanned
         frame = self.frame
+        if scanned is None and self.complete and type(frame) is bytes and self.size > 4:
+            # A small response whose header _scan_frame would not read again (v0, or v1 with no tagged field):
+            # Codec.scan_response's C scan, called directly once it made it; a failure is left to the path
+            # below, which scans again and raises the DecodeError that says where.
+            codec = self.codec
+            fast = codec.fast_scans.get((self.api_key, self.api_version, False))
+            if fast is not None:
+                header_end = 4 if self.header_version == 0 else 5 if self.header_size == 5 and frame[4] == 0 else 0
+                if header_end:
+                    try:
+                        scanned = self._scanned = fast[0](frame, header_end, fast[1] if codec.integer_facts else None,
+                                                          fast[2], False)
+                        return scanned
+                    except DECODE_FAILURES:
+                        pass
         if scanned is None and self.complete and (type(frame) is bytes or type(frame) is FramePieces):
             # The first ask (every response the metrics' memo does not know): _once's steps, inline; a
             # FramePieces is scanned in place, never joined.

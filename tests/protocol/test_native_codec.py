@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kinspect.protocol.codec import codegen
-from kinspect.protocol.codec.codec import _DECODE_FAILURES, Codec, CompiledStruct, _compile
+from kinspect.protocol.codec.codec import DECODE_FAILURES, Codec, CompiledStruct, _compile
 from kinspect.protocol.wire.primitives import Malformed
 from kinspect.protocol.errors import DecodeError
 from kinspect.protocol.codec.scan_result import ScanResult
@@ -214,7 +214,7 @@ class Harness:
         """Both paths succeed or both fail; on success, identical values, positions and scans."""
         try:
             expected = self.py_decode(buf, pos)
-        except _DECODE_FAILURES as exc:
+        except DECODE_FAILURES as exc:
             assert not valid, f"the reference fails on valid bytes: {exc!r}"
             expected = None
         try:
@@ -231,7 +231,7 @@ class Harness:
         py_result.source = c_result.source = buf  # what CompiledStruct.scan sets: records are read lazily
         try:
             py_end = self.py_scan(buf, pos, py_result)
-        except _DECODE_FAILURES as exc:
+        except DECODE_FAILURES as exc:
             assert not valid, f"the reference scanner fails on valid bytes: {exc!r}"
             py_end = None
         try:

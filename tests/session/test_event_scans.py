@@ -1,9 +1,11 @@
 """An event's scan is the codec's scan of its frame, asked once: its short cuts give the codec's outcome.
 
 Response.scan() hands the codec the header's end when the session read a v0 header or a v1
-header with an empty tag section; Request.scan() scans on first ask without _Lazy._once.
-The codec's own scan of the frame is the reference, and the outcome (scan or DecodeError) is
-cached either way.
+header with an empty tag section; Request.scan() scans on first ask without _Lazy._once. Once the
+codec scanned a body in C, both call that C scan directly (Codec.fast_scans) and leave a failure to
+the codec, which says where it failed. The codec's own scan of the frame is the reference (asked
+first below, so the events take the direct call), and the outcome (scan or DecodeError) is cached
+either way.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import random
 import pytest
 
 from kinspect.protocol.codec import Codec
+from kinspect.protocol.codec.wire_program import native_available
 from kinspect.protocol.errors import DecodeError
 from kinspect.session import ConnectionInfo, Plan, Request, Response, Session, SessionConfig
 from kinspect.session.replay import replay
@@ -62,6 +65,8 @@ def test_scan_from_the_sessions_header_end_is_the_codecs(requests, integers):
             assert _outcome(response.scan) == reference
             compared += 1
     assert compared
+    if native_available():  # the direct calls were there to take
+        assert any(not is_request for _, _, is_request in codec.fast_scans)
 
 
 def test_a_malformed_header_tag_section_still_fails_the_scan():
@@ -114,6 +119,8 @@ def test_request_scan_is_the_codecs_and_cached(requests):
                 reference = ("DecodeError", f"the {request.size}-byte frame was larger than the inspection limit; "
                                             "only its header was kept")
             assert _outcome(request.scan) == reference
+            if native_available() and reference[0] != "DecodeError":  # scanned in C: called directly next time
+                assert (request.api_key, request.api_version, True) in codec.fast_scans
             outcome = _cached(request)
             failures += isinstance(outcome, DecodeError)
     heads = [r for r in _requests(codec, requests, None, inspect_max_bytes=64) if not r.complete]

@@ -27,7 +27,7 @@ from kinspect.protocol.codec.wire_program import build_program, native_module
 
 
 # Everything a generated decoder can raise on bad bytes; all become DecodeError.
-_DECODE_FAILURES = (Malformed, struct.error, IndexError, ValueError, OverflowError, MemoryError, RecursionError)
+DECODE_FAILURES = (Malformed, struct.error, IndexError, ValueError, OverflowError, MemoryError, RecursionError)
 _ENCODE_FAILURES = (struct.error, TypeError, AttributeError, ValueError, OverflowError, KeyError)
 _PREFIX = struct.Struct(">hhi")
 _CORRELATION = struct.Struct(">i")
@@ -113,7 +113,7 @@ class CompiledStruct:
             buf = bytes(buf)
         try:
             value, end = self.decode_fast(buf, pos)
-        except _DECODE_FAILURES as exc:
+        except DECODE_FAILURES as exc:
             raise self.diagnose(buf, pos, exc) from None
         if whole and end != len(buf):
             raise self._error(f"{len(buf) - end} trailing bytes after the message", offset=end)
@@ -132,7 +132,7 @@ class CompiledStruct:
         offset = [pos]
         try:
             self._traced(buf, pos, path, offset)
-        except _DECODE_FAILURES as exc:
+        except DECODE_FAILURES as exc:
             return self._error(_reason(exc), _render_path(path), offset[0])
         return self._error(_reason(first))
 
@@ -186,7 +186,7 @@ class CompiledStruct:
         result.source = buf  # the records spans point into buf; result.records reads them lazily
         try:
             end = self._scan(buf, pos, result)
-        except _DECODE_FAILURES as exc:
+        except DECODE_FAILURES as exc:
             raise self.diagnose(b"".join(buf) if type(buf) is not bytes else buf, pos, exc) from None
         if end != size:
             if whole:
@@ -204,7 +204,7 @@ class CompiledStruct:
         try:
             return fresh(buf, pos, self._zero_stats if integers and self.int_slots else None, self.int_slots,
                          summarize)
-        except _DECODE_FAILURES as exc:
+        except DECODE_FAILURES as exc:
             raise self.diagnose(b"".join(buf) if type(buf) is not bytes else buf, pos, exc) from None
 
 
@@ -277,6 +277,11 @@ class Codec:
         # Whether scans count integer fields (ScanResult.int_stats): set by the capture, the
         # one reader of those counters, so that scans for the metrics alone skip them.
         self.integer_facts = False
+        # (api key, version, is request) -> (C scan, its zeroed integer counters or None, its integer slots), for
+        # the bodies the C scanner takes: Request.scan and Response.scan call it directly (a small Produce
+        # exchange's two scans spent about as long in the Python layers above the C as in the C itself, measured
+        # with py-spy in the live proxy). Filled by scan_request and scan_response, the reference.
+        self.fast_scans: dict[tuple[int, int, bool], tuple] = {}
 
     # -- compiled pieces
 
@@ -398,20 +403,28 @@ class Codec:
         header = header or self.decode_request_header(frame)
         # Summarized at once: every reader of a request's records (metrics, inventory, capture) reads
         # them all; a response's (a Fetch's record sets) are summarized only if someone asks.
-        return self.body(header.api_key, "request", header.api_version).scan_fresh(frame, header.size,
-                                                                                 self.integer_facts, True)
+        compiled = self.body(header.api_key, "request", header.api_version)
+        self._note_fast_scan(compiled, header.api_key, header.api_version, True)
+        return compiled.scan_fresh(frame, header.size, self.integer_facts, True)
 
     def scan_response(self, frame: bytes, api_key: int, api_version: int, header_end: int | None = None) -> ScanResult:
         """Header tag sections and body facts of a response. header_end: where the caller read the response
         header to end, when it read it whole and well formed (v0, or v1 with an empty tag section): the header
         is then not read again; None reads it (and a malformed header fails the scan, as it should)."""
         compiled = self.body(api_key, "response", api_version)
+        self._note_fast_scan(compiled, api_key, api_version, False)
         if header_end is None:
             hv = self.response_header_version(api_key, api_version)
             # A FramePieces (a large Fetch response): its header is read from the pieces joined (rare: a header
             # with tagged fields), and its body scanned in place.
             _, header_end = self.header("ResponseHeader", hv).decode(frame_bytes(frame), 0, whole=False)
         return compiled.scan_fresh(frame, header_end, self.integer_facts)
+
+    def _note_fast_scan(self, compiled: CompiledStruct, api_key: int, version: int, request: bool) -> None:
+        key = (api_key, version, request)
+        if key not in self.fast_scans and compiled._scan_fresh is not None and len(self.fast_scans) < 4096:
+            self.fast_scans[key] = (compiled._scan_fresh, compiled._zero_stats if compiled.int_slots else None,
+                                    compiled.int_slots)
 
 
 def correlation_id_of_response(frame: bytes) -> int:
