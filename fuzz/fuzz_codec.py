@@ -33,13 +33,13 @@ def _load():
     from kinspect.protocol import records
     from kinspect.protocol.codec import codegen
     from kinspect.protocol.framing import framer
-    from kinspect.protocol.codec.codec import _DECODE_FAILURES, Codec, _compile
+    from kinspect.protocol.codec.codec import DECODE_FAILURES, Codec, _compile
     from kinspect.protocol.codec.runtime import summarize_spans_python
     from kinspect.protocol.errors import DecodeError
     from kinspect.protocol.wire.primitives import Malformed
     from kinspect.protocol.codec.scan_result import ScanResult
 
-    return codegen, framer, records, _DECODE_FAILURES, Codec, _compile, summarize_spans_python, DecodeError, \
+    return codegen, framer, records, DECODE_FAILURES, Codec, _compile, summarize_spans_python, DecodeError, \
         Malformed, ScanResult
 
 
@@ -47,16 +47,16 @@ if __name__ == "__main__":
     import atheris
 
     with atheris.instrument_imports(include=["kinspect"]):
-        (codegen, framer, records, _DECODE_FAILURES, Codec, _compile, summarize_spans_python, DecodeError,
+        (codegen, framer, records, DECODE_FAILURES, Codec, _compile, summarize_spans_python, DecodeError,
          Malformed, ScanResult) = _load()
     _instrument = atheris.instrument_func
 else:
-    (codegen, framer, records, _DECODE_FAILURES, Codec, _compile, summarize_spans_python, DecodeError,
+    (codegen, framer, records, DECODE_FAILURES, Codec, _compile, summarize_spans_python, DecodeError,
      Malformed, ScanResult) = _load()
 
 MODE_REQUEST, MODE_RESPONSE, MODE_RECORDS, MODE_STREAM = 0, 1, 2, 3
 _KEY_VERSION = struct.Struct(">hh")
-_RAW_FAILURES = tuple({*_DECODE_FAILURES, Malformed})  # what decode_fast / decode_python raise on bad bytes
+_RAW_FAILURES = tuple({*DECODE_FAILURES, Malformed})  # what decode_fast / decode_python raise on bad bytes
 
 CODEC = Codec()
 RESPONSE_CASES = [(key, v) for key in CODEC.registry.api_keys() for v in CODEC.registry.versions(key, "response")]
