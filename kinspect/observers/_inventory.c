@@ -48,6 +48,7 @@ typedef struct {
     PyObject_HEAD
     PyObject *observer;
     PyObject *records;   /* observer._records: an OrderedDict, only read here (moves go through its method) */
+    PyObject *move_to_end; /* records.move_to_end, bound once */
     PyObject *software;  /* observer._software */
     PyObject *rejecting; /* observer._rejecting */
     PyObject *wall_offset;
@@ -100,6 +101,41 @@ static int increment(PyObject *obj, Py_ssize_t off)
     if (sum == NULL)
         return -1;
     set_slot(obj, off, sum);
+    return 0;
+}
+
+/* self.magics.setdefault(pair, set()).update(magics), without the calls when the pair's set (a plain
+ * set in a plain dict, the common case) already holds every magic: a connection's Produce requests
+ * carry the same magic, request after request. 0, or -1 with an error set. */
+static int add_magics(PyObject *by_pair, PyObject *pair, PyObject *magics)
+{
+    if (PyDict_CheckExact(by_pair) && PyTuple_CheckExact(magics)) {
+        PyObject *seen = PyDict_GetItemWithError(by_pair, pair); /* borrowed */
+        if (seen == NULL && PyErr_Occurred())
+            return -1;
+        if (seen != NULL && PySet_CheckExact(seen)) {
+            Py_ssize_t i, n = PyTuple_GET_SIZE(magics);
+            for (i = 0; i < n; i++) {
+                int has = PySet_Contains(seen, PyTuple_GET_ITEM(magics, i));
+                if (has < 0)
+                    return -1;
+                if (!has)
+                    break;
+            }
+            if (i == n)
+                return 0;
+        }
+    }
+    PyObject *fresh = PySet_New(NULL);
+    PyObject *seen = fresh == NULL ? NULL : PyObject_CallMethodObjArgs(by_pair, str_setdefault, pair, fresh, NULL);
+    Py_XDECREF(fresh);
+    if (seen == NULL)
+        return -1;
+    PyObject *res = PyObject_CallMethodOneArg(seen, str_update, magics);
+    Py_DECREF(seen);
+    if (res == NULL)
+        return -1;
+    Py_DECREF(res);
     return 0;
 }
 
@@ -169,20 +205,8 @@ static int note(NoterObject *self, PyObject *record, PyObject *api_key, PyObject
     int some = PyObject_IsTrue(magics);
     if (some < 0)
         goto done;
-    if (some) { /* self.magics.setdefault(pair, set()).update(magics) */
-        PyObject *fresh = PySet_New(NULL);
-        PyObject *seen = fresh == NULL ? NULL
-                                       : PyObject_CallMethodObjArgs(SLOT(record, r[R_MAGICS]), str_setdefault, pair,
-                                                                    fresh, NULL);
-        Py_XDECREF(fresh);
-        if (seen == NULL)
-            goto done;
-        PyObject *res = PyObject_CallMethodOneArg(seen, str_update, magics);
-        Py_DECREF(seen);
-        if (res == NULL)
-            goto done;
-        Py_DECREF(res);
-    }
+    if (some && (rc = add_magics(SLOT(record, r[R_MAGICS]), pair, magics)) < 0)
+        goto done;
     rc = 0;
 done:
     Py_DECREF(pair);
@@ -233,7 +257,7 @@ static int request_here(NoterObject *self, PyObject *e)
     }
     Py_INCREF(record);
     Py_INCREF(counts);
-    PyObject *moved = PyObject_CallMethodOneArg(self->records, str_move_to_end, key);
+    PyObject *moved = PyObject_CallOneArg(self->move_to_end, key);
     if (moved != NULL) {
         Py_DECREF(moved);
         when = PyNumber_Add(time, self->wall_offset);
@@ -333,6 +357,15 @@ static int noter_init(NoterObject *self, PyObject *args, PyObject *kwargs)
         Py_XDECREF(wall_offset);
         return -1;
     }
+    PyObject *move_to_end = PyObject_GetAttr(records, str_move_to_end);
+    if (move_to_end == NULL) {
+        Py_DECREF(records);
+        Py_DECREF(software);
+        Py_DECREF(rejecting);
+        Py_DECREF(wall_offset);
+        return -1;
+    }
+    Py_XSETREF(self->move_to_end, move_to_end);
     Py_XSETREF(self->records, records);
     Py_XSETREF(self->software, software);
     Py_XSETREF(self->rejecting, rejecting);
@@ -356,6 +389,7 @@ static int noter_traverse(NoterObject *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->observer);
     Py_VISIT(self->records);
+    Py_VISIT(self->move_to_end);
     Py_VISIT(self->software);
     Py_VISIT(self->rejecting);
     Py_VISIT(self->wall_offset);
@@ -371,6 +405,7 @@ static int noter_clear(NoterObject *self)
 {
     Py_CLEAR(self->observer);
     Py_CLEAR(self->records);
+    Py_CLEAR(self->move_to_end);
     Py_CLEAR(self->software);
     Py_CLEAR(self->rejecting);
     Py_CLEAR(self->wall_offset);

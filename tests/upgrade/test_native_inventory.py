@@ -218,3 +218,30 @@ def test_the_c_handler_does_the_requests_of_known_connections(codec, scan_reques
     produces = [e for e in requests if e.api_key == PRODUCE]
     assert len(left) < 0.4 * len(requests) and [e for e in produces if e not in left]
     assert len(magics) == (0 if scan_requests else len(produces))  # (asked before the handler knows it is left)
+
+
+def test_a_pair_whose_record_magics_change_gains_them_alike(codec):
+    """A connection's Produce requests of one version carrying another magic (read from the scan's summaries)."""
+    outcomes = []
+    for native in (True, False):
+        observer = InventoryObserver(native=native)
+        observer._wall_offset = 0.0
+        if native:  # the handlers again, holding the offset set above
+            observer.handlers = {Request: _inventory.Noter(observer, CLASSES, (PRODUCE, API_VERSIONS, 16, 256),
+                                                          (observer._request, observer._response), _magics).request}
+        produced = 0
+        for event in _events(codec, _plays(len(CONVERSATIONS), rounds=2), True):
+            if type(event) is not Request:
+                continue
+            if event.api_key == PRODUCE and event.complete:
+                produced += 1
+                summaries = event.scan()._summaries
+                if produced % 3 == 0 and len(summaries) == 1 and summaries[0] is not None:
+                    summary = summaries[0]
+                    batches = tuple(b._replace(magic=produced % 2) for b in summary.batches)
+                    summaries[0] = summary._replace(batches=batches)
+            observer.handlers[Request](event)
+        outcomes.append(_outcome(observer))
+    magics = {tuple(r["record_magics"]) for c in outcomes[0][0]["connections"] for r in c["requests"]}
+    assert (0, 1, 2) in magics or (0, 2) in magics or (1, 2) in magics
+    assert outcomes[0] == outcomes[1]
