@@ -277,8 +277,19 @@ done:
     return rc;
 }
 
+/* Whether the Noter was initialized (a handler of one that was not raises). */
+static int ready(NoterObject *self)
+{
+    if (self->observer != NULL)
+        return 1;
+    PyErr_SetString(PyExc_RuntimeError, "Noter: not initialized");
+    return 0;
+}
+
 static PyObject *noter_request(NoterObject *self, PyObject *e)
 {
+    if (!ready(self))
+        return NULL;
     int done = request_here(self, e);
     if (done > 0)
         Py_RETURN_NONE;
@@ -300,6 +311,8 @@ static PyObject *noter_request(NoterObject *self, PyObject *e)
 /* Only an ApiVersions response can change the inventory (KIP-511's error 35): the rest returns here. */
 static PyObject *noter_response(NoterObject *self, PyObject *e)
 {
+    if (!ready(self))
+        return NULL;
     PyObject *api_key = PyObject_GetAttr(e, str_api_key);
     if (api_key == NULL)
         return NULL;
@@ -424,27 +437,9 @@ static void noter_dealloc(NoterObject *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyObject *noter_request_checked(NoterObject *self, PyObject *e)
-{
-    if (self->observer == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "Noter: not initialized");
-        return NULL;
-    }
-    return noter_request(self, e);
-}
-
-static PyObject *noter_response_checked(NoterObject *self, PyObject *e)
-{
-    if (self->observer == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "Noter: not initialized");
-        return NULL;
-    }
-    return noter_response(self, e);
-}
-
 static PyMethodDef noter_methods[] = {
-    {"request", (PyCFunction)noter_request_checked, METH_O, "request(e): InventoryObserver._request(e), done in C"},
-    {"response", (PyCFunction)noter_response_checked, METH_O, "response(e): InventoryObserver._response(e)"},
+    {"request", (PyCFunction)noter_request, METH_O, "request(e): InventoryObserver._request(e), done in C"},
+    {"response", (PyCFunction)noter_response, METH_O, "response(e): InventoryObserver._response(e)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -24,16 +24,13 @@ from kinspect.config import load_config
 from kinspect.proxy.inspection_queue import native_inspect_reads
 from kinspect.proxy.relay import Relay
 from kinspect.session import ConnectionInfo, Exchange, Problem, Request, Response, Session
-from kinspect.session.replay import frame_ends
 from tests.support.event_log import EventLog
-from tests.support.relay_stubs import RecordingTransport, event_fact, traffic_lines
+from tests.support.relay_stubs import (CONVERSATIONS, RecordingTransport, conversation, event_fact, longest, play,
+                                       traffic_lines)
 from tests.support.native import bytes_grown, native_module
-from tests.support.paths import TRAFFIC
 from tests.support.proxy_harness import stream_frames
 
 _batch, _MISSING = native_module("kinspect.proxy._batch")
-
-CONVERSATIONS = sorted(TRAFFIC.glob("*/*.requests.bin"))
 
 
 @pytest.fixture(autouse=True)
@@ -92,40 +89,12 @@ class _Harness:
                        len(self.late.events) if self.late is not None else None)
 
 
-def _cut(frame: bytes, rng: random.Random, most: int) -> list[bytes]:
-    out, pos = [], 0
-    while pos < len(frame):
-        size = rng.randint(1, most)
-        out.append(frame[pos:pos + size])
-        pos += size
-    return out
-
-
-def _conversation(path) -> tuple[bytes, bytes]:
-    return path.read_bytes(), path.with_name(path.name.replace("requests", "responses")).read_bytes()
-
-
-def _play(relay: Relay, requests: bytes, responses: bytes, how: str, rng: random.Random) -> None:
-    """One conversation as reads: "streams" (every request in one read, then every response), "frames"
-    (each request, then its response, a read each), or each frame cut into reads of 1..N bytes."""
-    if how == "streams":
-        relay.client.data_received(requests)
-        relay.broker.data_received(responses)
-        return
-    most = None if how == "frames" else int(how)
-    for q, r in itertools.zip_longest(stream_frames(requests), stream_frames(responses)):
-        for frame, read in ((q, relay.client.data_received), (r, relay.broker.data_received)):
-            if frame is not None:
-                for piece in ([frame] if most is None else _cut(frame, rng, most)):
-                    read(piece)
-
-
 def _feed(harness: _Harness, how: str) -> None:
     """Every recorded conversation, each on its own relay (the same reads for both harnesses)."""
     rng = random.Random(how)
     for path in CONVERSATIONS:
         relay = harness.relay()
-        _play(relay, *_conversation(path), how, rng)
+        play(relay, *conversation(path), how, rng)
         relay.close()  # a connection's end inspects what of it was waiting
     harness.queue.flush()
 
@@ -163,11 +132,6 @@ class _Failing:
             raise self.error(f"event {self.seen}")
 
 
-def _longest() -> tuple[bytes, bytes]:
-    """The recorded conversation of the most requests (14)."""
-    return max((_conversation(p) for p in CONVERSATIONS), key=lambda c: len(list(frame_ends(c[0]))))
-
-
 async def test_observers_that_raise_are_counted_and_logged_alike(caplog):
     def run(harness: _Harness) -> None:
         harness.server.dispatcher.observers.append(_Failing(3))
@@ -203,7 +167,7 @@ async def test_a_session_that_raises_stops_that_direction_alike(direction, caplo
         relay = harness.relay()
         name = f"{direction}_data"
         setattr(relay.session, name, _BrokenSession(getattr(relay.session, name)))
-        _play(relay, *_longest(), "frames", random.Random(7))
+        play(relay, *longest(), "frames", random.Random(7))
         harness.queue.flush()
 
     with caplog.at_level(logging.ERROR, logger="kinspect.proxy"):
@@ -231,7 +195,7 @@ async def test_failures_the_session_counts_reach_the_server_alike():
                 return inspect_request(*args)
 
             relay.session._inspect_request = failing
-            _play(relay, *_longest(), "frames", random.Random(7))
+            play(relay, *longest(), "frames", random.Random(7))
         harness.queue.flush()
 
     native, python = _both(run)
@@ -274,7 +238,7 @@ async def test_an_interrupt_in_an_observer_propagates_from_both():
         harness = _Harness(native, max_reads=1000)
         harness.server.dispatcher.observers.append(_Failing(2, KeyboardInterrupt))
         relay = harness.relay()
-        for frame in stream_frames(_longest()[0])[:20]:
+        for frame in stream_frames(longest()[0])[:20]:
             relay.client.data_received(frame)
         with pytest.raises(KeyboardInterrupt):
             harness.queue.flush()
@@ -283,7 +247,7 @@ async def test_an_interrupt_in_an_observer_propagates_from_both():
 async def test_observers_added_between_batches_see_the_events_after():
     def run(harness: _Harness) -> None:
         relay = harness.relay()
-        requests, responses = _longest()
+        requests, responses = longest()
         pairs = list(itertools.zip_longest(stream_frames(requests), stream_frames(responses)))
         late = harness.late = EventLog()
         for i, (q, r) in enumerate(pairs):
@@ -319,7 +283,7 @@ async def test_many_batches_leave_no_garbage():
     """What the C batch takes and calls is released (run long enough to show a leak)."""
     harness = _Harness(True, max_reads=16)
     relay = harness.relay()
-    requests, responses = _longest()
+    requests, responses = longest()
 
     def rounds():
         for _ in range(5):

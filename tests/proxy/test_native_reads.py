@@ -23,13 +23,11 @@ from kinspect.proxy.relay import PASS_MIN_BYTES, Relay, native_reader
 from kinspect.session import ConnectionInfo, Session
 from tests.support.event_log import EventLog
 from tests.support.native import bytes_grown, native_module
-from tests.support.paths import TRAFFIC
 from tests.support.proxy_harness import stream_frames
-from tests.support.relay_stubs import RecordingTransport, event_fact, traffic_lines
+from tests.support.relay_stubs import (CONVERSATIONS, RecordingTransport, conversation, event_fact, longest, play,
+                                       traffic_lines)
 
 _forward, _MISSING = native_module("kinspect.proxy._forward")
-
-CONVERSATIONS = sorted(TRAFFIC.glob("*/*.requests.bin"))
 
 
 @pytest.fixture(autouse=True)
@@ -124,38 +122,6 @@ class _Harness:
                        [event_fact(e) for e in self.log.events], metrics, timer)
 
 
-def _cut(frame: bytes, rng: random.Random, most: int) -> list[bytes]:
-    out, pos = [], 0
-    while pos < len(frame):
-        size = rng.randint(1, most)
-        out.append(frame[pos:pos + size])
-        pos += size
-    return out
-
-
-def _conversation(path) -> tuple[bytes, bytes]:
-    return path.read_bytes(), path.with_name(path.name.replace("requests", "responses")).read_bytes()
-
-
-def _play(relay: Relay, requests: bytes, responses: bytes, how: str, rng: random.Random) -> None:
-    """"streams" (every request in one read, then every response), "frames" (a read each), or reads of 1..N bytes."""
-    if how == "streams":
-        relay.client.data_received(requests)
-        relay.broker.data_received(responses)
-        return
-    most = None if how == "frames" else int(how)
-    for q, r in itertools.zip_longest(stream_frames(requests), stream_frames(responses)):
-        for frame, read in ((q, relay.client.data_received), (r, relay.broker.data_received)):
-            if frame is not None:
-                for piece in ([frame] if most is None else _cut(frame, rng, most)):
-                    read(piece)
-
-
-def _longest() -> tuple[bytes, bytes]:
-    """The recorded conversation of the most requests."""
-    return max((_conversation(p) for p in CONVERSATIONS), key=lambda c: len(stream_frames(c[0])))
-
-
 def _both(run, **harness) -> tuple[Outcome, Outcome]:
     outcomes = []
     for native in (True, False):
@@ -170,7 +136,7 @@ async def test_recorded_conversations_give_the_same_writes_batches_and_events(ho
     def run(h: _Harness) -> None:
         rng = random.Random(how)
         for path in CONVERSATIONS:
-            _play(h.relay(), *_conversation(path), how, rng)
+            play(h.relay(), *conversation(path), how, rng)
 
     native, python = _both(run)
     assert len(native.facts) > 700 and len(native.batches) > (10 if how == "streams" else 100)
@@ -183,7 +149,7 @@ async def test_recorded_conversations_give_the_same_writes_batches_and_events(ho
 async def test_a_batch_s_first_read_starts_its_timer_and_a_full_one_is_inspected():
     def run(h: _Harness) -> None:
         relay = h.relay()
-        frames = stream_frames(_longest()[0])
+        frames = stream_frames(longest()[0])
         assert len(frames) > 5
         relay.client.data_received(frames[0])
         assert h.queue._handle is not None and len(h.queue) == 1  # the timer of the batch, started once
@@ -199,13 +165,13 @@ async def test_a_batch_s_first_read_starts_its_timer_and_a_full_one_is_inspected
 
 
 async def test_closing_and_missing_transports_are_not_written_to_and_the_reads_still_inspected():
-    requests, responses = _conversation(CONVERSATIONS[-1])
+    requests, responses = conversation(CONVERSATIONS[-1])
 
     def run(h: _Harness) -> None:
-        _play(h.relay(broker_transport=_Closing(2)), requests, responses, "frames", random.Random(1))
+        play(h.relay(broker_transport=_Closing(2)), requests, responses, "frames", random.Random(1))
         relay = h.relay()
         relay.client.transport = relay.broker.transport = None
-        _play(relay, requests, responses, "frames", random.Random(1))
+        play(relay, requests, responses, "frames", random.Random(1))
 
     native, python = _both(run)
     assert len(native.sent[0][0]) == 2 and native.sent[1] == (None, None)
@@ -215,12 +181,12 @@ async def test_closing_and_missing_transports_are_not_written_to_and_the_reads_s
 
 
 async def test_a_direction_whose_framing_was_lost_is_forwarded_and_counted_but_not_queued():
-    requests, responses = _conversation(CONVERSATIONS[-1])
+    requests, responses = conversation(CONVERSATIONS[-1])
 
     def run(h: _Harness) -> None:
         relay = h.relay()
         relay.session.client_framed = False
-        _play(relay, requests, responses, "frames", random.Random(1))
+        play(relay, requests, responses, "frames", random.Random(1))
 
     native, python = _both(run)
     assert b"".join(native.sent[0][0]) == requests and native.counted[0] == (len(requests), len(responses))
@@ -230,7 +196,7 @@ async def test_a_direction_whose_framing_was_lost_is_forwarded_and_counted_but_n
 
 async def test_reads_left_to_python_are_alike():
     """Early bytes, a large read, bytes-like reads: the Reader calls the Python method for them."""
-    requests, responses = _conversation(CONVERSATIONS[-1])
+    requests, responses = conversation(CONVERSATIONS[-1])
     large = bytes(PASS_MIN_BYTES + 10)
 
     def run(h: _Harness) -> None:
@@ -254,7 +220,7 @@ async def test_reads_inspected_at_once_are_alike():
     """With no queue (inspect.batch_delay_ms = 0) each read is inspected as it comes."""
     def run(h: _Harness) -> None:
         for path in CONVERSATIONS[:20]:
-            _play(h.relay(), *_conversation(path), "300", random.Random(path.name))
+            play(h.relay(), *conversation(path), "300", random.Random(path.name))
 
     native, python = _both(run, delay_ms=0)
     assert native.batches == [] and len(native.facts) > 50
@@ -307,7 +273,7 @@ async def test_many_reads_leave_no_garbage():
     h = _Harness(True, max_reads=16)
     h.queue._inspect_reads = None  # the Python batch loop; the reads are what is measured
     relay = h.relay()
-    requests, responses = _conversation(CONVERSATIONS[-1])
+    requests, responses = conversation(CONVERSATIONS[-1])
     frames = list(itertools.zip_longest(stream_frames(requests), stream_frames(responses)))
 
     def rounds():

@@ -1,10 +1,18 @@
 """What tests of relays without sockets share: a transport that keeps what was written, an event's facts as a tuple
-to compare, and the /metrics lines that depend on the traffic alone."""
+to compare, the /metrics lines that depend on the traffic alone, and the recorded conversations played as reads."""
 
 from __future__ import annotations
 
+import itertools
+import random
+
 from kinspect.session import Exchange, Problem, Request, Response
 from kinspect.session.events import frame_bytes
+from tests.support.paths import TRAFFIC
+from tests.support.proxy_harness import stream_frames
+
+# Every recorded client connection: its requests, beside a .responses.bin of the broker's answers.
+CONVERSATIONS = sorted(TRAFFIC.glob("*/*.requests.bin"))
 
 
 class RecordingTransport:
@@ -49,3 +57,38 @@ def event_fact(event) -> tuple:
         return ("Exchange", event.request.correlation_id, event.latency)
     assert isinstance(event, Problem)
     return ("Problem", event.time, event.kind, event.direction, event.detail)
+
+
+def conversation(path) -> tuple[bytes, bytes]:
+    """A recorded connection's requests and responses."""
+    return path.read_bytes(), path.with_name(path.name.replace("requests", "responses")).read_bytes()
+
+
+def longest() -> tuple[bytes, bytes]:
+    """The recorded conversation of the most requests."""
+    return max((conversation(p) for p in CONVERSATIONS), key=lambda c: len(stream_frames(c[0])))
+
+
+def cut(frame: bytes, rng: random.Random, most: int) -> list[bytes]:
+    """A frame cut into reads of 1..most bytes."""
+    out, pos = [], 0
+    while pos < len(frame):
+        size = rng.randint(1, most)
+        out.append(frame[pos:pos + size])
+        pos += size
+    return out
+
+
+def play(relay, requests: bytes, responses: bytes, how: str, rng: random.Random) -> None:
+    """A conversation as a relay's reads: "streams" (every request in one read, then every response), "frames"
+    (each request, then its response, a read each), or each frame cut into reads of 1..N bytes (how = "N")."""
+    if how == "streams":
+        relay.client.data_received(requests)
+        relay.broker.data_received(responses)
+        return
+    most = None if how == "frames" else int(how)
+    for q, r in itertools.zip_longest(stream_frames(requests), stream_frames(responses)):
+        for frame, read in ((q, relay.client.data_received), (r, relay.broker.data_received)):
+            if frame is not None:
+                for piece in ([frame] if most is None else cut(frame, rng, most)):
+                    read(piece)

@@ -27,11 +27,10 @@ from kinspect.session.replay import replay
 from kinspect.upgrade.inventory import ConnectionRecord
 from kinspect.upgrade.targets import load_target
 from tests.support.native import bytes_grown, native_module
-from tests.support.paths import TRAFFIC
+from tests.support.relay_stubs import CONVERSATIONS, conversation
 
 _inventory, _MISSING = native_module("kinspect.observers._inventory")
 
-CONVERSATIONS = sorted(TRAFFIC.glob("*/*.requests.bin"))
 CLASSES = (Request, RequestHeader, ConnectionInfo, ConnectionRecord, _Software, ScanResult)
 
 
@@ -44,10 +43,6 @@ def built():
 @pytest.fixture(scope="module")
 def codec() -> Codec:
     return Codec()
-
-
-def _conversation(path) -> tuple[bytes, bytes]:
-    return path.read_bytes(), path.with_name(path.name.replace("requests", "responses")).read_bytes()
 
 
 def _events(codec: Codec, plays: list, scan_requests: bool, backwards: bool = False) -> list:
@@ -94,7 +89,7 @@ def _both(codec: Codec, plays: list, scan_requests: bool = True, backwards: bool
 
 def _plays(connections: int, rounds: int = 1) -> list:
     """Every recorded conversation, spread over `connections` connection ids, `rounds` times."""
-    return [(i % connections, f"10.0.0.{i % connections}:5{i % connections:04d}", _conversation(path))
+    return [(i % connections, f"10.0.0.{i % connections}:5{i % connections:04d}", conversation(path))
             for i, path in enumerate(CONVERSATIONS * rounds)]
 
 
@@ -183,6 +178,8 @@ def test_a_noter_needs_the_slots_it_reads():
     with pytest.raises(TypeError, match="has no slot"):
         _inventory.Noter(observer, (Loose,) + CLASSES[1:], (PRODUCE, API_VERSIONS, 16, 256),
                          (observer._request, observer._response), _magics)
+    with pytest.raises(RuntimeError, match="not initialized"):
+        _inventory.Noter.__new__(_inventory.Noter).request(None)
     with pytest.raises(TypeError, match="6 classes"):
         _inventory.Noter(observer, CLASSES[:2], (PRODUCE, API_VERSIONS, 16, 256),
                          (observer._request, observer._response), _magics)
