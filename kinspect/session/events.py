@@ -199,26 +199,23 @@ class Response(_Lazy):
         if type(scanned) is ScanResult:
             return scanned
         frame = self.frame
-        if scanned is None and self.complete and type(frame) is bytes and self.size > 4:
-            # A small response whose header _scan_frame would not read again (v0, or v1 with no tagged field):
-            # Codec.scan_response's C scan, called directly once it made it; a failure is left to the path
-            # below, which scans again and raises the DecodeError that says where.
-            codec = self.codec
-            fast = codec.fast_scans.get((self.api_key, self.api_version, False))
-            if fast is not None:
-                header_end = 4 if self.header_version == 0 else 5 if self.header_size == 5 and frame[4] == 0 else 0
-                if header_end:
-                    try:
-                        scanned = self._scanned = fast[0](frame, header_end, fast[1] if codec.integer_facts else None,
-                                                          fast[2], False)
-                        return scanned
-                    except DECODE_FAILURES:
-                        pass
         if scanned is None and self.complete and (type(frame) is bytes or type(frame) is FramePieces):
             # The first ask (every response the metrics' memo does not know): _once's steps, inline; a
-            # FramePieces is scanned in place, never joined.
+            # FramePieces is scanned in place, never joined. Once the codec made the C scan of this body, a
+            # small response whose header need not be read again goes straight to it; a failure is left to
+            # the codec, which scans again and raises the DecodeError that says where.
+            header_end = self._header_end(frame)
+            codec = self.codec
+            fast = codec.fast_scans.get((self.api_key, self.api_version, False)) if header_end else None
+            if fast is not None and type(frame) is bytes:
+                try:
+                    scanned = self._scanned = fast[0](frame, header_end, fast[1] if codec.integer_facts else None,
+                                                      fast[2], False)
+                    return scanned
+                except DECODE_FAILURES:
+                    pass
             try:
-                scanned = self._scanned = self._scan_frame(frame)
+                scanned = self._scanned = codec.scan_response(frame, self.api_key, self.api_version, header_end)
             except DecodeError as exc:
                 self._scanned = exc
                 raise
@@ -226,14 +223,17 @@ class Response(_Lazy):
         return self._once("_scanned", self._scan_frame)
 
     def _scan_frame(self, frame) -> ScanResult:
-        # The session read the header: v0 ends after the correlation id; v1 whose tag section is empty (one
-        # zero byte) ends after it. Any other header is read again by the codec, which fails a malformed one.
-        header_end = None
+        return self.codec.scan_response(frame, self.api_key, self.api_version, self._header_end(frame))
+
+    def _header_end(self, frame) -> int | None:
+        """Where the header ends when the session read it whole: v0 after the correlation id, v1 whose tag
+        section is empty (one zero byte) after that byte. None: the codec reads the header again (and fails
+        a malformed one)."""
         if self.header_version == 0 and self.size >= 4:
-            header_end = 4
-        elif self.header_size == 5 and self.size > 4 and (frame if type(frame) is bytes else frame.head(5))[4] == 0:
-            header_end = 5
-        return self.codec.scan_response(frame, self.api_key, self.api_version, header_end)
+            return 4
+        if self.header_size == 5 and self.size > 4 and (frame if type(frame) is bytes else frame.head(5))[4] == 0:
+            return 5
+        return None
 
 
 @dataclass(slots=True, eq=False)
