@@ -11,16 +11,14 @@ the order of reads across connections, so each session sees its bytes in order, 
 times they were read. Rewrite mode does not queue: a response is changed before it is sent.
 
 A batch is inspected by kinspect.proxy._batch where it is built (the loop below, Relay.inspect and
-Dispatcher.dispatch in one C call); the Python loop is the reference, used with KINSPECT_PURE_PYTHON=1
-or native=False.
+Dispatcher.dispatch in one C call, which the server hands the queue: kinspect.proxy.relay.native_inspect_reads);
+the Python loop is the reference, used with KINSPECT_PURE_PYTHON=1 or without inspect_reads.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-
-from kinspect.protocol.codec.wire_program import optional_extension
 
 # A batch holds up the loop while it is inspected (about 7 us a read with metrics on): 16 reads
 # keep that near 0.1 ms, which is what the slowest round trips gain (64 added 0.15 ms to a lone
@@ -32,36 +30,15 @@ DEFAULT_MAX_READS = 16
 DEFAULT_MAX_BYTES = 256 * 1024
 
 
-_NATIVE: list = []  # [inspect_reads or None], found once
-
-
-def native_inspect_reads():
-    """kinspect.proxy._batch.inspect_reads, configured; None where it is not built or KINSPECT_PURE_PYTHON=1."""
-    if not _NATIVE:
-        inspect_reads = None
-        batch = optional_extension("kinspect.proxy._batch")
-        if batch is not None:
-            from kinspect.protocol.framing.pieces import FramePieces
-            from kinspect.proxy.observers import Dispatcher
-            from kinspect.proxy.relay import Relay
-            from kinspect.session import Request
-
-            try:
-                batch.configure(Relay, Dispatcher, Request, FramePieces)
-                inspect_reads = batch.inspect_reads
-            except TypeError:  # a Relay without the slots it reads: the Python loop inspects
-                inspect_reads = None
-        _NATIVE.append(inspect_reads)
-    return _NATIVE[0]
-
-
 class InspectionQueue:
     """Reads forwarded but not yet inspected: (relay, from_client, data, time read), oldest first."""
 
     __slots__ = ("delay", "max_reads", "max_bytes", "cpu_seconds", "_reads", "_bytes", "_handle", "_inspect_reads")
 
     def __init__(self, delay: float, max_reads: int = DEFAULT_MAX_READS, max_bytes: int = DEFAULT_MAX_BYTES,
-                 native: bool = True) -> None:
+                 inspect_reads=None) -> None:
+        """inspect_reads: what inspects a batch in one call (kinspect.proxy.relay.native_inspect_reads(), the C
+        batch, where built); None: flush's Python loop, the reference."""
         self.delay = delay
         self.max_reads = max_reads
         self.max_bytes = max_bytes
@@ -71,7 +48,7 @@ class InspectionQueue:
         self._reads: list = []
         self._bytes = 0
         self._handle: asyncio.TimerHandle | None = None  # the pending flush, on the running loop
-        self._inspect_reads = native_inspect_reads() if native else None
+        self._inspect_reads = inspect_reads
 
     def __len__(self) -> int:
         return len(self._reads)

@@ -15,10 +15,11 @@ import logging
 import time
 
 from kinspect.protocol.codec.wire_program import optional_extension
+from kinspect.protocol.framing.pieces import FramePieces
 from kinspect.proxy.inspection_queue import InspectionQueue
 from kinspect.proxy.observers import Dispatcher
 from kinspect.proxy.receiving import receiver
-from kinspect.session import Session
+from kinspect.session import Request, Session
 
 log = logging.getLogger("kinspect.proxy")
 
@@ -297,6 +298,23 @@ class Relay:
 
 
 _FORWARD: list = []  # [the configured kinspect.proxy._forward module, or None], found once
+_BATCH: list = []  # [the configured kinspect.proxy._batch.inspect_reads, or None], found once
+
+
+def native_inspect_reads():
+    """kinspect.proxy._batch.inspect_reads, configured: what an InspectionQueue is given to inspect a batch of
+    relays' reads in one C call; None where it is not built or KINSPECT_PURE_PYTHON=1."""
+    if not _BATCH:
+        inspect_reads = None
+        batch = optional_extension("kinspect.proxy._batch")
+        if batch is not None:
+            try:
+                batch.configure(Relay, Dispatcher, Request, FramePieces)
+                inspect_reads = batch.inspect_reads
+            except TypeError:  # a Relay without the slots it reads: the Python loop inspects
+                inspect_reads = None
+        _BATCH.append(inspect_reads)
+    return _BATCH[0]
 
 
 def native_reader(relay: Relay, from_client: bool):

@@ -14,7 +14,7 @@ from kinspect.protocol.codec import Codec
 from kinspect.proxy.observers import Dispatcher
 from kinspect.proxy.inspection_queue import InspectionQueue
 from kinspect.proxy.log_limit import RateLimitedLog
-from kinspect.proxy.relay import Relay
+from kinspect.proxy.relay import Relay, native_inspect_reads
 from kinspect.proxy.stats import ServerStats
 from kinspect.proxy.tls import broker_side_context, client_side_context
 from kinspect.session import ConnectionInfo, Plan, Session, SessionConfig
@@ -52,7 +52,8 @@ class ProxyServer:
             raise ValueError(f"inspect.batch_delay_ms must be 0 or more, not {delay!r}")
         # Forwarded reads wait here to be inspected in batches (see inspection_queue); rewrite mode
         # changes responses as they pass, so it inspects every read at once.
-        self.inspection_queue = InspectionQueue(delay / 1000) if delay > 0 and not self.rewrite else None
+        self.inspection_queue = (InspectionQueue(delay / 1000, inspect_reads=native_inspect_reads())
+                                 if delay > 0 and not self.rewrite else None)
         self.session_config = SessionConfig(
             max_frame_bytes=config.inspect.max_frame_bytes, inspect_max_bytes=config.inspect.inspect_max_bytes,
             max_inflight=config.inspect.max_inflight, request_timeout=config.inspect.request_timeout,

@@ -21,8 +21,7 @@ from prometheus_client import generate_latest
 
 from kinspect.app import build_app
 from kinspect.config import load_config
-from kinspect.proxy.inspection_queue import native_inspect_reads
-from kinspect.proxy.relay import Relay
+from kinspect.proxy.relay import Relay, native_inspect_reads
 from kinspect.session import ConnectionInfo, Exchange, Problem, Request, Response, Session
 from tests.support.event_log import EventLog
 from tests.support.relay_stubs import (CONVERSATIONS, RecordingTransport, conversation, event_fact, longest, play,
