@@ -15,9 +15,10 @@
  *
  * Done here: a request of a connection already recorded, whose software already has its counts,
  * whose (api, version, record magics) verdicts are known and reject nothing, once the observer has
- * named its apis; a response that is not an ApiVersions one (nothing to do). Those checks come
- * before anything changes; the rest (a new connection, a new software, a target that rejects it)
- * goes to the Python, which makes what the next request finds. */
+ * named its apis; a response that is not an ApiVersions one, or an ApiVersions one whose scan (the
+ * metrics made it) holds no error 35: nothing to do. Those checks come before anything changes;
+ * the rest (a new connection, a new software, a target that rejects it, an error 35) goes to the
+ * Python, which makes what the next request finds. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -38,8 +39,8 @@ static const char *const R_NAMES[R_COUNT] = {"software_name", "software_version"
                                              "first_seen", "last_seen", "dropped_pairs"};
 enum { W_REQUESTS, W_COUNT };
 static const char *const W_NAMES[W_COUNT] = {"requests"};
-enum { S_SPANS, S_SUMMARIES, S_COUNT };
-static const char *const S_NAMES[S_COUNT] = {"record_spans", "_summaries"};
+enum { S_SPANS, S_SUMMARIES, S_ERRORS, S_COUNT };
+static const char *const S_NAMES[S_COUNT] = {"record_spans", "_summaries", "error_codes"};
 
 /* A BatchSummary's magic, a RecordsSummary's batches: by position (kinspect/protocol/records.py). */
 enum { BATCH_MAGIC = 1, SUMMARY_BATCHES = 0 };
@@ -62,7 +63,7 @@ typedef struct {
 } NoterObject;
 
 static PyObject *str_unnamed, *str_records, *str_software, *str_rejecting, *str_wall_offset, *str_move_to_end,
-    *str_setdefault, *str_update, *str_api_key, *empty_tuple, *one;
+    *str_setdefault, *str_update, *str_api_key, *str_complete, *str_scanned, *empty_tuple, *one, *unsupported;
 
 /* The record magics of a complete Produce request (new reference): one settled records field of
  * one batch read here, anything else by the reference's _magics(e). */
@@ -308,7 +309,27 @@ static PyObject *noter_request(NoterObject *self, PyObject *e)
     return out;
 }
 
-/* Only an ApiVersions response can change the inventory (KIP-511's error 35): the rest returns here. */
+/* Whether a complete ApiVersions response's scan, already made, holds no error 35: 1; 0 when the
+ * reference must look (no scan yet, or the error is there); -1 with an error set. */
+static int without_unsupported(NoterObject *self, PyObject *e)
+{
+    PyObject *scan = PyObject_GetAttr(e, str_scanned);
+    if (scan == NULL)
+        return -1;
+    int rc = 0;
+    if (Py_TYPE(scan) == self->types[K_SCAN]) {
+        PyObject *codes = SLOT(scan, self->s[S_ERRORS]);
+        if (codes != NULL && PyDict_CheckExact(codes)) {
+            PyObject *count = PyDict_GetItemWithError(codes, unsupported); /* borrowed */
+            rc = count == NULL ? (PyErr_Occurred() ? -1 : 1) : PyObject_Not(count);
+        }
+    }
+    Py_DECREF(scan);
+    return rc;
+}
+
+/* Only an ApiVersions response can change the inventory (KIP-511's error 35): the rest returns here,
+ * and so does an ApiVersions response that is incomplete or whose scan holds no error 35. */
 static PyObject *noter_response(NoterObject *self, PyObject *e)
 {
     if (!ready(self))
@@ -321,6 +342,18 @@ static PyObject *noter_response(NoterObject *self, PyObject *e)
     if (api == -1 && PyErr_Occurred())
         return NULL;
     if (api != self->api_versions)
+        Py_RETURN_NONE;
+    PyObject *complete = PyObject_GetAttr(e, str_complete);
+    if (complete == NULL)
+        return NULL;
+    int whole = PyObject_IsTrue(complete);
+    Py_DECREF(complete);
+    if (whole < 0)
+        return NULL;
+    int nothing = whole ? without_unsupported(self, e) : 1;
+    if (nothing < 0)
+        return NULL;
+    if (nothing)
         Py_RETURN_NONE;
     return PyObject_CallOneArg(self->fallbacks[1], e);
 }
@@ -473,9 +506,11 @@ PyMODINIT_FUNC PyInit__inventory(void)
     if (intern(&str_unnamed, "_unnamed") || intern(&str_records, "_records") || intern(&str_software, "_software")
         || intern(&str_rejecting, "_rejecting") || intern(&str_wall_offset, "_wall_offset")
         || intern(&str_move_to_end, "move_to_end") || intern(&str_setdefault, "setdefault")
-        || intern(&str_update, "update") || intern(&str_api_key, "api_key"))
+        || intern(&str_update, "update") || intern(&str_api_key, "api_key") || intern(&str_complete, "complete")
+        || intern(&str_scanned, "_scanned"))
         return NULL;
-    if ((empty_tuple = PyTuple_New(0)) == NULL || (one = PyLong_FromLong(1)) == NULL)
+    if ((empty_tuple = PyTuple_New(0)) == NULL || (one = PyLong_FromLong(1)) == NULL
+        || (unsupported = PyLong_FromLong(35)) == NULL) /* UNSUPPORTED_VERSION */
         return NULL;
     if (PyType_Ready(&NoterType) < 0)
         return NULL;

@@ -28,6 +28,7 @@ from kinspect.upgrade.inventory import ConnectionRecord
 from kinspect.upgrade.targets import load_target
 from tests.support.native import bytes_grown, native_module
 from tests.support.relay_stubs import CONVERSATIONS, conversation
+from tests.upgrade.test_inventory import api_versions_error_35, api_versions_v3
 
 _inventory, _MISSING = native_module("kinspect.observers._inventory")
 
@@ -47,8 +48,8 @@ def codec() -> Codec:
 
 def _events(codec: Codec, plays: list, scan_requests: bool, backwards: bool = False) -> list:
     """Each (connection id, address, conversation) replayed on its own session; with scan_requests every
-    complete request is scanned first (the metrics observer does so in the proxy); requests later and later
-    (or, backwards, earlier and earlier: what a clock stepped back gives)."""
+    complete request and response is scanned first (the metrics observer does so in the proxy); requests
+    later and later (or, backwards, earlier and earlier: what a clock stepped back gives)."""
     events, clock = [], itertools.count(100_000, -1 if backwards else 1)
     for connection_id, address, (requests, responses) in plays:
         session = Session(codec, ConnectionInfo(connection_id, address, "b:1"))
@@ -56,7 +57,7 @@ def _events(codec: Codec, plays: list, scan_requests: bool, backwards: bool = Fa
             for event in step:
                 if type(event) is Request:
                     event.time = float(next(clock))  # each request later than the one before
-                if scan_requests and type(event) is Request and event.complete:
+                if scan_requests and type(event) in (Request, Response) and event.complete:
                     try:
                         event.scan()
                     except Exception:  # noqa: BLE001 (the inventory is told of the DecodeError itself)
@@ -158,15 +159,28 @@ def test_client_ids_and_pairs_past_their_caps_alike(codec, monkeypatch):
     assert outcomes[0] == outcomes[1]
 
 
-def test_a_response_other_than_api_versions_is_not_handed_to_python(codec):
+@pytest.mark.parametrize("scanned", [True, False])
+def test_only_api_versions_responses_not_known_to_be_free_of_error_35_are_handed_to_python(codec, scanned):
     seen = []
     observer = InventoryObserver(native=False)
     noter = _inventory.Noter(observer, CLASSES, (PRODUCE, API_VERSIONS, 16, 256),
                              (observer._request, seen.append), _magics)
-    responses = [e for e in _events(codec, _plays(len(CONVERSATIONS))[:6], True) if type(e) is Response]
+    responses = [e for e in _events(codec, _plays(len(CONVERSATIONS))[:6], scanned) if type(e) is Response]
     for event in responses:
         noter.response(event)
-    assert seen == [e for e in responses if e.api_key == API_VERSIONS] and seen
+    api_versions = [e for e in responses if e.api_key == API_VERSIONS]
+    assert api_versions and seen == ([] if scanned else api_versions)
+
+
+def test_error_35_answers_are_counted_alike(codec):
+    """KIP-511: a broker answers an ApiVersions version it lacks with error 35; the client asks again lower."""
+    requests = api_versions_v3(b"old-client", b"0.1", 1) + api_versions_v3(b"old-client", b"0.1", 2)
+    requests += _request(codec, 3, "old")
+    answers = api_versions_error_35(1) + api_versions_error_35(2)
+    plays = [(1, "10.0.0.1:1", (requests, answers)), (2, "10.0.0.2:2", (requests, answers))]
+    native, python = _both(codec, plays + _plays(len(CONVERSATIONS)))
+    assert 'kinspect_unsupported_version_responses_total{software="old-client"} 4.0' in native[1]
+    assert native == python
 
 
 def test_a_noter_needs_the_slots_it_reads():
