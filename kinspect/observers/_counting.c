@@ -13,7 +13,9 @@
  *   fallbacks: (observer._request, _response, _exchange), called for what is not counted here;
  *   helpers: (observer._decode_failure, _body_tagged_fields, _produced_records, _topic_bytes, _error_codes),
  *     called for the rarer facts, as the reference calls them (_produced_records only when count_produced
- *     leaves a Produce request's records to it: a compression without cells yet, summaries not made).
+ *     leaves a Produce request's records to it: a compression without cells yet, summaries not made;
+ *     _body_tagged_fields only with a body tagged field its plan does not know yet, count_tagged counting
+ *     the known ones: an ApiVersions response carries four).
  * counter.request(e), counter.response(e), counter.exchange(e): the handlers the dispatcher calls.
  *
  * Counted here: events of a (api key, version) whose plan exists (the first event of each goes to
@@ -43,9 +45,10 @@ static const char *const X_NAMES[X_COUNT] = {"request", "response", "latency"};
 enum { H_API_KEY, H_API_VERSION, H_VERSION, H_SIZE, H_COUNT };
 static const char *const H_NAMES[H_COUNT] = {"api_key", "api_version", "version", "size"};
 
-enum { L_API, L_COUNT_CELL, L_SIZE, L_HEADER, L_TAG_BYTES, L_KNOWN, L_SCAN, L_MEMO, L_LOOKUPS, L_HITS, L_COUNT };
+enum { L_API, L_COUNT_CELL, L_SIZE, L_HEADER, L_TAG_BYTES, L_KNOWN, L_SCAN, L_MEMO, L_LOOKUPS, L_HITS, L_TAGGED,
+       L_COUNT };
 static const char *const L_NAMES[L_COUNT] = {"api", "count", "size", "header", "tag_bytes", "known", "scan", "memo",
-                                             "lookups", "hits"};
+                                             "lookups", "hits", "tagged"};
 
 enum { S_TAG_BYTES, S_TAGGED, S_ERRORS, S_TOPICS, S_SPANS, S_SUMMARIES, S_COUNT };
 static const char *const S_NAMES[S_COUNT] = {"tag_section_bytes", "tagged_fields", "error_codes", "topics",
@@ -222,6 +225,62 @@ static PyObject *call_helper(CounterObject *self, int which, PyObject *a, PyObje
         Py_DECREF(r_);                                                                                                 \
     } while (0)
 
+/* MetricsObserver._body_tagged_fields(c, direction, fields): each (path, tag, name, size) field's count and
+ * bytes cells, when the plan knows them (c.tagged); a field it does not know yet goes to the reference alone
+ * (as a list of that one field), which makes its cells and may remember them. -1 on failure. */
+static int count_tagged(CounterObject *self, PyObject *c, PyObject *direction, PyObject *fields)
+{
+    PyObject *known = SLOT(c, self->l[L_TAGGED]);
+    if (known == NULL || !PyDict_CheckExact(known) || !PyList_CheckExact(fields)) {
+        PyObject *r = call_helper(self, K_TAGGED, c, direction, fields);
+        Py_XDECREF(r);
+        return r == NULL ? -1 : 0;
+    }
+    int rc = 0;
+    Py_INCREF(fields);
+    Py_INCREF(known);
+    for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(fields); i++) {
+        PyObject *field = PyList_GET_ITEM(fields, i), *cells = NULL;
+        if (PyTuple_CheckExact(field) && PyTuple_GET_SIZE(field) == 4) {
+            PyObject *key = PyTuple_GetSlice(field, 0, 3); /* (path, tag, name) */
+            if (key == NULL) {
+                rc = -1;
+                break;
+            }
+            cells = PyDict_GetItemWithError(known, key); /* borrowed */
+            Py_DECREF(key);
+            if (cells == NULL && PyErr_Occurred()) {
+                rc = -1;
+                break;
+            }
+        }
+        if (cells != NULL && PyTuple_Check(cells) && PyTuple_GET_SIZE(cells) >= 2) {
+            Py_INCREF(cells);
+            PyObject *size = PyTuple_GET_ITEM(field, 3);
+            int some = PyObject_IsTrue(size);
+            if (add_at(PyTuple_GET_ITEM(cells, 0), 0, one) < 0 || some < 0
+                || (some && add_at(PyTuple_GET_ITEM(cells, 1), 0, size) < 0))
+                rc = -1;
+            Py_DECREF(cells);
+        } else { /* not known yet (or not a field as the scan makes them): the reference's */
+            PyObject *one_field = PyList_New(1);
+            if (one_field == NULL) {
+                rc = -1;
+                break;
+            }
+            PyList_SET_ITEM(one_field, 0, Py_NewRef(field));
+            PyObject *r = call_helper(self, K_TAGGED, c, direction, one_field);
+            Py_DECREF(one_field);
+            if (r == NULL)
+                rc = -1;
+            Py_XDECREF(r);
+        }
+    }
+    Py_DECREF(known);
+    Py_DECREF(fields);
+    return rc;
+}
+
 /* What both directions count after their header: the body's scan and the facts it holds. scan: set to the
  * scan (new reference) or left NULL for none. Returns -1 on failure. */
 static int count_body(CounterObject *self, PyObject *c, PyObject *e, PyObject *direction, PyObject *frame,
@@ -247,8 +306,8 @@ static int count_body(CounterObject *self, PyObject *c, PyObject *e, PyObject *d
                 goto fail;
             Py_SETREF(*tag_bytes, sum);
             PyObject *fields = SLOT(scan, self->s[S_TAGGED]);
-            if (nonempty(fields))
-                HELPER(K_TAGGED, c, direction, fields);
+            if (nonempty(fields) && count_tagged(self, c, direction, fields) < 0)
+                goto fail;
         }
     }
     int any = PyObject_IsTrue(*tag_bytes);
