@@ -17,6 +17,8 @@
  *     _body_tagged_fields only with a body tagged field its plan does not know yet, count_tagged counting
  *     the known ones: an ApiVersions response carries four).
  * counter.request(e), counter.response(e), counter.exchange(e): the handlers the dispatcher calls.
+ * A body is scanned as the event's scan() would: directly by the codec's C scan when that scan's first
+ * branch applies (fast_scan), else by scan() itself.
  *
  * Counted here: events of a (api key, version) whose plan exists (the first event of each goes to
  * the reference, which makes the plan) and whose header tag section holds no field. Those checks
@@ -30,14 +32,14 @@
 
 enum { C_REQUEST, C_RESPONSE, C_EXCHANGE, C_HEADER, C_PLAN, C_SCAN, C_COUNT };
 
-enum { Q_HEADER, Q_API_NAME, Q_TAG_BYTES, Q_SIZE, Q_FRAME, Q_COMPLETE, Q_SCANNED, Q_COUNT };
+enum { Q_HEADER, Q_API_NAME, Q_TAG_BYTES, Q_SIZE, Q_FRAME, Q_COMPLETE, Q_SCANNED, Q_CODEC, Q_COUNT };
 static const char *const Q_NAMES[Q_COUNT] = {"header", "api_name", "header_tag_bytes", "size", "frame", "complete",
-                                             "_scanned"};
+                                             "_scanned", "codec"};
 
 enum { P_API_KEY, P_API_VERSION, P_HEADER_VERSION, P_HEADER_SIZE, P_TAG_BYTES, P_SIZE, P_FRAME, P_COMPLETE,
-       P_SCANNED, P_COUNT };
+       P_SCANNED, P_CODEC, P_COUNT };
 static const char *const P_NAMES[P_COUNT] = {"api_key", "api_version", "header_version", "header_size",
-                                             "header_tag_bytes", "size", "frame", "complete", "_scanned"};
+                                             "header_tag_bytes", "size", "frame", "complete", "_scanned", "codec"};
 
 enum { X_REQUEST, X_RESPONSE, X_LATENCY, X_COUNT };
 static const char *const X_NAMES[X_COUNT] = {"request", "response", "latency"};
@@ -79,8 +81,8 @@ typedef struct {
 } CounterObject;
 
 static PyObject *str_request, *str_response, *str_decode_error, *str_topic_bytes, *str_records, *str_scan,
-    *str_unknown;
-static PyObject *zero, *one, *four; /* the ints 0, 1 (a count) and 4 (a header v0's size) */
+    *str_unknown, *str_fast_scans, *str_integer_facts;
+static PyObject *zero, *one, *four, *five; /* the ints 0, 1 (a count), 4 and 5 (where a v0 / v1 header ends) */
 
 /* cell[i] += value, with Python's arithmetic (ints stay ints, a float sum a float). */
 static int add_at(PyObject *cell, Py_ssize_t i, PyObject *value)
@@ -137,10 +139,78 @@ static int bump_slot(CounterObject *self, PyObject *c, int which)
     return 0;
 }
 
+static inline long long_of(PyObject *v) { return v != NULL && PyLong_Check(v) ? PyLong_AsLong(v) : -1; }
+
+/* The first branch of Request.scan / Response.scan (kinspect/session/events.py): a small whole frame the
+ * codec already scanned in C once goes straight to that C scan (Codec.fast_scans), the scan kept on the
+ * event. New reference; NULL without an error set when that branch does not apply or its scan failed (the
+ * event's scan() then scans, and says why a body is malformed); NULL with an error set for what an
+ * `except Exception` would not catch. */
+static PyObject *fast_scan(CounterObject *self, PyObject *e)
+{
+    int request = Py_IS_TYPE(e, self->classes[C_REQUEST]);
+    if (!request && !Py_IS_TYPE(e, self->classes[C_RESPONSE]))
+        return NULL;
+    Py_ssize_t scanned_off = request ? self->q[Q_SCANNED] : self->p[P_SCANNED];
+    PyObject *frame = SLOT(e, request ? self->q[Q_FRAME] : self->p[P_FRAME]);
+    PyObject *codec = SLOT(e, request ? self->q[Q_CODEC] : self->p[P_CODEC]);
+    if (SLOT(e, scanned_off) != Py_None || SLOT(e, request ? self->q[Q_COMPLETE] : self->p[P_COMPLETE]) != Py_True
+        || frame == NULL || !PyBytes_CheckExact(frame) || codec == NULL)
+        return NULL;
+    PyObject *api_key, *version, *pos;
+    if (request) {
+        PyObject *header = SLOT(e, self->q[Q_HEADER]);
+        if (header == NULL || !Py_IS_TYPE(header, self->classes[C_HEADER]))
+            return NULL;
+        api_key = SLOT(header, self->h[H_API_KEY]), version = SLOT(header, self->h[H_API_VERSION]);
+        pos = SLOT(header, self->h[H_SIZE]);
+    } else { /* Response._header_end: v0 ends after the correlation id, v1 whose tag section is empty after it */
+        api_key = SLOT(e, self->p[P_API_KEY]), version = SLOT(e, self->p[P_API_VERSION]);
+        long hv = long_of(SLOT(e, self->p[P_HEADER_VERSION])), size = long_of(SLOT(e, self->p[P_SIZE]));
+        if (hv == 0 && size >= 4)
+            pos = four;
+        else if (long_of(SLOT(e, self->p[P_HEADER_SIZE])) == 5 && size > 4 && PyBytes_GET_SIZE(frame) > 4
+                 && PyBytes_AS_STRING(frame)[4] == 0)
+            pos = five;
+        else
+            return NULL;
+    }
+    if (api_key == NULL || version == NULL || pos == NULL)
+        return NULL;
+    PyObject *key = PyTuple_Pack(3, api_key, version, request ? Py_True : Py_False);
+    PyObject *scans = key == NULL ? NULL : PyObject_GetAttr(codec, str_fast_scans);
+    PyObject *entry = scans == NULL || !PyDict_CheckExact(scans) ? NULL : PyDict_GetItemWithError(scans, key);
+    Py_XINCREF(entry);
+    Py_XDECREF(scans);
+    Py_XDECREF(key);
+    PyObject *out = NULL;
+    if (entry != NULL && PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) == 3) {
+        PyObject *integers = PyObject_GetAttr(codec, str_integer_facts);
+        int counting = integers == NULL ? -1 : PyObject_IsTrue(integers);
+        Py_XDECREF(integers);
+        if (counting >= 0) {
+            PyObject *args[5] = {frame, pos, counting ? PyTuple_GET_ITEM(entry, 1) : Py_None, PyTuple_GET_ITEM(entry, 2),
+                                 request ? Py_True : Py_False};
+            Py_INCREF(frame);
+            out = PyObject_Vectorcall(PyTuple_GET_ITEM(entry, 0), args, 5, NULL);
+            Py_DECREF(frame);
+            if (out != NULL)
+                set_slot(e, scanned_off, Py_NewRef(out));
+        }
+    }
+    Py_XDECREF(entry);
+    if (out == NULL && PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_Exception))
+        PyErr_Clear(); /* a failure: the event's own scan() says what it is */
+    return out;
+}
+
 /* The event's scan(): new reference, Py_None for a malformed body (DecodeError), NULL on another error. */
 static PyObject *scan_of(CounterObject *self, PyObject *e)
 {
-    PyObject *scan = PyObject_CallMethodNoArgs(e, str_scan);
+    PyObject *scan = fast_scan(self, e);
+    if (scan != NULL || PyErr_Occurred())
+        return scan;
+    scan = PyObject_CallMethodNoArgs(e, str_scan);
     if (scan == NULL && PyErr_ExceptionMatches(self->decode_error)) {
         PyErr_Clear();
         Py_RETURN_NONE;
@@ -324,8 +394,6 @@ static PyObject *fallback(CounterObject *self, int which, PyObject *e)
 {
     return PyObject_CallOneArg(self->fallback[which], e);
 }
-
-static inline long long_of(PyObject *v) { return v != NULL && PyLong_Check(v) ? PyLong_AsLong(v) : -1; }
 
 /* Whether the plan would look its body up in its memo, which keys bytes: other frames go to the reference. A
  * frame in pieces (a large Produce or Fetch) has a body too large for the memo, and is scanned where it lies. */
@@ -739,12 +807,14 @@ PyMODINIT_FUNC PyInit__counting(void)
         return NULL;
     if (intern(&str_request, "request") || intern(&str_response, "response")
         || intern(&str_decode_error, "decode_error") || intern(&str_topic_bytes, "topic_bytes")
-        || intern(&str_records, "records") || intern(&str_scan, "scan") || intern(&str_unknown, "unknown"))
+        || intern(&str_records, "records") || intern(&str_scan, "scan") || intern(&str_unknown, "unknown")
+        || intern(&str_fast_scans, "fast_scans") || intern(&str_integer_facts, "integer_facts"))
         return NULL;
     zero = PyLong_FromLong(0);
     one = PyLong_FromLong(1);
     four = PyLong_FromLong(4);
-    if (zero == NULL || one == NULL || four == NULL)
+    five = PyLong_FromLong(5);
+    if (zero == NULL || one == NULL || four == NULL || five == NULL)
         return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL)

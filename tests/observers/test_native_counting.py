@@ -6,10 +6,13 @@ both against the prometheus_client reference, on recorded and made-up traffic.
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from kinspect.observers.metrics import MetricsObserver
 from kinspect.protocol.codec import Codec
+from kinspect.protocol.errors import DecodeError
 from kinspect.session import ConnectionInfo, Session
 from tests.observers.test_metrics_equivalence import metadata_response, recorded
 from tests.support.native import bytes_grown, native_module
@@ -74,3 +77,52 @@ def test_many_events_leave_no_garbage(codec: Codec):
     grown = bytes_grown(rounds)
     assert grown < 64 * 1024, grown
     assert observer.registry.get_sample_value("kinspect_requests_total", {"api": "Metadata", "version": "12"}) == 12000
+
+
+def _scan_outcomes(codec: Codec, conversations, count_first: bool, mutate) -> list:
+    """Each event's scan (its facts, or the DecodeError's text), the C counting asked first or not."""
+    observer = MetricsObserver(codec=codec)
+    outcomes = []
+    for n, steps in enumerate(conversations):
+        session = Session(codec, ConnectionInfo(n, f"client-{n}", "broker"))
+        for client, broker in steps:
+            events = session.client_data(mutate(client), 0.0).events + session.broker_data(mutate(broker), 0.001).events
+            for e in events:
+                if count_first:
+                    observer.on_event(e)  # the counting scans what it counts (directly in C when it can)
+                if type(e).__name__ in ("Request", "Response") and e.complete:
+                    try:
+                        scan = e.scan()
+                        outcomes.append((scan.to_dict(), scan.int_slots, scan.topic_partitions))
+                    except DecodeError as exc:
+                        outcomes.append(("DecodeError", str(exc)))
+    return outcomes
+
+
+@pytest.mark.parametrize("integers", [False, True])
+@pytest.mark.parametrize("flip", [0, 40])
+def test_the_scans_the_counting_makes_are_the_events_own(integers, flip):
+    """The counting calls the codec's C scan directly (as Request.scan and Response.scan do); the events' scans,
+    good bodies and bodies with one byte in `flip` changed, are those the events make themselves."""
+    def mutator():
+        rng = random.Random(flip)  # the same changes for both runs
+
+        def mutate(data: bytes) -> bytes:
+            if not flip:
+                return data
+            data = bytearray(data)
+            for _ in range(len(data) // flip):
+                data[rng.randrange(len(data))] = rng.randrange(256)
+            return bytes(data)
+        return mutate
+
+    outcomes = []
+    for count_first in (True, False):
+        codec = Codec()
+        codec.integer_facts = integers
+        _scan_outcomes(codec, recorded(), False, lambda d: d)  # the codec's C scans made once, as in a proxy
+        outcomes.append(_scan_outcomes(codec, recorded(), count_first, mutator()))
+    assert len(outcomes[0]) > (100 if flip else 400)
+    if flip:
+        assert sum(o[0] == "DecodeError" for o in outcomes[0]) > 10
+    assert outcomes[0] == outcomes[1]
