@@ -59,12 +59,6 @@ static int add_to_slot(PyObject *obj, Py_ssize_t off, Py_ssize_t n)
     return 0;
 }
 
-/* Whether an exact int slot is at least `bound` (another int); -1 with an error set. */
-static int at_least(PyObject *value, PyObject *bound)
-{
-    return PyObject_RichCompareBool(value, bound, Py_GE);
-}
-
 /* The read done here: 1; 0 when it is not the common case (nothing done: the Python method does it
  * all); -1 with an error set (what the Python raises at the same step). */
 static int forward_read(PyObject *relay, int client, PyObject *data)
@@ -80,9 +74,11 @@ static int forward_read(PyObject *relay, int client, PyObject *data)
         || (!client && transforms != Py_False))
         return 0;
     PyObject *reads = SLOT(queue, q[Q_READS]);
-    if (reads == NULL || !PyList_CheckExact(reads) || SLOT(queue, q[Q_BYTES]) == NULL
-        || SLOT(queue, q[Q_MAX_READS]) == NULL || SLOT(queue, q[Q_MAX_BYTES]) == NULL)
-        return 0;
+    PyObject *held = SLOT(queue, q[Q_BYTES]), *max_reads = SLOT(queue, q[Q_MAX_READS]);
+    PyObject *max_bytes = SLOT(queue, q[Q_MAX_BYTES]);
+    if (reads == NULL || !PyList_CheckExact(reads) || held == NULL || !PyLong_CheckExact(held) || max_reads == NULL
+        || !PyLong_CheckExact(max_reads) || max_bytes == NULL || !PyLong_CheckExact(max_bytes))
+        return 0; /* bounds that are not plain ints: the Python compares them */
 
     /* The common case: from here on, the Python's steps in its order. What a call below may change
      * (a transport's callbacks, the clock) cannot free what this read holds. */
@@ -130,17 +126,18 @@ static int forward_read(PyObject *relay, int client, PyObject *data)
     Py_DECREF(reads);
     if (appended < 0 || add_to_slot(queue, q[Q_BYTES], n) < 0)
         goto done;
-    PyObject *max_reads = SLOT(queue, q[Q_MAX_READS]), *max_bytes = SLOT(queue, q[Q_MAX_BYTES]);
-    PyObject *count = PyLong_FromSsize_t(queued);
-    int full = count == NULL || max_reads == NULL ? -1 : at_least(count, max_reads);
-    Py_XDECREF(count);
-    if (full == 0)
-        full = max_bytes == NULL ? -1 : at_least(SLOT(queue, q[Q_BYTES]), max_bytes);
-    if (full < 0) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_AttributeError, "_forward: the queue lost its bounds");
+    /* The bounds, read again (the clock is any callable): plain ints, compared as C integers. */
+    held = SLOT(queue, q[Q_BYTES]), max_reads = SLOT(queue, q[Q_MAX_READS]), max_bytes = SLOT(queue, q[Q_MAX_BYTES]);
+    if (held == NULL || max_reads == NULL || max_bytes == NULL || !PyLong_CheckExact(max_reads)
+        || !PyLong_CheckExact(max_bytes)) {
+        PyErr_SetString(PyExc_TypeError, "_forward: the queue's bounds are not ints");
         goto done;
     }
+    Py_ssize_t most_reads = PyLong_AsSsize_t(max_reads), most_bytes = PyLong_AsSsize_t(max_bytes);
+    Py_ssize_t queued_bytes = PyLong_AsSsize_t(held);
+    if (PyErr_Occurred())
+        goto done;
+    int full = queued >= most_reads || queued_bytes >= most_bytes;
     PyObject *res = NULL;
     if (full)
         res = call(queue, str_flush, NULL);

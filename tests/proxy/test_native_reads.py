@@ -258,7 +258,7 @@ def test_a_stand_in_relay_is_called_for_its_reads():
         reader(data=b"a")
 
 
-async def test_the_sides_read_in_c_unless_told_not_to(monkeypatch):
+async def test_the_sides_read_in_c_unless_told_not_to():
     h = _Harness(True)
     relay = h.relay()
     assert type(relay.client.data_received) is _forward.Reader and relay.client.data_received.from_client
@@ -292,3 +292,18 @@ async def test_many_reads_leave_no_garbage():
 
     grown = bytes_grown(rounds, 20)
     assert grown < 64 * 1024, grown
+
+
+async def test_a_batch_is_inspected_when_its_bytes_reach_the_bound_exactly():
+    frames = stream_frames(longest()[0])
+
+    def run(h: _Harness) -> None:
+        relay = h.relay()
+        h.queue.max_reads, h.queue.max_bytes = 1000, len(frames[0]) + len(frames[1])
+        relay.client.data_received(frames[0])
+        assert h.batches == []
+        relay.client.data_received(frames[1])  # exactly max_bytes queued: inspected at once
+        assert [len(b) for b in h.batches] == [2] and len(h.queue) == 0
+
+    native, python = _both(run)
+    assert native == python
