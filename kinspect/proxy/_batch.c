@@ -5,7 +5,7 @@
  * response, warm, on top of the session's reads and the observers' handlers; here it is a loop with
  * one call per handler.
  *
- * configure(Relay, Dispatcher, Request, FramePieces): the classes, once (inspection_queue's _native).
+ * configure(Relay, Dispatcher, Request, FramePieces, Session): the classes, once (relay.native_inspect_reads).
  * inspect_reads(reads): reads is the queue's list of (relay, from_client, data, time read). For a
  *   Relay (the class itself) the read is inspected here, step for step as Relay.inspect and
  *   Dispatcher.dispatch do it: the direction's framed flag, the session's client_data/broker_data
@@ -24,8 +24,11 @@
 enum { R_SESSION, R_DISPATCHER, R_FAILURES, R_COUNT };
 static const char *const R_NAMES[R_COUNT] = {"session", "dispatcher", "_failures"};
 static Py_ssize_t r[R_COUNT];
+enum { F_CLIENT_FRAMED, F_BROKER_FRAMED, F_FAILURES, F_COUNT };
+static const char *const F_NAMES[F_COUNT] = {"client_framed", "broker_framed", "failures"};
+static Py_ssize_t f[F_COUNT]; /* a Session's slots */
 
-static PyTypeObject *relay_type, *dispatcher_type, *request_type, *pieces_type;
+static PyTypeObject *relay_type, *dispatcher_type, *request_type, *pieces_type, *session_type;
 static PyObject *str_client_framed, *str_broker_framed, *str_client_data, *str_broker_data, *str_events,
     *str_failures, *str_routes, *str_routed, *str_observers, *str_frame, *str_inspect, *str_dispatch, *str_release,
     *str_session_failed, *str_count_failures, *str_failed, *str_client, *str_broker;
@@ -158,9 +161,15 @@ static int inspect_one(PyObject *relay, int client, PyObject *data, PyObject *no
     Py_INCREF(dispatcher);
     int rc = 0;
     PyObject *events = NULL;
-    PyObject *flag = PyObject_GetAttr(session, client ? str_client_framed : str_broker_framed);
-    int framed = flag == NULL ? -1 : PyObject_IsTrue(flag);
-    Py_XDECREF(flag);
+    int slotted = PyObject_TypeCheck(session, session_type), framed;
+    PyObject *flag = slotted ? SLOT(session, f[client ? F_CLIENT_FRAMED : F_BROKER_FRAMED]) : NULL;
+    if (flag == Py_True || flag == Py_False) /* a Session's slot: loaded, not looked up */
+        framed = flag == Py_True;
+    else {
+        flag = PyObject_GetAttr(session, client ? str_client_framed : str_broker_framed);
+        framed = flag == NULL ? -1 : PyObject_IsTrue(flag);
+        Py_XDECREF(flag);
+    }
     if (framed > 0)
         events = session_events(session, client, data, now);
     if (framed < 0 || (framed > 0 && events == NULL)) { /* the session failed (Relay.inspect's except) */
@@ -169,9 +178,13 @@ static int inspect_one(PyObject *relay, int client, PyObject *data, PyObject *no
     }
     if (framed == 0) /* framing was lost since the read was queued */
         goto done;
-    PyObject *failures = PyObject_GetAttr(session, str_failures);
+    PyObject *failures = slotted ? Py_XNewRef(SLOT(session, f[F_FAILURES])) : NULL;
+    if (failures == NULL)
+        failures = PyObject_GetAttr(session, str_failures);
     PyObject *counted = SLOT(relay, r[R_FAILURES]);
-    int more = failures == NULL || counted == NULL ? -1 : PyObject_RichCompareBool(failures, counted, Py_NE);
+    int more = failures == NULL || counted == NULL ? -1
+               : failures == counted                 ? 0 /* the same int: no new failure */
+                                                     : PyObject_RichCompareBool(failures, counted, Py_NE);
     Py_XDECREF(failures);
     if (more < 0) {
         if (counted == NULL && !PyErr_Occurred())
@@ -235,14 +248,14 @@ static PyObject *inspect_reads(PyObject *module, PyObject *reads)
 
 static PyObject *configure(PyObject *module, PyObject *args)
 {
-    PyTypeObject *types[4];
-    if (!PyArg_ParseTuple(args, "O!O!O!O!:configure", &PyType_Type, &types[0], &PyType_Type, &types[1],
-                          &PyType_Type, &types[2], &PyType_Type, &types[3]))
+    PyTypeObject *types[5];
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!:configure", &PyType_Type, &types[0], &PyType_Type, &types[1],
+                          &PyType_Type, &types[2], &PyType_Type, &types[3], &PyType_Type, &types[4]))
         return NULL;
-    if (find_offsets(types[0], R_NAMES, R_COUNT, r) < 0)
+    if (find_offsets(types[0], R_NAMES, R_COUNT, r) < 0 || find_offsets(types[4], F_NAMES, F_COUNT, f) < 0)
         return NULL;
-    PyTypeObject **slots[4] = {&relay_type, &dispatcher_type, &request_type, &pieces_type};
-    for (int i = 0; i < 4; i++) {
+    PyTypeObject **slots[5] = {&relay_type, &dispatcher_type, &request_type, &pieces_type, &session_type};
+    for (int i = 0; i < 5; i++) {
         Py_INCREF(types[i]);
         Py_XSETREF(*slots[i], types[i]);
     }
@@ -251,7 +264,7 @@ static PyObject *configure(PyObject *module, PyObject *args)
 
 static PyMethodDef module_methods[] = {
     {"configure", configure, METH_VARARGS,
-     "configure(Relay, Dispatcher, Request, FramePieces): the classes, once."},
+     "configure(Relay, Dispatcher, Request, FramePieces, Session): the classes, once."},
     {"inspect_reads", inspect_reads, METH_O,
      "inspect_reads(reads): each (relay, from_client, data, time) inspected as Relay.inspect does it."},
     {NULL}};

@@ -5,7 +5,7 @@
  * write alone (docs/performance.md); live, between the kernel's sends and the inspection batches,
  * the caches are cold and it costs more.
  *
- * configure(Relay, _Side, InspectionQueue, pass_min_bytes): the classes (their slots' offsets), once.
+ * configure(Relay, _Side, InspectionQueue, Session, pass_min_bytes): the classes (their slots' offsets), once.
  * Reader(relay, from_client): the callable a _Side hands its reads to (its data_received). A read is
  *   done here when it is the common case: bytes under pass_min_bytes, a Relay (the class itself) whose
  *   broker connection is up, reads queued for a batch in an InspectionQueue, and for broker reads no
@@ -31,9 +31,11 @@ enum { S_TRANSPORT, S_FD, S_COUNT };
 static const char *const S_NAMES[S_COUNT] = {"transport", "fd"};
 enum { Q_READS, Q_BYTES, Q_HANDLE, Q_MAX_READS, Q_MAX_BYTES, Q_COUNT };
 static const char *const Q_NAMES[Q_COUNT] = {"_reads", "_bytes", "_handle", "max_reads", "max_bytes"};
-static Py_ssize_t r[R_COUNT], s[S_COUNT], q[Q_COUNT];
+enum { F_CLIENT_FRAMED, F_BROKER_FRAMED, F_COUNT };
+static const char *const F_NAMES[F_COUNT] = {"client_framed", "broker_framed"};
+static Py_ssize_t r[R_COUNT], s[S_COUNT], q[Q_COUNT], f[F_COUNT];
 
-static PyTypeObject *relay_type, *side_type, *queue_type;
+static PyTypeObject *relay_type, *side_type, *queue_type, *session_type;
 static Py_ssize_t pass_min_bytes;
 static PyObject *str_client_read, *str_broker_read, *str_client_framed, *str_broker_framed, *str_is_closing,
     *str_write, *str_flush, *str_start_timer, *str_get_write_buffer_size;
@@ -133,9 +135,16 @@ static int forward_read(PyObject *relay, int client, PyObject *data)
         if (!is && write_to(peer, transport, data) < 0)
             goto done;
     }
-    PyObject *flag = PyObject_GetAttr(session, client ? str_client_framed : str_broker_framed);
-    int framed = flag == NULL ? -1 : PyObject_IsTrue(flag);
-    Py_XDECREF(flag);
+    int framed;
+    PyObject *flag = PyObject_TypeCheck(session, session_type) ? SLOT(session, f[client ? F_CLIENT_FRAMED : F_BROKER_FRAMED])
+                                                               : NULL;
+    if (flag == Py_True || flag == Py_False) /* a Session's slot: loaded, not looked up */
+        framed = flag == Py_True;
+    else {
+        flag = PyObject_GetAttr(session, client ? str_client_framed : str_broker_framed);
+        framed = flag == NULL ? -1 : PyObject_IsTrue(flag);
+        Py_XDECREF(flag);
+    }
     if (framed <= 0) {
         rc = framed < 0 ? -1 : 1;
         goto done;
@@ -289,16 +298,16 @@ static PyTypeObject ReaderType = {
 
 static PyObject *configure(PyObject *module, PyObject *args)
 {
-    PyTypeObject *types[3];
+    PyTypeObject *types[4];
     Py_ssize_t pass_min;
-    if (!PyArg_ParseTuple(args, "O!O!O!n:configure", &PyType_Type, &types[0], &PyType_Type, &types[1],
-                          &PyType_Type, &types[2], &pass_min))
+    if (!PyArg_ParseTuple(args, "O!O!O!O!n:configure", &PyType_Type, &types[0], &PyType_Type, &types[1],
+                          &PyType_Type, &types[2], &PyType_Type, &types[3], &pass_min))
         return NULL;
     if (find_offsets(types[0], R_NAMES, R_COUNT, r) < 0 || find_offsets(types[1], S_NAMES, S_COUNT, s) < 0
-        || find_offsets(types[2], Q_NAMES, Q_COUNT, q) < 0)
+        || find_offsets(types[2], Q_NAMES, Q_COUNT, q) < 0 || find_offsets(types[3], F_NAMES, F_COUNT, f) < 0)
         return NULL;
-    PyTypeObject **slots[3] = {&relay_type, &side_type, &queue_type};
-    for (int i = 0; i < 3; i++) {
+    PyTypeObject **slots[4] = {&relay_type, &side_type, &queue_type, &session_type};
+    for (int i = 0; i < 4; i++) {
         Py_INCREF(types[i]);
         Py_XSETREF(*slots[i], types[i]);
     }
@@ -308,7 +317,7 @@ static PyObject *configure(PyObject *module, PyObject *args)
 
 static PyMethodDef module_methods[] = {
     {"configure", configure, METH_VARARGS,
-     "configure(Relay, _Side, InspectionQueue, pass_min_bytes): the classes, once."},
+     "configure(Relay, _Side, InspectionQueue, Session, pass_min_bytes): the classes, once."},
     {NULL}};
 
 static struct PyModuleDef module_def = {

@@ -324,7 +324,7 @@ def native_inspect_reads():
         batch = optional_extension("kinspect.proxy._batch")
         if batch is not None:
             try:
-                batch.configure(Relay, Dispatcher, Request, FramePieces)
+                batch.configure(Relay, Dispatcher, Request, FramePieces, Session)
                 inspect_reads = batch.inspect_reads
             except TypeError:  # a Relay without the slots it reads: the Python loop inspects
                 inspect_reads = None
@@ -339,7 +339,7 @@ def native_reader(relay: Relay, from_client: bool):
         module = optional_extension("kinspect.proxy._forward")
         if module is not None:
             try:
-                module.configure(Relay, _Side, InspectionQueue, PASS_MIN_BYTES)
+                module.configure(Relay, _Side, InspectionQueue, Session, PASS_MIN_BYTES)
             except TypeError:  # a class without the slots it reads: the Python reads
                 module = None
         _FORWARD.append(module)

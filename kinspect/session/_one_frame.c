@@ -60,7 +60,7 @@ typedef struct {
 
 /* The classes read and made here, and their slots' offsets. */
 enum { C_REQUEST, C_RESPONSE, C_EXCHANGE, C_PENDING, C_HEADER, C_OUTPUT, C_STREAM, C_HEADERS, C_CONNECTION,
-       C_PIECES, C_COUNT };
+       C_PIECES, C_SESSION, C_COUNT };
 
 enum { Q_CONNECTION, Q_TIME, Q_OFFSET, Q_HEADER, Q_API_NAME, Q_KNOWN, Q_TAG_BYTES, Q_TAGS, Q_SIZE, Q_FRAME,
        Q_COMPLETE, Q_CODEC, Q_EXPECTS, Q_DECODED, Q_SCANNED, Q_COUNT };
@@ -98,6 +98,13 @@ static const char *const R_NAMES[R_COUNT] = {"_v1", "_v2"};
 
 enum { N_CLIENT_ID, N_SOFTWARE, N_SOFTWARE_VERSION, N_COUNT };
 static const char *const N_NAMES[N_COUNT] = {"client_id", "client_software_name", "client_software_version"};
+
+/* The session's flags each read checks (direction_open), slots of Session: read at their offsets. */
+enum { F_CLIENT_SEEN, F_CLIENT_FRAMED, F_CLIENT_INSPECTED, F_RAW_CLIENT, F_BROKER_FRAMED, F_BROKER_INSPECTED,
+       F_RAW_BROKER, F_COUNT };
+static const char *const F_NAMES[F_COUNT] = {"_client_seen", "client_framed", "client_inspected", "_raw_client",
+                                             "broker_framed", "broker_inspected", "_raw_broker"};
+static Py_ssize_t f[F_COUNT];
 
 static PyTypeObject *classes[C_COUNT];
 static Py_ssize_t q[Q_COUNT], p[P_COUNT], x[X_COUNT], t[T_COUNT], h[H_COUNT], s[S_COUNT], r[R_COUNT], n[N_COUNT];
@@ -190,28 +197,32 @@ static Entry *entry_of(ReadsObject *self, long api_key, long version)
     return e->state == 1 ? e : NULL;
 }
 
-/* Whether the attribute is True (a bool attribute of the session). */
-static inline int is_true(PyObject *obj, PyObject *name)
+/* A flag of the session (borrowed; NULL, no error set, when unset or not found): at its slot for a Session,
+ * else by name (a stand-in). */
+static inline PyObject *flag(PyObject *session, int which, PyObject *name)
 {
-    PyObject *v = PyObject_GetAttr(obj, name);
+    if (PyObject_TypeCheck(session, classes[C_SESSION]))
+        return SLOT(session, f[which]);
+    PyObject *v = PyObject_GetAttr(session, name);
     if (v == NULL) {
         PyErr_Clear();
-        return 0;
+        return NULL;
     }
-    Py_DECREF(v);
-    return v == Py_True;
+    Py_DECREF(v); /* the session holds it */
+    return v;
 }
 
-static inline int is_zero(PyObject *obj, PyObject *name)
+/* Whether the flag is True (a bool attribute of the session). */
+static inline int is_true(PyObject *session, int which, PyObject *name)
 {
-    PyObject *v = PyObject_GetAttr(obj, name);
-    if (v == NULL) {
-        PyErr_Clear();
-        return 0;
-    }
-    int zero = PyLong_CheckExact(v) && PyLong_AsLong(v) == 0;
-    Py_DECREF(v);
-    return zero;
+    return flag(session, which, name) == Py_True;
+}
+
+/* Whether the flag is the int 0. */
+static inline int is_zero(PyObject *session, int which, PyObject *name)
+{
+    PyObject *v = flag(session, which, name);
+    return v != NULL && PyLong_CheckExact(v) && PyLong_AsLong(v) == 0;
 }
 
 /* Whether a stream holds nothing: no frame under way, no bytes buffered, not failed. */
@@ -242,11 +253,11 @@ static int direction_open(ReadsObject *self, int client)
 {
     PyObject *session = self->session;
     if (client)
-        return stream_idle(self->requests) && is_true(session, str_client_seen) && is_true(session, str_client_framed)
-               && is_true(session, str_client_inspected) && is_zero(session, str_raw_client);
+        return stream_idle(self->requests) && is_true(session, F_CLIENT_SEEN, str_client_seen) && is_true(session, F_CLIENT_FRAMED, str_client_framed)
+               && is_true(session, F_CLIENT_INSPECTED, str_client_inspected) && is_zero(session, F_RAW_CLIENT, str_raw_client);
     return stream_idle(self->responses) && SLOT(self->responses, s[S_FORWARDING]) == Py_False
-           && is_true(session, str_broker_framed) && is_true(session, str_broker_inspected)
-           && is_zero(session, str_raw_broker);
+           && is_true(session, F_BROKER_FRAMED, str_broker_framed) && is_true(session, F_BROKER_INSPECTED, str_broker_inspected)
+           && is_zero(session, F_RAW_BROKER, str_raw_broker);
 }
 
 /* The size of the frame whose size prefix is at data[pos] (buf: where that prefix is), if the frame is
@@ -568,10 +579,10 @@ static int gathering(ReadsObject *self, int client)
            && PyLong_CheckExact(mode) && PyLong_AsLong(mode) == KEEP_PIECES && size != NULL && PyLong_CheckExact(size)
            && PyLong_AsSsize_t(size) >= 0 && skip != NULL && PyLong_CheckExact(skip) && PyLong_AsLong(skip) == 0
            && have != NULL && PyLong_CheckExact(have)
-           && (client ? is_true(session, str_client_seen) && is_true(session, str_client_framed)
-                            && is_true(session, str_client_inspected) && is_zero(session, str_raw_client)
-                      : SLOT(stream, s[S_FORWARDING]) == Py_False && is_true(session, str_broker_framed)
-                            && is_true(session, str_broker_inspected) && is_zero(session, str_raw_broker));
+           && (client ? is_true(session, F_CLIENT_SEEN, str_client_seen) && is_true(session, F_CLIENT_FRAMED, str_client_framed)
+                            && is_true(session, F_CLIENT_INSPECTED, str_client_inspected) && is_zero(session, F_RAW_CLIENT, str_raw_client)
+                      : SLOT(stream, s[S_FORWARDING]) == Py_False && is_true(session, F_BROKER_FRAMED, str_broker_framed)
+                            && is_true(session, F_BROKER_INSPECTED, str_broker_inspected) && is_zero(session, F_RAW_BROKER, str_raw_broker));
 }
 
 /* A response's request paired (Session._plan_response): out of the in-flight table and, if it is the oldest of
@@ -1128,7 +1139,8 @@ static PyObject *configure(PyObject *module, PyObject *args)
         || find_offsets(got[C_EXCHANGE], X_NAMES, X_COUNT, x) < 0 || find_offsets(got[C_PENDING], T_NAMES, T_COUNT, t) < 0
         || find_offsets(got[C_HEADER], H_NAMES, H_COUNT, h) < 0 || find_offsets(got[C_STREAM], S_NAMES, S_COUNT, s) < 0
         || find_offsets(got[C_HEADERS], R_NAMES, R_COUNT, r) < 0
-        || find_offsets(got[C_CONNECTION], N_NAMES, N_COUNT, n) < 0)
+        || find_offsets(got[C_CONNECTION], N_NAMES, N_COUNT, n) < 0
+        || find_offsets(got[C_SESSION], F_NAMES, F_COUNT, f) < 0)
         return NULL;
     for (int i = 0; i < C_COUNT; i++) {
         Py_INCREF(got[i]);
@@ -1142,7 +1154,7 @@ static PyObject *configure(PyObject *module, PyObject *args)
 static PyMethodDef module_methods[] = {
     {"configure", configure, METH_VARARGS,
      "configure((Request, Response, Exchange, _Pending, RequestHeader, Output, FrameStream, RequestHeaders, "
-     "ConnectionInfo, FramePieces), software_of): the classes read and made, once."},
+     "ConnectionInfo, FramePieces, Session), software_of): the classes read and made, once."},
     {NULL}};
 
 static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "kinspect.session._one_frame",

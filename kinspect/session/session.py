@@ -127,7 +127,7 @@ def _one_frame_module():
         if module is not None:
             try:
                 module.configure((Request, Response, Exchange, _Pending, RequestHeader, Output, FrameStream,
-                                  RequestHeaders, ConnectionInfo, FramePieces), software_of)
+                                  RequestHeaders, ConnectionInfo, FramePieces, Session), software_of)
             except TypeError:  # a class without the slots it reads: Python reads everything
                 module = None
         _ONE_FRAME.append(module)
@@ -136,6 +136,12 @@ def _one_frame_module():
 
 class Session:
     """Frames, pairs, transforms and reports one client<->broker connection."""
+
+    # The flags every read checks are slots, which the C reads (kinspect/session/_one_frame.c, and the proxy's
+    # kinspect/proxy/_forward.c and _batch.c) load at their offsets instead of looking them up by name; the
+    # rest lives in the instance dict as before (client_data and broker_data are set per session).
+    __slots__ = ("client_framed", "broker_framed", "client_inspected", "broker_inspected", "failures",
+                 "_client_seen", "_raw_client", "_raw_broker", "__dict__", "__weakref__")
 
     def __init__(self, codec: Codec, connection: ConnectionInfo, config: SessionConfig | None = None,
                  plan: Plan | None = None, native: bool = True) -> None:

@@ -87,10 +87,14 @@ def pair(codec: Codec, config: SessionConfig | None = None, plan=None) -> tuple[
     return native, reference
 
 
-def run_both(native: Session, reference: Session, reads: list[tuple[str, bytes]], seen: list | None = None) -> int:
+def run_both(native: Session, reference: Session, reads: list[tuple[str, bytes]], seen: list | None = None,
+             midway=None) -> int:
     """Feed both sessions the reads ("c" client, "b" broker), comparing after each; the reads C took (`seen`:
-    the native session's events, if given)."""
+    the native session's events, if given). midway: called with each session before the second half of the reads."""
     for i, (side, data) in enumerate(reads):
+        if midway is not None and i == len(reads) // 2:
+            midway(native)
+            midway(reference)
         now = 1.0 + i / 1024
         a = (native.client_data if side == "c" else native.broker_data)(data, now)
         b = (reference.client_data if side == "c" else reference.broker_data)(data, now)
@@ -161,6 +165,16 @@ def in_random_reads(reads: list[tuple[str, bytes]], seed: int) -> list[tuple[str
             out.append((side, data[pos : pos + step]))
             pos += step
     return out
+
+
+@pytest.mark.parametrize("flag, value", [("client_inspected", False), ("broker_inspected", False),
+                                         ("_raw_client", 1), ("_raw_broker", 1)])
+def test_a_direction_not_inspected_or_awaiting_raw_tokens_is_read_by_python(codec, flag, value):
+    """The flags the C reads load at their slots, each set halfway through as a failure or a SASL exchange
+    leaves it: the reads of that direction go to Python from then on, which the C must leave them to."""
+    for path in CONVERSATIONS[:3]:
+        conversation = one_at_a_time(*_recorded(path))
+        run_both(*pair(codec), conversation, midway=lambda session: setattr(session, flag, value))
 
 
 @pytest.mark.parametrize("frames_per_read", [2, 5, 1000])
