@@ -27,10 +27,14 @@ static Py_ssize_t r[R_COUNT];
 enum { F_CLIENT_FRAMED, F_BROKER_FRAMED, F_FAILURES, F_COUNT };
 static const char *const F_NAMES[F_COUNT] = {"client_framed", "broker_framed", "failures"};
 static Py_ssize_t f[F_COUNT]; /* a Session's slots */
+enum { D_ROUTES, D_ROUTED, D_OBSERVERS, D_COUNT };
+static const char *const D_NAMES[D_COUNT] = {"_routes", "_routed", "observers"};
+static Py_ssize_t d[D_COUNT]; /* a Dispatcher's */
+static Py_ssize_t q_frame;     /* a Request's frame */
 
 static PyTypeObject *relay_type, *dispatcher_type, *request_type, *pieces_type, *session_type;
 static PyObject *str_client_framed, *str_broker_framed, *str_client_data, *str_broker_data, *str_events,
-    *str_failures, *str_routes, *str_routed, *str_observers, *str_frame, *str_inspect, *str_dispatch, *str_release,
+    *str_failures, *str_inspect, *str_dispatch, *str_release,
     *str_session_failed, *str_count_failures, *str_failed, *str_client, *str_broker;
 
 /* obj.name(a[, b]) with the current exception as the one being handled (what an `except` block gives
@@ -69,23 +73,19 @@ static int dispatch(PyObject *dispatcher, PyObject *events)
 {
     if (Py_TYPE(dispatcher) != dispatcher_type)
         return call_method(dispatcher, str_dispatch, events);
-    PyObject *routed = PyObject_GetAttr(dispatcher, str_routed);
-    PyObject *observers = routed == NULL ? NULL : PyObject_GetAttr(dispatcher, str_observers);
-    int changed = observers == NULL ? -1 : PyObject_RichCompareBool(routed, observers, Py_NE);
-    Py_XDECREF(routed);
-    Py_XDECREF(observers);
+    PyObject *routed = SLOT(dispatcher, d[D_ROUTED]), *observers = SLOT(dispatcher, d[D_OBSERVERS]);
+    PyObject *routes = SLOT(dispatcher, d[D_ROUTES]);
+    if (routed == NULL || observers == NULL || routes == NULL) /* not made yet: the Python says what is wrong */
+        return call_method(dispatcher, str_dispatch, events);
+    int changed = routed == observers ? 0 : PyObject_RichCompareBool(routed, observers, Py_NE);
     if (changed != 0) { /* observers came or went since the routes were made: Python makes them again */
         if (changed < 0)
             return -1;
         return call_method(dispatcher, str_dispatch, events);
     }
-    PyObject *routes = PyObject_GetAttr(dispatcher, str_routes);
-    if (routes == NULL)
-        return -1;
-    if (!PyDict_CheckExact(routes) || !PyList_CheckExact(events)) {
-        Py_DECREF(routes);
+    if (!PyDict_CheckExact(routes) || !PyList_CheckExact(events))
         return call_method(dispatcher, str_dispatch, events);
-    }
+    Py_INCREF(routes);
     int rc = 0;
     Py_INCREF(events);
     for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(events); i++) {
@@ -113,14 +113,9 @@ static int dispatch(PyObject *dispatcher, PyObject *events)
             Py_DECREF(handlers);
         }
         if (rc == 0 && kind == (PyObject *)request_type) { /* every observer saw it: its pieces may go */
-            PyObject *frame = PyObject_GetAttr(event, str_frame);
-            if (frame == NULL)
-                rc = -1;
-            else {
-                if (Py_TYPE(frame) == pieces_type)
-                    rc = call_method(dispatcher, str_release, event);
-                Py_DECREF(frame);
-            }
+            PyObject *frame = SLOT(event, q_frame);
+            if (frame != NULL && Py_TYPE(frame) == pieces_type)
+                rc = call_method(dispatcher, str_release, event);
         }
         Py_DECREF(event);
     }
@@ -252,7 +247,8 @@ static PyObject *configure(PyObject *module, PyObject *args)
     if (!PyArg_ParseTuple(args, "O!O!O!O!O!:configure", &PyType_Type, &types[0], &PyType_Type, &types[1],
                           &PyType_Type, &types[2], &PyType_Type, &types[3], &PyType_Type, &types[4]))
         return NULL;
-    if (find_offsets(types[0], R_NAMES, R_COUNT, r) < 0 || find_offsets(types[4], F_NAMES, F_COUNT, f) < 0)
+    if (find_offsets(types[0], R_NAMES, R_COUNT, r) < 0 || find_offsets(types[1], D_NAMES, D_COUNT, d) < 0
+        || find_offsets(types[4], F_NAMES, F_COUNT, f) < 0 || (q_frame = slot_offset(types[2], "frame")) < 0)
         return NULL;
     PyTypeObject **slots[5] = {&relay_type, &dispatcher_type, &request_type, &pieces_type, &session_type};
     for (int i = 0; i < 5; i++) {
@@ -284,8 +280,7 @@ PyMODINIT_FUNC PyInit__batch(void)
 {
     if (intern(&str_client_framed, "client_framed") || intern(&str_broker_framed, "broker_framed")
         || intern(&str_client_data, "client_data") || intern(&str_broker_data, "broker_data")
-        || intern(&str_events, "events") || intern(&str_failures, "failures") || intern(&str_routes, "_routes")
-        || intern(&str_routed, "_routed") || intern(&str_observers, "observers") || intern(&str_frame, "frame")
+        || intern(&str_events, "events") || intern(&str_failures, "failures")
         || intern(&str_inspect, "inspect") || intern(&str_dispatch, "dispatch") || intern(&str_release, "_release")
         || intern(&str_session_failed, "_session_failed") || intern(&str_count_failures, "_count_failures")
         || intern(&str_failed, "_failed") || intern(&str_client, "client") || intern(&str_broker, "broker"))

@@ -33,6 +33,9 @@ class Observer(Protocol):
 class Dispatcher:
     """Calls every observer for every event; an observer that raises is counted, not propagated."""
 
+    # Slots: kinspect/proxy/_batch.c loads the routes at their offsets on every read.
+    __slots__ = ("observers", "failures", "_routes", "_routed", "_bodies_later")
+
     def __init__(self, observers: Iterable[Observer] = ()) -> None:
         self.observers = list(observers)
         self.failures = 0
