@@ -48,9 +48,9 @@ enum { H_API_KEY, H_API_VERSION, H_VERSION, H_SIZE, H_COUNT };
 static const char *const H_NAMES[H_COUNT] = {"api_key", "api_version", "version", "size"};
 
 enum { L_API, L_COUNT_CELL, L_SIZE, L_HEADER, L_TAG_BYTES, L_KNOWN, L_SCAN, L_MEMO, L_LOOKUPS, L_HITS, L_TAGGED,
-       L_COUNT };
+       L_TAGGED_LAST, L_COUNT };
 static const char *const L_NAMES[L_COUNT] = {"api", "count", "size", "header", "tag_bytes", "known", "scan", "memo",
-                                             "lookups", "hits", "tagged"};
+                                             "lookups", "hits", "tagged", "tagged_last"};
 
 enum { S_TAG_BYTES, S_TAGGED, S_ERRORS, S_TOPICS, S_SPANS, S_SUMMARIES, S_COUNT };
 static const char *const S_NAMES[S_COUNT] = {"tag_section_bytes", "tagged_fields", "error_codes", "topics",
@@ -298,6 +298,16 @@ static PyObject *call_helper(CounterObject *self, int which, PyObject *a, PyObje
 /* MetricsObserver._body_tagged_fields(c, direction, fields): each (path, tag, name, size) field's count and
  * bytes cells, when the plan knows them (c.tagged); a field it does not know yet goes to the reference alone
  * (as a list of that one field), which makes its cells and may remember them. -1 on failure. */
+/* One tagged field counted in its (count, bytes) cells: the reference's `cells[0][0] += 1; if size: cells[1][0] += size`. */
+static int add_tagged(PyObject *cells, PyObject *size)
+{
+    int some = PyObject_IsTrue(size);
+    if (some < 0 || add_at(PyTuple_GET_ITEM(cells, 0), 0, one) < 0
+        || (some && add_at(PyTuple_GET_ITEM(cells, 1), 0, size) < 0))
+        return -1;
+    return 0;
+}
+
 static int count_tagged(CounterObject *self, PyObject *c, PyObject *direction, PyObject *fields)
 {
     PyObject *known = SLOT(c, self->l[L_TAGGED]);
@@ -306,10 +316,26 @@ static int count_tagged(CounterObject *self, PyObject *c, PyObject *direction, P
         Py_XDECREF(r);
         return r == NULL ? -1 : 0;
     }
+    Py_ssize_t n = PyList_GET_SIZE(fields);
+    /* The same list as the last scan's (a memoized body met again): its fields' cells, as found then. */
+    PyObject *last = SLOT(c, self->l[L_TAGGED_LAST]);
+    if (last != NULL && PyTuple_CheckExact(last) && PyTuple_GET_SIZE(last) == 2 && PyTuple_GET_ITEM(last, 0) == fields
+        && PyTuple_GET_SIZE(PyTuple_GET_ITEM(last, 1)) == n) {
+        int rc = 0;
+        Py_INCREF(last);
+        PyObject *found = PyTuple_GET_ITEM(last, 1);
+        for (Py_ssize_t i = 0; rc == 0 && i < n; i++)
+            rc = add_tagged(PyTuple_GET_ITEM(found, i), PyTuple_GET_ITEM(PyList_GET_ITEM(fields, i), 3));
+        Py_DECREF(last);
+        return rc;
+    }
     int rc = 0;
+    PyObject *found = PyTuple_New(n); /* each field's cells; NULL'd if one was not known yet */
+    if (found == NULL)
+        return -1;
     Py_INCREF(fields);
     Py_INCREF(known);
-    for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(fields); i++) {
+    for (Py_ssize_t i = 0; rc == 0 && i < n; i++) {
         PyObject *field = PyList_GET_ITEM(fields, i), *cells = NULL;
         if (PyTuple_CheckExact(field) && PyTuple_GET_SIZE(field) == 4) {
             PyObject *key = PyTuple_GetSlice(field, 0, 3); /* (path, tag, name) */
@@ -326,13 +352,13 @@ static int count_tagged(CounterObject *self, PyObject *c, PyObject *direction, P
         }
         if (cells != NULL && PyTuple_Check(cells) && PyTuple_GET_SIZE(cells) >= 2) {
             Py_INCREF(cells);
-            PyObject *size = PyTuple_GET_ITEM(field, 3);
-            int some = PyObject_IsTrue(size);
-            if (add_at(PyTuple_GET_ITEM(cells, 0), 0, one) < 0 || some < 0
-                || (some && add_at(PyTuple_GET_ITEM(cells, 1), 0, size) < 0))
-                rc = -1;
-            Py_DECREF(cells);
+            rc = add_tagged(cells, PyTuple_GET_ITEM(field, 3));
+            if (found != NULL)
+                PyTuple_SET_ITEM(found, i, cells); /* steals */
+            else
+                Py_DECREF(cells);
         } else { /* not known yet (or not a field as the scan makes them): the reference's */
+            Py_CLEAR(found);
             PyObject *one_field = PyList_New(1);
             if (one_field == NULL) {
                 rc = -1;
@@ -346,6 +372,14 @@ static int count_tagged(CounterObject *self, PyObject *c, PyObject *direction, P
             Py_XDECREF(r);
         }
     }
+    if (rc == 0 && found != NULL && n > 0) { /* every field known: remembered for this list */
+        PyObject *memo = PyTuple_Pack(2, fields, found);
+        if (memo == NULL)
+            rc = -1;
+        else
+            set_slot(c, self->l[L_TAGGED_LAST], memo);
+    }
+    Py_XDECREF(found);
     Py_DECREF(known);
     Py_DECREF(fields);
     return rc;

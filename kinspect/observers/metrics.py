@@ -141,7 +141,7 @@ class _Plan:
     """What one (api key, version, direction) updates: its cells, its api label, and whether to scan its bodies."""
 
     __slots__ = ("api", "count", "errors", "header", "hits", "known", "lookups", "memo", "scan", "size", "tag_bytes",
-                 "tagged")
+                 "tagged", "tagged_last")
 
     def __init__(self, api: str, count: list, size: list, header: list, tag_bytes: list, known: bool,
                  scan: bool) -> None:
@@ -153,6 +153,9 @@ class _Plan:
         self.known = known
         self.scan = scan
         self.tagged: dict[tuple, tuple[list, list]] = {}  # (path, tag, name) of a body tagged field -> its cells
+        # kinspect/observers/_counting.c's: the last scan's tagged-field list (a memoized body's, met again as the
+        # same list) and the cells of each of its fields, so that the same body's fields are not looked up again.
+        self.tagged_last: tuple | None = None
         self.errors: dict[int, list] = {}  # error code -> its response_errors cell
         # Small bodies seen before -> their scan (or the DecodeError); None: not memoized (see _scan).
         self.memo: dict[bytes, object] | None = {} if scan else None
