@@ -48,9 +48,9 @@ enum { H_API_KEY, H_API_VERSION, H_VERSION, H_SIZE, H_COUNT };
 static const char *const H_NAMES[H_COUNT] = {"api_key", "api_version", "version", "size"};
 
 enum { L_API, L_COUNT_CELL, L_SIZE, L_HEADER, L_TAG_BYTES, L_KNOWN, L_SCAN, L_MEMO, L_LOOKUPS, L_HITS, L_TAGGED,
-       L_TAGGED_LAST, L_COUNT };
+       L_TAGGED_LAST, L_MEMO_LAST, L_COUNT };
 static const char *const L_NAMES[L_COUNT] = {"api", "count", "size", "header", "tag_bytes", "known", "scan", "memo",
-                                             "lookups", "hits", "tagged", "tagged_last"};
+                                             "lookups", "hits", "tagged", "tagged_last", "memo_last"};
 
 enum { S_TAG_BYTES, S_TAGGED, S_ERRORS, S_TOPICS, S_SPANS, S_SUMMARIES, S_COUNT };
 static const char *const S_NAMES[S_COUNT] = {"tag_section_bytes", "tagged_fields", "error_codes", "topics",
@@ -228,13 +228,26 @@ static PyObject *memo_scan(CounterObject *self, PyObject *c, PyObject *e, PyObje
     if (memo == Py_None || !PyBytes_CheckExact(frame) || PyBytes_GET_SIZE(frame) - body_start > self->memo_body_bytes)
         return scan_of(self, e); /* not bytes: a body too large for the memo (memo_needs_bytes) */
     Py_ssize_t size = PyBytes_GET_SIZE(frame), from = body_start < size ? body_start : size;
-    PyObject *body = PyBytes_FromStringAndSize(PyBytes_AS_STRING(frame) + from, size - from);
-    if (body == NULL)
-        return NULL;
-    PyObject *outcome = PyDict_GetItemWithError(memo, body); /* borrowed */
-    if (outcome == NULL && PyErr_Occurred())
-        goto fail;
-    Py_XINCREF(outcome);
+    const char *start = PyBytes_AS_STRING(frame) + from;
+    PyObject *body = NULL, *outcome = NULL;
+    /* The memo's last entry, compared before a key is made: what the lookup would find (memo_last is always in
+     * memo). */
+    PyObject *last = SLOT(c, self->l[L_MEMO_LAST]);
+    if (last != NULL && PyTuple_CheckExact(last) && PyTuple_GET_SIZE(last) == 2) {
+        PyObject *known = PyTuple_GET_ITEM(last, 0);
+        if (PyBytes_CheckExact(known) && PyBytes_GET_SIZE(known) == size - from
+            && memcmp(PyBytes_AS_STRING(known), start, size - from) == 0)
+            outcome = Py_NewRef(PyTuple_GET_ITEM(last, 1));
+    }
+    if (outcome == NULL) {
+        body = PyBytes_FromStringAndSize(start, size - from);
+        if (body == NULL)
+            return NULL;
+        outcome = PyDict_GetItemWithError(memo, body); /* borrowed */
+        if (outcome == NULL && PyErr_Occurred())
+            goto fail;
+        Py_XINCREF(outcome);
+    }
     if (bump_slot(self, c, L_LOOKUPS) < 0)
         goto fail;
     if (outcome != NULL && outcome != Py_False) {
@@ -251,12 +264,20 @@ static PyObject *memo_scan(CounterObject *self, PyObject *c, PyObject *e, PyObje
             Py_DECREF(outcome);
             outcome = Py_NewRef(Py_False);
         }
-        if (PyDict_GET_SIZE(memo) >= self->memo_entries)
+        if (PyDict_GET_SIZE(memo) >= self->memo_entries) {
             PyDict_Clear(memo);
+            set_slot(c, self->l[L_MEMO_LAST], Py_NewRef(Py_None));
+        }
         if (PyDict_SetItem(memo, body, outcome) < 0)
             goto fail;
     } else if (bump_slot(self, c, L_HITS) < 0) {
         goto fail;
+    }
+    if (body != NULL) { /* looked up or added: the memo's last entry now */
+        PyObject *entry = PyTuple_Pack(2, body, outcome);
+        if (entry == NULL)
+            goto fail;
+        set_slot(c, self->l[L_MEMO_LAST], entry);
     }
     Py_CLEAR(body);
     Py_ssize_t lookups = PyLong_AsSsize_t(SLOT(c, self->l[L_LOOKUPS]));

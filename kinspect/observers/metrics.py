@@ -141,7 +141,7 @@ class _Plan:
     """What one (api key, version, direction) updates: its cells, its api label, and whether to scan its bodies."""
 
     __slots__ = ("api", "count", "errors", "header", "hits", "known", "lookups", "memo", "scan", "size", "tag_bytes",
-                 "tagged", "tagged_last")
+                 "tagged", "tagged_last", "memo_last")
 
     def __init__(self, api: str, count: list, size: list, header: list, tag_bytes: list, known: bool,
                  scan: bool) -> None:
@@ -159,6 +159,9 @@ class _Plan:
         self.errors: dict[int, list] = {}  # error code -> its response_errors cell
         # Small bodies seen before -> their scan (or the DecodeError); None: not memoized (see _scan).
         self.memo: dict[bytes, object] | None = {} if scan else None
+        # kinspect/observers/_counting.c's: the memo's last (body, outcome), compared before a key is made (a
+        # connection's bodies come again and again); always an entry of memo, so dropped when memo is cleared.
+        self.memo_last: tuple | None = None
         self.lookups = 0
         self.hits = 0
 
@@ -483,6 +486,7 @@ class MetricsObserver:
                 outcome = False
             if len(memo) >= MEMO_ENTRIES:
                 memo.clear()
+                c.memo_last = None
             memo[body] = outcome
         else:
             c.hits += 1

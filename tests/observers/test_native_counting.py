@@ -126,3 +126,31 @@ def test_the_scans_the_counting_makes_are_the_events_own(integers, flip):
     if flip:
         assert sum(o[0] == "DecodeError" for o in outcomes[0]) > 10
     assert outcomes[0] == outcomes[1]
+
+
+def _memo_state(observer: MetricsObserver) -> list:
+    """Each plan's memo as the trial sees it: lookups, hits, whether it still memoizes, and its bodies."""
+    return [(direction, key, c.lookups, c.hits, c.memo is None, sorted(c.memo or ()))
+            for direction, plans in (("request", observer._req), ("response", observer._resp))
+            for key, c in sorted(plans.items())]
+
+
+def test_the_memo_is_looked_up_as_the_reference_does(codec: Codec):
+    """The C compares a body with the memo's last entry before it makes a key: the lookups and hits it counts, the
+    entries it keeps and whether the memo stays on must be the reference's, through the memo's clearing (more
+    distinct bodies than it holds) and the trial that switches it off (bodies that stop repeating)."""
+    native, reference = MetricsObserver(), MetricsObserver(native=False)
+    session = Session(codec, ConnectionInfo(1, "c", "b"))
+    rng = random.Random(39)
+    cid = 0
+    for phase, distinct in (("repeating", 1), ("a few", 3), ("more than it holds", 6), ("never again", 10**6)):
+        for _ in range(400):
+            cid += 1
+            topics = {f"t{rng.randrange(distinct)}": 0}
+            events = (session.client_data(metadata(codec, cid, list(topics)), 0.0).events
+                      + session.broker_data(metadata_response(codec, cid, topics), 0.001).events)
+            for e in events:
+                native.on_event(e)
+                reference.on_event(e)
+        assert _memo_state(native) == _memo_state(reference), phase
+    assert any(state[4] for state in _memo_state(reference)), "the trial never switched a memo off"
