@@ -20,6 +20,7 @@
 #include <Python.h>
 
 #include <sys/socket.h>
+#include <time.h>
 
 #include "../slot_offsets.h"
 
@@ -47,6 +48,19 @@ static inline PyObject *call(PyObject *obj, PyObject *name, PyObject *arg)
     return PyObject_VectorcallMethod(name, args, (arg == NULL ? 1 : 2) | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
 }
 
+/* time.monotonic(), read here: the relay's clock unless a test gave it another (the same value as Python's: the
+ * clock's nanoseconds as a float of seconds). */
+static PyObject *monotonic;
+
+static PyObject *monotonic_now(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
+        return PyObject_CallNoArgs(monotonic); /* Python says what failed */
+    long long ns = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    return PyFloat_FromDouble((double)ns / 1e9);
+}
+
 /* An int slot plus n, set back (the Python's `+=`); -1 with an error set. */
 static int add_to_slot(PyObject *obj, Py_ssize_t off, Py_ssize_t n)
 {
@@ -55,9 +69,18 @@ static int add_to_slot(PyObject *obj, Py_ssize_t off, Py_ssize_t n)
         PyErr_SetString(PyExc_AttributeError, "_forward: a counter slot is unset");
         return -1;
     }
-    PyObject *amount = PyLong_FromSsize_t(n);
-    PyObject *sum = amount == NULL ? NULL : PyNumber_Add(held, amount);
-    Py_XDECREF(amount);
+    PyObject *sum = NULL;
+    if (PyLong_CheckExact(held)) { /* the common case, added as C integers: one int made, not two */
+        int overflow;
+        long long was = PyLong_AsLongLongAndOverflow(held, &overflow);
+        if (!overflow && was >= 0 && was <= LLONG_MAX - n)
+            sum = PyLong_FromLongLong(was + n);
+    }
+    if (sum == NULL && !PyErr_Occurred()) {
+        PyObject *amount = PyLong_FromSsize_t(n);
+        sum = amount == NULL ? NULL : PyNumber_Add(held, amount);
+        Py_XDECREF(amount);
+    }
     if (sum == NULL)
         return -1;
     set_slot(obj, off, sum);
@@ -150,7 +173,7 @@ static int forward_read(PyObject *relay, int client, PyObject *data)
         goto done;
     }
     /* queue.add(relay, from_client, data, relay._clock()) */
-    if ((now = PyObject_CallNoArgs(clock)) == NULL)
+    if ((now = clock == monotonic ? monotonic_now() : PyObject_CallNoArgs(clock)) == NULL)
         goto done;
     if ((item = PyTuple_Pack(4, relay, client ? Py_True : Py_False, data, now)) == NULL)
         goto done;
@@ -312,6 +335,12 @@ static PyObject *configure(PyObject *module, PyObject *args)
         Py_XSETREF(*slots[i], types[i]);
     }
     pass_min_bytes = pass_min;
+    PyObject *time_module = PyImport_ImportModule("time");
+    PyObject *clock = time_module == NULL ? NULL : PyObject_GetAttrString(time_module, "monotonic");
+    Py_XDECREF(time_module);
+    if (clock == NULL)
+        return NULL;
+    Py_XSETREF(monotonic, clock);
     Py_RETURN_NONE;
 }
 

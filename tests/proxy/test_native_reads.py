@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import time
 from typing import NamedTuple
 
 import pytest
@@ -307,3 +308,20 @@ async def test_a_batch_is_inspected_when_its_bytes_reach_the_bound_exactly():
 
     native, python = _both(run)
     assert native == python
+
+
+async def test_a_read_is_timed_on_the_relays_own_clock_when_the_c_reads_it():
+    """With time.monotonic as its clock (every relay's but a test's), the C reader reads the clock itself: each
+    queued read's time lies between time.monotonic() before and after it, as the Python's does."""
+    for native in (True, False):
+        h = _Harness(native, max_reads=1000)
+        relay = h.relay()
+        relay._clock = time.monotonic
+        times = []
+        for frame in stream_frames(conversation(CONVERSATIONS[0])[0])[:20]:
+            before = time.monotonic()
+            relay.client.data_received(frame)
+            times.append((before, h.queue._reads[-1][3], time.monotonic()))
+        assert all(before <= read <= after for before, read, after in times), (native, times)
+        assert all(type(read) is float for _, read, _ in times)
+        h.queue.flush()
