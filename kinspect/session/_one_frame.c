@@ -111,7 +111,7 @@ static Py_ssize_t q[Q_COUNT], p[P_COUNT], x[X_COUNT], t[T_COUNT], h[H_COUNT], s[
 static PyObject *software_of; /* client_software.software_of */
 static PyObject *str_client_framed, *str_client_inspected, *str_client_seen, *str_raw_client, *str_broker_framed,
     *str_broker_inspected, *str_raw_broker, *str_entry, *str_append, *str_popleft, *str_api_key_field,
-    *str_api_version_field, *str_correlation_field, *str_client_id_field, *str_requests, *str_responses,
+    *str_api_version_field, *str_correlation_field, *str_requests, *str_responses,
     *str_headers, *str_connection, *str_codec, *str_inflight, *str_remembered, *str_config, *str_max_inflight;
 
 /* A new instance of a slotted class, every slot empty (set them all before it is seen). */
@@ -413,20 +413,14 @@ static int request_event(ReadsObject *self, Entry *e, const unsigned char *frame
             goto given_back;
         }
     }
-    if (PyDict_GET_SIZE(fields) == 4) {
-        new_fields = PyDict_New();
-        if (new_fields == NULL || PyDict_SetItem(new_fields, str_api_key_field, key) < 0
-            || PyDict_SetItem(new_fields, str_api_version_field, ver) < 0
-            || PyDict_SetItem(new_fields, str_correlation_field, corr) < 0
-            || PyDict_SetItem(new_fields, str_client_id_field, client_id) < 0)
-            goto fail;
-    } else {
-        new_fields = PyDict_Copy(fields);
-        if (new_fields == NULL || PyDict_SetItem(new_fields, str_api_key_field, key) < 0
-            || PyDict_SetItem(new_fields, str_api_version_field, ver) < 0
-            || PyDict_SetItem(new_fields, str_correlation_field, corr) < 0)
-            goto fail;
-    }
+    /* The previous header's fields (its ClientId and tagged fields are this one's: the bytes are the same), with
+     * this request's api, version and correlation id: a copy of a small dict is a copy of its table, and the
+     * three keys are replaced in place. */
+    new_fields = PyDict_Copy(fields);
+    if (new_fields == NULL || PyDict_SetItem(new_fields, str_api_key_field, key) < 0
+        || PyDict_SetItem(new_fields, str_api_version_field, ver) < 0
+        || PyDict_SetItem(new_fields, str_correlation_field, corr) < 0)
+        goto fail;
     header = blank(classes[C_HEADER]);
     request = blank(classes[C_REQUEST]);
     pending = blank(classes[C_PENDING]);
@@ -1177,7 +1171,7 @@ PyMODINIT_FUNC PyInit__one_frame(void)
         || intern(&str_raw_broker, "_raw_broker") || intern(&str_entry, "_one_frame_entry")
         || intern(&str_append, "append") || intern(&str_popleft, "popleft")
         || intern(&str_api_key_field, "RequestApiKey") || intern(&str_api_version_field, "RequestApiVersion")
-        || intern(&str_correlation_field, "CorrelationId") || intern(&str_client_id_field, "ClientId")
+        || intern(&str_correlation_field, "CorrelationId")
         || intern(&str_requests, "_requests") || intern(&str_responses, "_responses")
         || intern(&str_headers, "_headers") || intern(&str_connection, "connection") || intern(&str_codec, "codec")
         || intern(&str_inflight, "_inflight") || intern(&str_remembered, "_remembered")
