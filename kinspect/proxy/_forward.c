@@ -10,8 +10,7 @@
  *   done here when it is the common case: bytes under pass_min_bytes, a Relay (the class itself) whose
  *   broker connection is up, reads queued for a batch in an InspectionQueue, and for broker reads no
  *   transform. Then, in the Python's order: the direction's byte count, the write to the other side
- *   (unless its transport is missing or closing; sent straight to its socket when uvloop holds nothing
- *   unsent for it, write_to), and, while the direction is framed, the read queued
+ *   (unless its transport is missing or closing), and, while the direction is framed, the read queued
  *   with the relay's clock, the batch flushed when full or its timer started (queue._start_timer).
  *   Anything else (a large read the session may pass over, the early bytes before the broker
  *   connection, rewrite mode, a stand-in relay or queue) is the Python method's, called whole. */
@@ -19,7 +18,6 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include <sys/socket.h>
 #include <time.h>
 
 #include "../slot_offsets.h"
@@ -28,8 +26,8 @@ enum { R_SESSION, R_QUEUE, R_CLIENT, R_BROKER, R_TRANSFORMS, R_CLIENT_BYTES, R_B
        R_COUNT };
 static const char *const R_NAMES[R_COUNT] = {"session", "queue", "client", "broker", "transforms",
                                              "client_bytes", "broker_bytes", "_clock", "_early"};
-enum { S_TRANSPORT, S_FD, S_COUNT };
-static const char *const S_NAMES[S_COUNT] = {"transport", "fd"};
+enum { S_TRANSPORT, S_COUNT };
+static const char *const S_NAMES[S_COUNT] = {"transport"};
 enum { Q_READS, Q_BYTES, Q_HANDLE, Q_MAX_READS, Q_MAX_BYTES, Q_COUNT };
 static const char *const Q_NAMES[Q_COUNT] = {"_reads", "_bytes", "_handle", "max_reads", "max_bytes"};
 enum { F_CLIENT_FRAMED, F_BROKER_FRAMED, F_COUNT };
@@ -39,7 +37,7 @@ static Py_ssize_t r[R_COUNT], s[S_COUNT], q[Q_COUNT], f[F_COUNT];
 static PyTypeObject *relay_type, *side_type, *queue_type, *session_type;
 static Py_ssize_t pass_min_bytes;
 static PyObject *str_client_read, *str_broker_read, *str_client_framed, *str_broker_framed, *str_is_closing,
-    *str_write, *str_flush, *str_start_timer, *str_get_write_buffer_size;
+    *str_write, *str_flush, *str_start_timer;
 
 /* obj.name(*args) (new reference; NULL with an error set). */
 static inline PyObject *call(PyObject *obj, PyObject *name, PyObject *arg)
@@ -87,37 +85,6 @@ static int add_to_slot(PyObject *obj, Py_ssize_t off, Py_ssize_t n)
     return 0;
 }
 
-/* transport.write(data), sent straight to the socket where the side has one (its `fd`: a plain uvloop TCP
- * transport, kinspect.proxy.relay.direct_fd) and the transport holds nothing unsent: what uvloop's write
- * does then (it tries the socket at once), without its layers. Bytes the socket does not take, and every
- * error, go to transport.write, which buffers them or meets the error itself. 0, or -1 with an error set. */
-static int write_to(PyObject *side, PyObject *transport, PyObject *data)
-{
-    PyObject *fd_obj = SLOT(side, s[S_FD]);
-    long fd = fd_obj != NULL && PyLong_CheckExact(fd_obj) ? PyLong_AsLong(fd_obj) : -1;
-    Py_ssize_t n = PyBytes_GET_SIZE(data), sent = 0;
-    if (fd >= 0) {
-        PyObject *size = call(transport, str_get_write_buffer_size, NULL);
-        if (size == NULL)
-            return -1;
-        int empty = PyLong_CheckExact(size) && PyLong_AsSsize_t(size) == 0;
-        Py_DECREF(size);
-        if (empty) {
-            Py_ssize_t k = send((int)fd, PyBytes_AS_STRING(data), (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
-            if (k == n)
-                return 0;
-            sent = k > 0 ? k : 0; /* an error (EAGAIN, a reset) is the transport's to meet */
-        }
-    }
-    PyObject *rest = sent == 0 ? Py_NewRef(data) : PyBytes_FromStringAndSize(PyBytes_AS_STRING(data) + sent, n - sent);
-    PyObject *res = rest == NULL ? NULL : call(transport, str_write, rest);
-    Py_XDECREF(rest);
-    if (res == NULL)
-        return -1;
-    Py_DECREF(res);
-    return 0;
-}
-
 /* The read done here: 1; 0 when it is not the common case (nothing done: the Python method does it
  * all); -1 with an error set (what the Python raises at the same step). */
 static int forward_read(PyObject *relay, int client, PyObject *data)
@@ -155,8 +122,12 @@ static int forward_read(PyObject *relay, int client, PyObject *data)
         Py_XDECREF(closing);
         if (is < 0)
             goto done;
-        if (!is && write_to(peer, transport, data) < 0)
-            goto done;
+        if (!is) {
+            PyObject *res = call(transport, str_write, data);
+            if (res == NULL)
+                goto done;
+            Py_DECREF(res);
+        }
     }
     int framed;
     PyObject *flag = PyObject_TypeCheck(session, session_type) ? SLOT(session, f[client ? F_CLIENT_FRAMED : F_BROKER_FRAMED])
@@ -365,8 +336,7 @@ PyMODINIT_FUNC PyInit__forward(void)
     if (intern(&str_client_read, "client_read") || intern(&str_broker_read, "broker_read")
         || intern(&str_client_framed, "client_framed") || intern(&str_broker_framed, "broker_framed")
         || intern(&str_is_closing, "is_closing") || intern(&str_write, "write") || intern(&str_flush, "flush")
-        || intern(&str_start_timer, "_start_timer")
-        || intern(&str_get_write_buffer_size, "get_write_buffer_size"))
+        || intern(&str_start_timer, "_start_timer"))
         return NULL;
     if (PyType_Ready(&ReaderType) < 0)
         return NULL;

@@ -33,17 +33,6 @@ WRITE_BUFFER_HIGH = 1024 * 1024
 WRITE_BUFFER_LOW = 256 * 1024
 
 
-def direct_fd(transport) -> int:
-    """The socket of a plain uvloop TCP transport, which the C reader writes to itself while the transport holds
-    nothing unsent (kinspect/proxy/_forward.c's write_to: uvloop's write does the same then, under three layers
-    of calls); -1 for any other transport (TLS, asyncio's own, a stand-in): the C reader calls its write."""
-    kind = type(transport)
-    if kind.__name__ != "TCPTransport" or kind.__module__ != "uvloop.loop":
-        return -1
-    sock = transport.get_extra_info("socket")
-    return sock.fileno() if sock is not None else -1
-
-
 class _Side(asyncio.BufferedProtocol):
     """One end of the relay; `peer` is the other end's transport.
 
@@ -55,13 +44,12 @@ class _Side(asyncio.BufferedProtocol):
     bytes in hand calls): no Python method of this class runs per read.
     """
 
-    __slots__ = ("relay", "name", "transport", "fd", "data_received", "get_buffer", "buffer_updated")
+    __slots__ = ("relay", "name", "transport", "data_received", "get_buffer", "buffer_updated")
 
     def __init__(self, relay: "Relay", name: str, native: bool = True) -> None:
         self.relay = relay
         self.name = name
         self.transport: asyncio.Transport | None = None
-        self.fd = -1  # the socket the C reader may write to itself (direct_fd), -1 for none
         reader = native_reader(relay, name == "client") if native else None
         if reader is None:
             reader = relay.client_read if name == "client" else relay.broker_read
@@ -71,7 +59,6 @@ class _Side(asyncio.BufferedProtocol):
 
     def connection_made(self, transport) -> None:
         self.transport = transport
-        self.fd = direct_fd(transport)
         transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)
         self.relay.side_made(self)
 
@@ -258,10 +245,8 @@ class Relay:
         if self._early is not None:  # no broker yet: nothing to pass the EOF to
             self.close()
             return False
-        peer_side = self._peer(side)
-        peer = peer_side.transport
+        peer = self._peer(side).transport
         if peer is not None and not peer.is_closing() and peer.can_write_eof():
-            peer_side.fd = -1  # writes after the EOF go to the transport, which refuses them
             peer.write_eof()
         if len(self._eof) == 2:
             self.close()
