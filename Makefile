@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml $(wildcard setup.py) $(CSOURCES)
 # editcap) record and check the captures of tests/pcap; chromium opens the analyze report.
 # Installed when root; otherwise one line says what to install.
 SYSTEM_TOOLS := promtool:prometheus java:openjdk-17-jre-headless socat:socat podman:podman runc:runc mmdebstrap:mmdebstrap \
-	tcpdump:tcpdump tshark:tshark editcap:tshark chromium:chromium
+	tcpdump:tcpdump tshark:tshark editcap:tshark chromium:chromium valgrind:valgrind
 SYSDEPS := $(VENV)/.sysdeps
 $(SYSDEPS): Makefile
 	@missing=""; for pair in $(SYSTEM_TOOLS); do cmd=$${pair%%:*}; \
