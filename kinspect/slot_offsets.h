@@ -44,4 +44,17 @@ static int find_offsets(PyTypeObject *tp, const char *const *names, int count, P
     return 0;
 }
 
+/* Whether a bool attribute is True: loaded from its slot at `off` when obj is a `tp` (or a subclass, which keeps
+ * the slot where tp has it), else looked up by `name` (a stand-in). 1, 0, or -1 with an error set. */
+static inline int slot_or_attr_true(PyObject *obj, PyTypeObject *tp, Py_ssize_t off, PyObject *name)
+{
+    PyObject *flag = tp != NULL && PyObject_TypeCheck(obj, tp) ? SLOT(obj, off) : NULL;
+    if (flag == Py_True || flag == Py_False)
+        return flag == Py_True;
+    flag = PyObject_GetAttr(obj, name);
+    int is = flag == NULL ? -1 : PyObject_IsTrue(flag);
+    Py_XDECREF(flag);
+    return is;
+}
+
 #endif

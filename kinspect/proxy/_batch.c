@@ -156,15 +156,9 @@ static int inspect_one(PyObject *relay, int client, PyObject *data, PyObject *no
     Py_INCREF(dispatcher);
     int rc = 0;
     PyObject *events = NULL;
-    int slotted = PyObject_TypeCheck(session, session_type), framed;
-    PyObject *flag = slotted ? SLOT(session, f[client ? F_CLIENT_FRAMED : F_BROKER_FRAMED]) : NULL;
-    if (flag == Py_True || flag == Py_False) /* a Session's slot: loaded, not looked up */
-        framed = flag == Py_True;
-    else {
-        flag = PyObject_GetAttr(session, client ? str_client_framed : str_broker_framed);
-        framed = flag == NULL ? -1 : PyObject_IsTrue(flag);
-        Py_XDECREF(flag);
-    }
+    int slotted = PyObject_TypeCheck(session, session_type);
+    int framed = slot_or_attr_true(session, session_type, f[client ? F_CLIENT_FRAMED : F_BROKER_FRAMED],
+                                   client ? str_client_framed : str_broker_framed);
     if (framed > 0)
         events = session_events(session, client, data, now);
     if (framed < 0 || (framed > 0 && events == NULL)) { /* the session failed (Relay.inspect's except) */

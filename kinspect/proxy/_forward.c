@@ -129,16 +129,8 @@ static int forward_read(PyObject *relay, int client, PyObject *data)
             Py_DECREF(res);
         }
     }
-    int framed;
-    PyObject *flag = PyObject_TypeCheck(session, session_type) ? SLOT(session, f[client ? F_CLIENT_FRAMED : F_BROKER_FRAMED])
-                                                               : NULL;
-    if (flag == Py_True || flag == Py_False) /* a Session's slot: loaded, not looked up */
-        framed = flag == Py_True;
-    else {
-        flag = PyObject_GetAttr(session, client ? str_client_framed : str_broker_framed);
-        framed = flag == NULL ? -1 : PyObject_IsTrue(flag);
-        Py_XDECREF(flag);
-    }
+    int framed = slot_or_attr_true(session, session_type, f[client ? F_CLIENT_FRAMED : F_BROKER_FRAMED],
+                                   client ? str_client_framed : str_broker_framed);
     if (framed <= 0) {
         rc = framed < 0 ? -1 : 1;
         goto done;
