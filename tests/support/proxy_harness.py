@@ -471,7 +471,9 @@ def _compare_responses(codec: Codec, f: Recorded, b: Recorded, kinspect_address:
         report.apis[(api_key, version)] += 1
     sent, sent_rest = frames_of(b.responses)  # broker -> kinspect
     got, got_rest = frames_of(f.responses)  # kinspect -> client
-    assert sent_rest == got_rest, "different trailing bytes"
+    # A response cut short by the connection's end: the client got a start of it, or none (in rewrite mode a
+    # response to be rewritten is held until whole, and a client that leaves first is not sent its start).
+    assert sent_rest.startswith(got_rest), "different trailing bytes"
     assert len(sent) == len(got), f"{len(sent)} response frames from the broker, {len(got)} to the client"
     for original, delivered in zip(sent, got):
         report.frames += 1
