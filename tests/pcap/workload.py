@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import time
 
+# Tansu's groups need a session timeout of 6 s: with the clients' defaults a group join can stall (a CI run's
+# kafka-python consumer got nothing in TIMEOUT_S).
+SESSION_TIMEOUT_MS = 6000
 TIMEOUT_S = 90.0  # generous: a loaded machine makes group joins slow; loops end as soon as all is consumed
 VALUES = [b"v" * n for n in (10, 300, 2000, 150_000)]  # the last spans many TCP segments
 
@@ -23,7 +26,8 @@ def confluent_kafka(bootstrap: str, topic: str, count: int = 40) -> int:
             producer.produce(topic, value)
         assert producer.flush(TIMEOUT_S) == 0
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}.group", "client.id": "pcap-confluent",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                         "session.timeout.ms": SESSION_TIMEOUT_MS})
     consumer.subscribe([topic])
     got, deadline = 0, time.monotonic() + TIMEOUT_S
     while got < 2 * count and time.monotonic() < deadline:
@@ -46,7 +50,8 @@ def kafka_python(bootstrap: str, topic: str, count: int = 40) -> int:
         producer.close(TIMEOUT_S)
     consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=f"{topic}.group",
                              client_id="pcap-kafka-python", auto_offset_reset="earliest",
-                             enable_auto_commit=False, consumer_timeout_ms=3000)
+                             enable_auto_commit=False, consumer_timeout_ms=3000,
+                             session_timeout_ms=SESSION_TIMEOUT_MS)
     got, deadline = 0, time.monotonic() + TIMEOUT_S
     while got < 2 * count and time.monotonic() < deadline:
         for records in consumer.poll(timeout_ms=500).values():
@@ -73,7 +78,8 @@ async def _aiokafka(bootstrap: str, topic: str, count: int) -> int:
         finally:
             await producer.stop()
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=f"{topic}.group",
-                                client_id="pcap-aiokafka", auto_offset_reset="earliest", enable_auto_commit=False)
+                                client_id="pcap-aiokafka", auto_offset_reset="earliest", enable_auto_commit=False,
+                                session_timeout_ms=SESSION_TIMEOUT_MS)
     await consumer.start()
     got = 0
     try:
