@@ -1,4 +1,4 @@
-"""Instructions a small exchange costs the proxy's user space, counted by callgrind: a measure the machine's load does not move.
+"""Instructions a small exchange costs the proxy's user space, counted by callgrind: steady under any load.
 
 Usage: python benchmarks/bench_instructions.py [--trees TREE,...] [--workloads apiversions,produce]
                                                [--exchanges N] [--warm N]
@@ -61,9 +61,10 @@ def _model(tree: str, workload: str, exchanges: int) -> None:
             relay.client.transport, relay.broker.transport, relay._early = Sink(), Sink(), None
             relays.append(relay)
         if workload == "produce":
-            response = codec.encode_response(0, 9, {"CorrelationId": 0}, {"Responses": [{"Name": "t", "PartitionResponses": [
-                {"Index": 0, "ErrorCode": 0, "BaseOffset": 5, "LogAppendTimeMs": -1, "LogStartOffset": 0,
-                 "RecordErrors": [], "ErrorMessage": None}]}], "ThrottleTimeMs": 0})
+            partition = {"Index": 0, "ErrorCode": 0, "BaseOffset": 5, "LogAppendTimeMs": -1, "LogStartOffset": 0,
+                         "RecordErrors": [], "ErrorMessage": None}
+            response = codec.encode_response(0, 9, {"CorrelationId": 0}, {
+                "Responses": [{"Name": "t", "PartitionResponses": [partition]}], "ThrottleTimeMs": 0})
         else:
             response = codec.encode_response(18, 3, {"CorrelationId": 0}, {"ErrorCode": 0, "ApiKeys": [
                 {"ApiKey": k, "MinVersion": 0, "MaxVersion": 9} for k in range(60)], "ThrottleTimeMs": 0})

@@ -316,10 +316,8 @@ static PyObject *call_helper(CounterObject *self, int which, PyObject *a, PyObje
         Py_DECREF(r_);                                                                                                 \
     } while (0)
 
-/* MetricsObserver._body_tagged_fields(c, direction, fields): each (path, tag, name, size) field's count and
- * bytes cells, when the plan knows them (c.tagged); a field it does not know yet goes to the reference alone
- * (as a list of that one field), which makes its cells and may remember them. -1 on failure. */
-/* One tagged field counted in its (count, bytes) cells: the reference's `cells[0][0] += 1; if size: cells[1][0] += size`. */
+/* One tagged field counted in its (count, bytes) cells: the reference's `cells[0][0] += 1` and
+ * `if size: cells[1][0] += size`. */
 static int add_tagged(PyObject *cells, PyObject *size)
 {
     int some = PyObject_IsTrue(size);
@@ -329,6 +327,9 @@ static int add_tagged(PyObject *cells, PyObject *size)
     return 0;
 }
 
+/* MetricsObserver._body_tagged_fields(c, direction, fields): each (path, tag, name, size) field's count and
+ * bytes cells, when the plan knows them (c.tagged); a field it does not know yet goes to the reference alone
+ * (as a list of that one field), which makes its cells and may remember them. -1 on failure. */
 static int count_tagged(CounterObject *self, PyObject *c, PyObject *direction, PyObject *fields)
 {
     PyObject *known = SLOT(c, self->l[L_TAGGED]);

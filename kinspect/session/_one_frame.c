@@ -105,12 +105,12 @@ enum { F_CLIENT_SEEN, F_CLIENT_FRAMED, F_CLIENT_INSPECTED, F_RAW_CLIENT, F_BROKE
 static const char *const F_NAMES[F_COUNT] = {"_client_seen", "client_framed", "client_inspected", "_raw_client",
                                              "broker_framed", "broker_inspected", "_raw_broker"};
 static Py_ssize_t f[F_COUNT];
+static PyObject *f_str[F_COUNT]; /* F_NAMES interned: a stand-in session's flags are looked up by name */
 
 static PyTypeObject *classes[C_COUNT];
 static Py_ssize_t q[Q_COUNT], p[P_COUNT], x[X_COUNT], t[T_COUNT], h[H_COUNT], s[S_COUNT], r[R_COUNT], n[N_COUNT];
 static PyObject *software_of; /* client_software.software_of */
-static PyObject *str_client_framed, *str_client_inspected, *str_client_seen, *str_raw_client, *str_broker_framed,
-    *str_broker_inspected, *str_raw_broker, *str_entry, *str_append, *str_popleft, *str_api_key_field,
+static PyObject *str_entry, *str_append, *str_popleft, *str_api_key_field,
     *str_api_version_field, *str_correlation_field, *str_requests, *str_responses,
     *str_headers, *str_connection, *str_codec, *str_inflight, *str_remembered, *str_config, *str_max_inflight;
 
@@ -199,11 +199,11 @@ static Entry *entry_of(ReadsObject *self, long api_key, long version)
 
 /* A flag of the session (borrowed; NULL, no error set, when unset or not found): at its slot for a Session,
  * else by name (a stand-in). */
-static inline PyObject *flag(PyObject *session, int which, PyObject *name)
+static inline PyObject *flag(PyObject *session, int which)
 {
     if (PyObject_TypeCheck(session, classes[C_SESSION]))
         return SLOT(session, f[which]);
-    PyObject *v = PyObject_GetAttr(session, name);
+    PyObject *v = PyObject_GetAttr(session, f_str[which]);
     if (v == NULL) {
         PyErr_Clear();
         return NULL;
@@ -212,17 +212,22 @@ static inline PyObject *flag(PyObject *session, int which, PyObject *name)
     return v;
 }
 
-/* Whether the flag is True (a bool attribute of the session). */
-static inline int is_true(PyObject *session, int which, PyObject *name)
+static inline int is_true(PyObject *session, int which) { return flag(session, which) == Py_True; }
+
+static inline int is_zero(PyObject *session, int which)
 {
-    return flag(session, which, name) == Py_True;
+    PyObject *v = flag(session, which);
+    return v != NULL && PyLong_CheckExact(v) && PyLong_AsLong(v) == 0;
 }
 
-/* Whether the flag is the int 0. */
-static inline int is_zero(PyObject *session, int which, PyObject *name)
+/* Whether the session lets a direction's frames be read here: framed and inspected, no raw SASL token
+ * expected (and for the client, its first bytes seen). */
+static int session_open(PyObject *session, int client)
 {
-    PyObject *v = flag(session, which, name);
-    return v != NULL && PyLong_CheckExact(v) && PyLong_AsLong(v) == 0;
+    if (client)
+        return is_true(session, F_CLIENT_SEEN) && is_true(session, F_CLIENT_FRAMED)
+               && is_true(session, F_CLIENT_INSPECTED) && is_zero(session, F_RAW_CLIENT);
+    return is_true(session, F_BROKER_FRAMED) && is_true(session, F_BROKER_INSPECTED) && is_zero(session, F_RAW_BROKER);
 }
 
 /* Whether a stream holds nothing: no frame under way, no bytes buffered, not failed. */
@@ -251,13 +256,10 @@ static Py_ssize_t stream_int(PyObject *stream, int which)
  * the frames taken here change none of it. */
 static int direction_open(ReadsObject *self, int client)
 {
-    PyObject *session = self->session;
     if (client)
-        return stream_idle(self->requests) && is_true(session, F_CLIENT_SEEN, str_client_seen) && is_true(session, F_CLIENT_FRAMED, str_client_framed)
-               && is_true(session, F_CLIENT_INSPECTED, str_client_inspected) && is_zero(session, F_RAW_CLIENT, str_raw_client);
+        return stream_idle(self->requests) && session_open(self->session, 1);
     return stream_idle(self->responses) && SLOT(self->responses, s[S_FORWARDING]) == Py_False
-           && is_true(session, F_BROKER_FRAMED, str_broker_framed) && is_true(session, F_BROKER_INSPECTED, str_broker_inspected)
-           && is_zero(session, F_RAW_BROKER, str_raw_broker);
+           && session_open(self->session, 0);
 }
 
 /* The size of the frame whose size prefix is at data[pos] (buf: where that prefix is), if the frame is
@@ -573,10 +575,7 @@ static int gathering(ReadsObject *self, int client)
            && PyLong_CheckExact(mode) && PyLong_AsLong(mode) == KEEP_PIECES && size != NULL && PyLong_CheckExact(size)
            && PyLong_AsSsize_t(size) >= 0 && skip != NULL && PyLong_CheckExact(skip) && PyLong_AsLong(skip) == 0
            && have != NULL && PyLong_CheckExact(have)
-           && (client ? is_true(session, F_CLIENT_SEEN, str_client_seen) && is_true(session, F_CLIENT_FRAMED, str_client_framed)
-                            && is_true(session, F_CLIENT_INSPECTED, str_client_inspected) && is_zero(session, F_RAW_CLIENT, str_raw_client)
-                      : SLOT(stream, s[S_FORWARDING]) == Py_False && is_true(session, F_BROKER_FRAMED, str_broker_framed)
-                            && is_true(session, F_BROKER_INSPECTED, str_broker_inspected) && is_zero(session, F_RAW_BROKER, str_raw_broker));
+           && (client || SLOT(stream, s[S_FORWARDING]) == Py_False) && session_open(session, client);
 }
 
 /* A response's request paired (Session._plan_response): out of the in-flight table and, if it is the oldest of
@@ -1165,10 +1164,10 @@ PyMODINIT_FUNC PyInit__one_frame(void)
 {
     if (PyType_Ready(&TableType) < 0 || PyType_Ready(&ReadsType) < 0)
         return NULL;
-    if (intern(&str_client_framed, "client_framed") || intern(&str_client_inspected, "client_inspected")
-        || intern(&str_client_seen, "_client_seen") || intern(&str_raw_client, "_raw_client")
-        || intern(&str_broker_framed, "broker_framed") || intern(&str_broker_inspected, "broker_inspected")
-        || intern(&str_raw_broker, "_raw_broker") || intern(&str_entry, "_one_frame_entry")
+    for (int i = 0; i < F_COUNT; i++)
+        if (intern(&f_str[i], F_NAMES[i]))
+            return NULL;
+    if (intern(&str_entry, "_one_frame_entry")
         || intern(&str_append, "append") || intern(&str_popleft, "popleft")
         || intern(&str_api_key_field, "RequestApiKey") || intern(&str_api_version_field, "RequestApiVersion")
         || intern(&str_correlation_field, "CorrelationId")
