@@ -1,7 +1,7 @@
-"""Instructions a small exchange costs the proxy's user space, counted by callgrind: steady under any load.
+"""Instructions and cache misses a small exchange costs the proxy's user space, counted by callgrind: steady under any load.
 
 Usage: python benchmarks/bench_instructions.py [--trees TREE,...] [--workloads apiversions,produce]
-                                               [--exchanges N] [--warm N]
+                                               [--exchanges N] [--warm N] [--cold]
 
 On a shared 2-core machine the proxy's CPU a request moves by 10-30% from run to run, so a change worth
 a few percent cannot be seen in bench_proxy.py. This benchmark runs a model of the proxy in-process:
@@ -9,8 +9,17 @@ a few percent cannot be seen in bench_proxy.py. This benchmark runs a model of t
 writes and do nothing. Each exchange is a request read and its response read: forwarded, queued,
 framed, turned into events and observed. The model runs under `valgrind --tool=callgrind` twice, with
 `warm` and with `warm + exchanges` exchanges (after 400 of warm-up). The difference, over `exchanges`,
-is the instructions an exchange costs. That leaves out start-up, the kernel and uvloop's own reads. With
+is what an exchange costs. That leaves out start-up, the kernel and uvloop's own reads. With
 PYTHONHASHSEED=0, runs of one tree agree within 0.1%.
+
+--cold: what the live proxy pays most for. Live, the broker and the clients run between the proxy's
+batches and take its caches, so a batch's code and data come back from memory, not from the core's
+L2. Here callgrind simulates the caches (its last level set to this machine's L2) and, before each
+batch of 16 reads, the model reads a buffer half again the L2's size, one byte a cache line (an
+array's strided slice; callgrind does not count inside array_subscr, which the proxy never calls).
+The output adds, per exchange, the L1 misses and the L2 misses of code and data. On 2026-11-29 an
+ApiVersions exchange cost 35,600 instructions, 950 L1 code misses and 300 L2 misses: at the 50-100
+cycles an L2 miss costs, the misses take more time than the instructions (docs/performance.md).
 
 --trees: kinspect source trees to compare (each with its C extensions built in place: `python setup.py
 build_ext --inplace`); the first is the reference of the ratios. Default: this checkout.
@@ -19,6 +28,7 @@ build_ext --inplace`); the first is the reference of the ratios. Default: this c
 from __future__ import annotations
 
 import argparse
+import array
 import os
 import shutil
 import struct
@@ -29,10 +39,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 WARM_UP = 400  # exchanges before the counted ones (plans, memos and caches made)
 RELAYS = 8
+CACHE_LINE = 64
 
 
-def _model(tree: str, workload: str, exchanges: int) -> None:
-    """The proxy model: WARM_UP + exchanges exchanges through RELAYS relays, then the last batch inspected."""
+def _model(tree: str, workload: str, exchanges: int, walk: int = 0) -> None:
+    """The proxy model: WARM_UP + exchanges exchanges through RELAYS relays, then the last batch inspected;
+    with `walk`, that many bytes read (one a cache line) before each batch's first read."""
     sys.path.insert(0, tree)
     sys.path.insert(1, str(ROOT / "benchmarks"))
     import uvloop
@@ -72,8 +84,11 @@ def _model(tree: str, workload: str, exchanges: int) -> None:
         requests = small_requests.workloads(codec, "t", "f")[workload].frames(0, total)
         # encode_response gives the frame after its size prefix; each response answers its request's correlation id
         responses = [struct.pack(">ii", len(response), i) + response[4:] for i in range(total)]
+        walked = array.array("B", bytes(walk))
         for i in range(total):
             relay = relays[i % RELAYS]
+            if walk and i % RELAYS == 0:  # what the other processes do to the caches between batches
+                walked[::CACHE_LINE]
             relay.client.data_received(requests[i])
             relay.broker.data_received(responses[i])
         server.inspection_queue.flush()
@@ -81,29 +96,53 @@ def _model(tree: str, workload: str, exchanges: int) -> None:
     uvloop.new_event_loop().run_until_complete(run())
 
 
-def _instructions(tree: str, workload: str, exchanges: int) -> int:
-    """The instructions callgrind counts for the whole model run."""
-    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, __file__,
-           "--model", tree, workload, str(exchanges)]
+def _l2() -> tuple[int, int, int]:
+    """This machine's L2: size, ways, line (glibc's sysconf names; 2 MiB, 16, 64 where it does not say)."""
+    names = ("SC_LEVEL2_CACHE_SIZE", "SC_LEVEL2_CACHE_ASSOC", "SC_LEVEL2_CACHE_LINESIZE")
+    try:
+        found = tuple(os.sysconf(n) for n in names)
+    except (ValueError, OSError):
+        found = (0, 0, 0)
+    return found if all(v > 0 for v in found) else (2 << 20, 16, CACHE_LINE)
+
+
+def _counts(tree: str, workload: str, exchanges: int, cold: bool) -> dict[str, int]:
+    """What callgrind counts for the whole model run: instructions, and with `cold` the cache misses."""
+    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
+    walk = 0
+    if cold:
+        size, ways, line = _l2()
+        walk = size * 3 // 2
+        # the walk (an array's strided slice) is simulated, so it evicts, but not counted
+        cmd += ["--cache-sim=yes", f"--LL={size},{ways},{line}", "--toggle-collect=*array_subscr",
+                "--collect-atstart=yes"]
+    cmd += [sys.executable, __file__, "--model", tree, workload, str(exchanges), str(walk)]
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
     if result.returncode != 0:
         raise SystemExit(f"the model failed under callgrind ({tree}, {workload}): {result.stderr[-2000:]}")
+    names = values = None
     for line in result.stderr.splitlines():
+        if "Events    :" in line:
+            names = line.split(":", 1)[1].split()
         if "Collected :" in line:
-            return int(line.split(":")[-1].strip())
-    raise SystemExit(f"callgrind gave no count ({tree}, {workload}): {result.stderr[-2000:]}")
+            values = [int(v) for v in line.split(":", 1)[1].split()]
+    if names is None or values is None or len(names) != len(values):
+        raise SystemExit(f"callgrind gave no count ({tree}, {workload}): {result.stderr[-2000:]}")
+    return dict(zip(names, values))
 
 
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--model":
-        _model(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        _model(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]) if len(sys.argv) > 5 else 0)
         return 0
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--trees", default=str(ROOT), help="kinspect source trees, comma-separated (default: this one)")
     p.add_argument("--workloads", default="apiversions,produce", help="apiversions and/or produce")
     p.add_argument("--exchanges", type=int, default=2000, help="exchanges counted (default 2000)")
     p.add_argument("--warm", type=int, default=500, help="exchanges of the shorter run, subtracted (default 500)")
+    p.add_argument("--cold", action="store_true",
+                   help="the caches taken before each batch: count L1 and L2 misses too (slower)")
     args = p.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is missing: install Debian's valgrind package (as root: apt-get install valgrind)")
@@ -116,19 +155,35 @@ def main() -> int:
         for w in workloads:
             subprocess.run([sys.executable, __file__, "--model", tree, w, "1"], check=True, capture_output=True,
                            env={**os.environ, "PYTHONHASHSEED": "0"}, timeout=600)
-    print(f"instructions an exchange (callgrind; {RELAYS} relays, default app, {args.exchanges} exchanges counted "
+    what = "instructions and cache misses" if args.cold else "instructions"
+    print(f"{what} an exchange (callgrind; {RELAYS} relays, default app, {args.exchanges} exchanges counted "
           f"after {WARM_UP + args.warm}; PYTHONHASHSEED=0)")
-    print(f"{'workload':<12} {'tree':<40} {'instructions':>13} {'x first':>8}")
+    if args.cold:
+        size, ways, line = _l2()
+        print(f"  cold: before each batch of {2 * RELAYS} reads, {size * 3 // 2 >> 10} KiB read; caches simulated: "
+              f"L1 as callgrind finds them, L2 {size >> 10} KiB {ways}-way as the last level")
+        print(f"{'workload':<12} {'tree':<40} {'instructions':>13} {'L1 misses code/data':>20} "
+              f"{'L2 misses code/data':>20} {'L2 misses':>9} {'x first':>8}")
+    else:
+        print(f"{'workload':<12} {'tree':<40} {'instructions':>13} {'x first':>8}")
     for w in workloads:
         first = None
         for tree in trees:
-            short = _instructions(tree, w, args.warm)
-            long = _instructions(tree, w, args.warm + args.exchanges)
-            each = (long - short) / args.exchanges
-            if each <= 0:
+            short = _counts(tree, w, args.warm, args.cold)
+            long = _counts(tree, w, args.warm + args.exchanges, args.cold)
+            each = {k: (long[k] - short[k]) / args.exchanges for k in long}
+            if each["Ir"] <= 0:
                 raise SystemExit(f"{w}, {tree}: the longer run counted no more than the shorter; count more exchanges")
-            first = first or each
-            print(f"{w:<12} {tree[-40:]:<40} {each:>13,.0f} {each / first:>7.3f}x", flush=True)
+            if args.cold:
+                l1 = (each["I1mr"], each["D1mr"] + each["D1mw"])
+                l2 = (each["ILmr"], each["DLmr"] + each["DLmw"])
+                key = sum(l2)
+                first = first or key
+                print(f"{w:<12} {tree[-40:]:<40} {each['Ir']:>13,.0f} {f'{l1[0]:,.0f} / {l1[1]:,.0f}':>20} "
+                      f"{f'{l2[0]:,.0f} / {l2[1]:,.0f}':>20} {key:>9,.0f} {key / first:>7.3f}x", flush=True)
+            else:
+                first = first or each["Ir"]
+                print(f"{w:<12} {tree[-40:]:<40} {each['Ir']:>13,.0f} {each['Ir'] / first:>7.3f}x", flush=True)
     return 0
 
 

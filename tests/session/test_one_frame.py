@@ -300,6 +300,42 @@ def test_special_cases_read_alike(codec):
     assert 10 < taken < len(reads)
 
 
+def test_the_software_of_a_body_read_before_is_not_read_again(codec, monkeypatch):
+    """KIP-511's software is read once per distinct ApiVersions body (the C reads remember the last), and every
+    connection still learns it: eight connections of one client, then a client with another version."""
+    import kinspect.session.session as session_module
+    from kinspect.session.client_software import software_of
+
+    calls = []
+
+    def counted(frame, body_offset):
+        calls.append(bytes(frame[body_offset:]))
+        return software_of(frame, body_offset)
+
+    module = session_module._one_frame_module()
+    classes = (session_module.Request, session_module.Response, session_module.Exchange, session_module._Pending,
+               session_module.RequestHeader, session_module.Output, session_module.FrameStream,
+               session_module.RequestHeaders, ConnectionInfo, FramePieces, Session)
+    module.configure(classes, counted)
+    try:
+        software = {"ClientSoftwareName": "kinspect-test", "ClientSoftwareVersion": "1.0"}
+        versions = {"ErrorCode": 0, "ApiKeys": [], "ThrottleTimeMs": 0}
+        learned = []
+        for version in ("1.0", "1.0", "2.0"):
+            for n in range(8):
+                native, reference = pair(codec)
+                reads = []
+                for cid in range(1, 4):  # the first request's header is read by Python; the next two by C
+                    reads.append(("c", _request(codec, 18, 3, cid, {**software, "ClientSoftwareVersion": version})))
+                    reads.append(("b", _response(codec, 18, 3, cid, versions)))
+                assert run_both(native, reference, reads) > 0
+                learned.append(native.connection.client_software_version)
+    finally:
+        module.configure(classes, software_of)
+    assert learned == ["1.0"] * 16 + ["2.0"] * 8
+    assert len(calls) == 2 and calls[0] != calls[1]  # one read for each body, whatever the connection
+
+
 def test_special_cases_in_rewrite_mode_and_with_heads(codec):
     run_both(*pair(codec, None, _rewrite(codec)), special_cases(codec))
     run_both(*pair(codec, SessionConfig(inspect_max_bytes=40)), special_cases(codec))
