@@ -18,7 +18,15 @@
  * named its apis; a response that is not an ApiVersions one, or an ApiVersions one whose scan (the
  * metrics made it) holds no error 35: nothing to do. Those checks come before anything changes;
  * the rest (a new connection, a new software, a target that rejects it, an error 35) goes to the
- * Python, which makes what the next request finds. */
+ * Python, which makes what the next request finds.
+ *
+ * What a connection's requests look up again and again (its record's key, its record, its software's
+ * counts) is kept here, in a small table indexed by the ConnectionInfo's address. An entry is taken
+ * only for the very ConnectionInfo it was made for (it holds it), while the connection's id, address and
+ * software are the objects the entry was made with, and only until the Python next runs (a new
+ * connection, a record forgotten, a new software: anything the Python does may change what the
+ * entries point to). Why: the four tuple-keyed dict lookups it spares were the largest part of the
+ * inventory's cost a request, and their tables the largest part of its cache misses (bench_instructions.py). */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -45,6 +53,16 @@ static const char *const S_NAMES[S_COUNT] = {"record_spans", "_summaries", "erro
 /* A BatchSummary's magic, a RecordsSummary's batches: by position (kinspect/protocol/records.py). */
 enum { BATCH_MAGIC = 1, SUMMARY_BATCHES = 0 };
 
+/* A connection's lookups, remembered (see above). */
+typedef struct {
+    PyObject *connection; /* held: no other connection can take its address while the entry holds it */
+    PyObject *key;          /* (id, client_address): the record's key, holding the connection's id and address */
+    PyObject *record, *counts, *name, *version;
+    unsigned long generation;
+} Known;
+
+#define KNOWN_SLOTS 256
+
 typedef struct {
     PyObject_HEAD
     PyObject *observer;
@@ -60,9 +78,27 @@ typedef struct {
     long produce, api_versions;
     Py_ssize_t max_client_ids, max_pairs;
     int named; /* the observer named its apis (its first request, in Python) */
+    int judged; /* the observer has upgrade targets: each request's verdicts are looked up */
+    unsigned long generation; /* a Known entry of another generation is stale: the Python ran since */
+    Known known[KNOWN_SLOTS];
 } NoterObject;
 
-static PyObject *str_unnamed, *str_records, *str_software, *str_rejecting, *str_wall_offset, *str_move_to_end,
+static inline Known *known_slot(NoterObject *self, PyObject *connection)
+{
+    return &self->known[((uintptr_t)connection >> 4) % KNOWN_SLOTS];
+}
+
+static void known_clear(Known *k)
+{
+    Py_CLEAR(k->connection);
+    Py_CLEAR(k->key);
+    Py_CLEAR(k->record);
+    Py_CLEAR(k->counts);
+    Py_CLEAR(k->name);
+    Py_CLEAR(k->version);
+}
+
+static PyObject *str_unnamed, *str_targets, *str_records, *str_software, *str_rejecting, *str_wall_offset, *str_move_to_end,
     *str_setdefault, *str_update, *str_api_key, *str_complete, *str_scanned, *empty_tuple, *one, *unsupported;
 
 /* The record magics of a complete Produce request (new reference): one settled records field of
@@ -214,6 +250,48 @@ done:
     return rc;
 }
 
+/* The request's record and software counts, as _request finds them (new references in *key, *record and
+ * *counts): from the connection's Known entry, or looked up and remembered there. 1; 0 when the reference
+ * must make them (a new connection or software, or a software counted as "other"); -1 with an error set. */
+static int lookups(NoterObject *self, PyObject *conn, PyObject *id, PyObject *address, PyObject *name,
+                   PyObject *software_version, PyObject **key, PyObject **record, PyObject **counts)
+{
+    Known *k = known_slot(self, conn);
+    if (k->connection == conn && k->generation == self->generation && k->key != NULL
+        && PyTuple_GET_ITEM(k->key, 0) == id && PyTuple_GET_ITEM(k->key, 1) == address && k->name == name
+        && k->version == software_version) {
+        *key = Py_NewRef(k->key);
+        *record = Py_NewRef(k->record);
+        *counts = Py_NewRef(k->counts);
+        return 1;
+    }
+    PyObject *made = PyTuple_Pack(2, id, address), *software = PyTuple_Pack(2, name, software_version);
+    if (made == NULL || software == NULL) {
+        Py_XDECREF(made);
+        Py_XDECREF(software);
+        return -1;
+    }
+    PyObject *found = PyDict_GetItemWithError(self->records, made); /* borrowed */
+    PyObject *their = found == NULL ? NULL : PyDict_GetItemWithError(self->software, software);
+    Py_DECREF(software);
+    if (their == NULL || Py_TYPE(found) != self->types[K_RECORD] || Py_TYPE(their) != self->types[K_SOFTWARE]) {
+        Py_DECREF(made);
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    known_clear(k);
+    k->connection = Py_NewRef(conn);
+    k->key = Py_NewRef(made);
+    k->record = Py_NewRef(found);
+    k->counts = Py_NewRef(their);
+    k->name = Py_NewRef(name);
+    k->version = Py_NewRef(software_version);
+    k->generation = self->generation;
+    *key = made;
+    *record = Py_NewRef(found);
+    *counts = Py_NewRef(their);
+    return 1;
+}
+
 /* The request done here: 1; 0 when the reference must do it (nothing changed); -1 with an error set. */
 static int request_here(NoterObject *self, PyObject *e)
 {
@@ -233,7 +311,7 @@ static int request_here(NoterObject *self, PyObject *e)
         return 0;
 
     int rc = -1;
-    PyObject *key = NULL, *software = NULL, *magics = NULL, *verdict_key = NULL, *when = NULL;
+    PyObject *key = NULL, *record = NULL, *counts = NULL, *magics = NULL, *when = NULL;
     Py_INCREF(e);
     long api = PyLong_AsLong(api_key);
     if (api == -1 && PyErr_Occurred())
@@ -242,37 +320,39 @@ static int request_here(NoterObject *self, PyObject *e)
         magics = magics_of(self, e);
     else
         magics = Py_NewRef(empty_tuple);
-    if (magics == NULL || (key = PyTuple_Pack(2, id, address)) == NULL
-        || (software = PyTuple_Pack(2, name, software_version)) == NULL
-        || (verdict_key = PyTuple_Pack(3, api_key, version, magics)) == NULL)
+    if (magics == NULL)
         goto done;
-    PyObject *record = PyDict_GetItemWithError(self->records, key);
-    PyObject *counts = record == NULL ? NULL : PyDict_GetItemWithError(self->software, software);
-    PyObject *rejecting = counts == NULL ? NULL : PyDict_GetItemWithError(self->rejecting, verdict_key);
-    if (PyErr_Occurred())
-        goto done;
-    if (rejecting == NULL || Py_TYPE(record) != self->types[K_RECORD] || Py_TYPE(counts) != self->types[K_SOFTWARE]
-        || !PyTuple_CheckExact(rejecting) || PyTuple_GET_SIZE(rejecting) != 0) {
-        rc = 0; /* a new connection or software, or a verdict to make or to count: the reference's */
+    int found = lookups(self, conn, id, address, name, software_version, &key, &record, &counts);
+    if (found <= 0) {
+        rc = found; /* 0: a new connection or software: the reference's */
         goto done;
     }
-    Py_INCREF(record);
-    Py_INCREF(counts);
+    if (self->judged) { /* without targets nothing is rejected, and _request looks no verdict up */
+        PyObject *verdict_key = PyTuple_Pack(3, api_key, version, magics);
+        if (verdict_key == NULL)
+            goto done;
+        PyObject *rejecting = PyDict_GetItemWithError(self->rejecting, verdict_key);
+        Py_DECREF(verdict_key);
+        if (rejecting == NULL && PyErr_Occurred())
+            goto done;
+        if (rejecting == NULL || !PyTuple_CheckExact(rejecting) || PyTuple_GET_SIZE(rejecting) != 0) {
+            rc = 0; /* a verdict to make or to count: the reference's */
+            goto done;
+        }
+    }
     PyObject *moved = PyObject_CallOneArg(self->move_to_end, key);
-    if (moved != NULL) {
-        Py_DECREF(moved);
-        when = PyNumber_Add(time, self->wall_offset);
-    }
+    if (moved == NULL)
+        goto done;
+    Py_DECREF(moved);
+    when = PyNumber_Add(time, self->wall_offset);
     if (when != NULL && note(self, record, api_key, version, magics, when, client_id, name, software_version) == 0
         && increment(counts, self->w[W_REQUESTS]) == 0)
         rc = 1;
-    Py_DECREF(record);
-    Py_DECREF(counts);
 done:
     Py_XDECREF(when);
-    Py_XDECREF(verdict_key);
-    Py_XDECREF(software);
     Py_XDECREF(key);
+    Py_XDECREF(record);
+    Py_XDECREF(counts);
     Py_XDECREF(magics);
     Py_DECREF(e);
     return rc;
@@ -297,6 +377,7 @@ static PyObject *noter_request(NoterObject *self, PyObject *e)
     if (done < 0)
         return NULL;
     PyObject *out = PyObject_CallOneArg(self->fallbacks[0], e);
+    self->generation++; /* what the Python did may have moved what the Known entries point to */
     if (out != NULL && !self->named) { /* the reference names the apis on its first request */
         PyObject *unnamed = PyObject_GetAttr(self->observer, str_unnamed);
         int still = unnamed == NULL ? -1 : PyObject_IsTrue(unnamed);
@@ -355,7 +436,9 @@ static PyObject *noter_response(NoterObject *self, PyObject *e)
         return NULL;
     if (nothing)
         Py_RETURN_NONE;
-    return PyObject_CallOneArg(self->fallbacks[1], e);
+    PyObject *out = PyObject_CallOneArg(self->fallbacks[1], e);
+    self->generation++; /* it may have made or forgotten records */
+    return out;
 }
 
 /* ------------------------------------------------------------------ the type */
@@ -428,6 +511,14 @@ static int noter_init(NoterObject *self, PyObject *args, PyObject *kwargs)
     if (still < 0)
         return -1;
     self->named = !still;
+    PyObject *targets = PyObject_GetAttr(observer, str_targets);
+    int judged = targets == NULL ? -1 : PyObject_IsTrue(targets);
+    Py_XDECREF(targets);
+    if (judged < 0)
+        return -1;
+    self->judged = judged;
+    for (int i = 0; i < KNOWN_SLOTS; i++)
+        known_clear(&self->known[i]);
     return 0;
 }
 
@@ -444,6 +535,12 @@ static int noter_traverse(NoterObject *self, visitproc visit, void *arg)
     Py_VISIT(self->magics_of);
     for (int i = 0; i < K_COUNT; i++)
         Py_VISIT(self->types[i]);
+    for (int i = 0; i < KNOWN_SLOTS; i++) {
+        Py_VISIT(self->known[i].connection);
+        Py_VISIT(self->known[i].key);
+        Py_VISIT(self->known[i].record);
+        Py_VISIT(self->known[i].counts);
+    }
     return 0;
 }
 
@@ -460,6 +557,8 @@ static int noter_clear(NoterObject *self)
     Py_CLEAR(self->magics_of);
     for (int i = 0; i < K_COUNT; i++)
         Py_CLEAR(self->types[i]);
+    for (int i = 0; i < KNOWN_SLOTS; i++)
+        known_clear(&self->known[i]);
     return 0;
 }
 
@@ -503,7 +602,7 @@ static int intern(PyObject **out, const char *text)
 
 PyMODINIT_FUNC PyInit__inventory(void)
 {
-    if (intern(&str_unnamed, "_unnamed") || intern(&str_records, "_records") || intern(&str_software, "_software")
+    if (intern(&str_unnamed, "_unnamed") || intern(&str_targets, "targets") || intern(&str_records, "_records") || intern(&str_software, "_software")
         || intern(&str_rejecting, "_rejecting") || intern(&str_wall_offset, "_wall_offset")
         || intern(&str_move_to_end, "move_to_end") || intern(&str_setdefault, "setdefault")
         || intern(&str_update, "update") || intern(&str_api_key, "api_key") || intern(&str_complete, "complete")

@@ -119,6 +119,8 @@ class InventoryObserver:
         if new:
             counts.connections += 1
         counts.requests += 1
+        if not self.targets:  # nothing to judge (the default): no verdict looked up or remembered
+            return
         rejecting = self._rejecting.get((api_key, version, magics))
         if rejecting is None:
             rejecting = self._targets_rejecting(api_key, version, magics)

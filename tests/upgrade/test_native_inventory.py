@@ -11,6 +11,7 @@ the same. Then a leak test.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import struct
 
@@ -46,12 +47,18 @@ def codec() -> Codec:
     return Codec()
 
 
-def _events(codec: Codec, plays: list, scan_requests: bool, backwards: bool = False) -> list:
+def _events(codec: Codec, plays: list, scan_requests: bool, backwards: bool = False,
+            interleaved: bool = False) -> list:
     """Each (connection id, address, conversation) replayed on its own session; with scan_requests every
     complete request and response is scanned first (the metrics observer does so in the proxy); requests
-    later and later (or, backwards, earlier and earlier: what a clock stepped back gives)."""
+    later and later (or, backwards, earlier and earlier: what a clock stepped back gives). Interleaved: the
+    connections' events taken in turn, one each, as a proxy's batch mixes its connections' reads."""
     events, clock = [], itertools.count(100_000, -1 if backwards else 1)
+    each = []
     for connection_id, address, (requests, responses) in plays:
+        if interleaved:
+            events = []
+            each.append(events)
         session = Session(codec, ConnectionInfo(connection_id, address, "b:1"))
         for step in replay(session, requests, responses, float(next(clock))):
             for event in step:
@@ -63,6 +70,8 @@ def _events(codec: Codec, plays: list, scan_requests: bool, backwards: bool = Fa
                     except Exception:  # noqa: BLE001 (the inventory is told of the DecodeError itself)
                         pass
                 events.append(event)
+    if interleaved:
+        return [e for turn in itertools.zip_longest(*each) for e in turn if e is not None]
     return events
 
 
@@ -73,14 +82,15 @@ def _outcome(observer: InventoryObserver) -> tuple:
     return document, generate_latest(registry).decode(), observer.inventory.forgotten, len(observer._rejecting)
 
 
-def _both(codec: Codec, plays: list, scan_requests: bool = True, backwards: bool = False, **options) -> tuple:
+def _both(codec: Codec, plays: list, scan_requests: bool = True, backwards: bool = False, interleaved: bool = False,
+          **options) -> tuple:
     native = InventoryObserver(**options)
     python = InventoryObserver(native=False, **options)
     assert native.native and not python.native
     python._wall_offset = native._wall_offset  # the C handler holds its own from the start
     outcomes = []
     for observer in (native, python):
-        for event in _events(codec, plays, scan_requests, backwards):
+        for event in _events(codec, plays, scan_requests, backwards, interleaved):
             handler = observer.handlers.get(type(event))
             if handler is not None:
                 handler(event)
@@ -109,6 +119,104 @@ def test_connections_that_come_back_and_are_forgotten_alike(codec, connections, 
     native, python = _both(codec, _plays(connections, rounds=2), backwards=backwards, max_connections=4)
     assert (native[2] > 0) == (connections > 4) and len(native[0]["connections"]) == min(connections, 4)
     assert native == python
+
+
+def _observed_read_by_read(codec: Codec, connections: list, native: bool, **options) -> tuple:
+    """Each connection (id, frames, turn it starts at) read a frame at a time, the observer handling each read's
+    events before the next read, the connections in turn; a session and its events are dropped when done. The
+    outcome, and the ConnectionInfo addresses seen."""
+    observer = InventoryObserver(native=native, **options)
+    observer._wall_offset = 0.0
+    if native:  # the handlers again, holding the offset set above
+        observer.handlers = dict(zip((Request, Response), _handlers(observer)))
+    live, seen = {}, []
+    last = max(start + len(frames) for _, frames, start in connections)
+    for turn in range(last):
+        for connection_id, frames, start in connections:
+            step = turn - start
+            if step == 0:
+                live[connection_id] = Session(codec, ConnectionInfo(connection_id, f"10.0.{connection_id}.1:1", "b:1"))
+                seen.append(id(live[connection_id].connection))
+            if 0 <= step < len(frames):
+                for event in live[connection_id].client_data(frames[step], 100.0 + turn).events:
+                    observer.handlers.get(type(event), lambda e: None)(event)
+            if step == len(frames) - 1:
+                del live[connection_id]
+                gc.collect()  # a session's own cycles freed now, its ConnectionInfo with them
+    return _outcome(observer), seen
+
+
+@pytest.mark.parametrize("max_connections", [2, 3])
+def test_connections_forgotten_while_they_go_on_alike(codec, max_connections):
+    """More connections than the inventory keeps, each starting two requests after the one before: a connection's
+    record is forgotten between two of its requests by a newer connection's first (the C handler's remembered
+    lookups of that connection must not outlive the record)."""
+    frames = [_request(codec, cid, "x") for cid in range(1, 9)]
+    connections = [(n, frames, 2 * n) for n in range(6)]
+    native, _ = _observed_read_by_read(codec, connections, True, max_connections=max_connections)
+    python, _ = _observed_read_by_read(codec, connections, False, max_connections=max_connections)
+    assert native[2] >= 6 - max_connections and native == python
+
+
+def test_connections_one_after_another_alike(codec):
+    """Each connection closed before the next opens, as a client reconnecting: every one its own record."""
+    frames = [_request(codec, cid, "x") for cid in range(1, 5)]
+    connections = [(n, frames, len(frames) * n) for n in range(12)]
+    native, _ = _observed_read_by_read(codec, connections, True)
+    python, _ = _observed_read_by_read(codec, connections, False)
+    assert len(native[0]["connections"]) == 12 and native == python
+
+
+def test_a_connection_whose_address_changes_is_another_record_alike(codec):
+    """A ConnectionInfo whose client address is changed between two requests: its next requests are another
+    record's (the key is the id and the address), in C as in Python."""
+    outcomes = []
+    for native in (True, False):
+        observer = InventoryObserver(native=native)
+        observer._wall_offset = 0.0
+        if native:
+            observer.handlers = dict(zip((Request, Response), _handlers(observer)))
+        session = Session(codec, ConnectionInfo(7, "10.0.0.7:1", "b:1"))
+        for cid in range(1, 7):
+            if cid == 4:
+                session.connection.client_address = "10.0.0.8:1"
+            for event in session.client_data(_request(codec, cid, "x"), 100.0 + cid).events:
+                observer.handlers.get(type(event), lambda e: None)(event)
+        outcomes.append(_outcome(observer))
+    assert [c["address"] for c in outcomes[0][0]["connections"]] == ["10.0.0.7:1", "10.0.0.8:1"]
+    assert outcomes[0] == outcomes[1]
+
+
+def test_a_connection_whose_software_changes_is_counted_alike(codec):
+    """KIP-511: a client that sends ApiVersions again with another software version, between other requests (each
+    request read and observed before the next is read, on two connections in turn)."""
+    from tests.upgrade.test_inventory import api_versions_v3
+
+    frames = [api_versions_v3(b"kin", b"1.0", 1), _request(codec, 2, "x"), _request(codec, 3, "x"),
+              api_versions_v3(b"kin", b"2.0", 4), _request(codec, 5, "x"), _request(codec, 6, "x")]
+    outcomes = []
+    for native in (True, False):
+        observer = InventoryObserver(native=native)
+        observer._wall_offset = 0.0
+        if native:  # the handlers again, holding the offset set above
+            observer.handlers = dict(zip((Request, Response), _handlers(observer)))
+        sessions = [Session(codec, ConnectionInfo(n, f"10.0.0.{n}:1", "b:1")) for n in (1, 2)]
+        for i, frame in enumerate(frames):
+            for session in sessions:
+                for event in session.client_data(frame, 100.0 + i).events:
+                    observer.handlers.get(type(event), lambda e: None)(event)
+        outcomes.append(_outcome(observer))
+    metrics = outcomes[0][1]
+    assert 'kinspect_client_requests_total{software="kin",software_version="1.0"} 6.0' in metrics
+    assert 'kinspect_client_requests_total{software="kin",software_version="2.0"} 6.0' in metrics
+    assert outcomes[0] == outcomes[1]
+
+
+def _handlers(observer: InventoryObserver) -> tuple:
+    """The C Noter's request and response handlers for `observer` (made after its _wall_offset was set)."""
+    noter = _inventory.Noter(observer, CLASSES, (PRODUCE, API_VERSIONS, 16, 256),
+                             (observer._request, observer._response), _magics)
+    return noter.request, noter.response
 
 
 def test_targets_that_reject_requests_alike(codec):
