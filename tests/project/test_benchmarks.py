@@ -65,6 +65,22 @@ def test_benchmark_smoke_run(script, tmp_path):
 
 
 @pytest.mark.integration
+def test_the_instruction_count_with_the_caches_taken():
+    """bench_instructions.py --cold: the cache-simulated run, with its misses of code and data per exchange."""
+    result = subprocess.run([sys.executable, str(BENCH / "bench_instructions.py"), "--cold", "--workloads", "produce",
+                             "--exchanges", "40", "--warm", "8"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    row = re.search(r"produce\s+\S+\s+([\d,]+)\s+([\d,]+) / ([\d,]+)\s+([\d,]+) / ([\d,]+)\s+([\d,]+)\s+1\.000x",
+                    result.stdout)
+    assert row, result.stdout
+    instructions, l1_code, l1_data, l2_code, l2_data, l2 = (int(v.replace(",", "")) for v in row.groups())
+    # the walk before each batch leaves the batch's code and data to come back from memory (warm, the model's code
+    # misses the L2 less than once an exchange)
+    assert instructions > 10_000 and l1_code > 0 and l2_code > 10 and l2_data > 10
+    assert abs(l2 - (l2_code + l2_data)) <= 1  # each figure rounded on its own
+
+
+@pytest.mark.integration
 def test_the_soak_command():
     """A short soak: too short for a verdict (it says so and exits 1), but every sample is taken."""
     result = subprocess.run([sys.executable, str(BENCH / "soak.py"), "--duration", "20", "--interval", "5",
