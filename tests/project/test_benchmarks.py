@@ -22,8 +22,10 @@ BENCH = ROOT / "benchmarks"
 SMOKE = {
     "bench_codec.py": (["--only", "apiversions", "--min-time", "0.001"], r"apiversions\s+507\s+decode\s+kio\s+[\d.]+"),
     "bench_metrics.py": (["--rounds", "1"], r"metrics cost: [\d.]+ us/event"),
-    "bench_instructions.py": (["--workloads", "apiversions", "--exchanges", "100", "--warm", "10"],
-                              r"apiversions\s+\S+\s+[1-9][\d,]+\s+1\.000x"),
+    # with the caches taken before each batch: misses of code and of data, at least ten an exchange each, in the L2
+    "bench_instructions.py": (["--cold", "--workloads", "produce", "--exchanges", "40", "--warm", "8"],
+                              r"produce\s+\S+\s+[1-9][\d,]+\s+[1-9][\d,]* / [1-9][\d,]*\s+[1-9][\d,]+ / [1-9][\d,]+"
+                              r"\s+[1-9][\d,]+\s+1\.000x"),
     "bench_native_probe.py": (["--repeat", "1", "--min-time", "0.001", "--no-gc-run"], r"C decode / kio read\s+[\d.]+"),
     "bench_capture.py": (["--rounds", "1"], r"capture \(deque\)\s+[\d.]+ \S*s\s+\(\s*[\d.]+x no-op\)[\s\S]*"
                                             r"feeds the writer process \(the proxy's default\): median [\d.]+ ms[\s\S]*"
@@ -62,22 +64,6 @@ def test_benchmark_smoke_run(script, tmp_path):
                             encoding="utf-8", errors="replace", timeout=600, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert re.search(expected, result.stdout), result.stdout[-3000:]
-
-
-@pytest.mark.integration
-def test_the_instruction_count_with_the_caches_taken():
-    """bench_instructions.py --cold: the cache-simulated run, with its misses of code and data per exchange."""
-    result = subprocess.run([sys.executable, str(BENCH / "bench_instructions.py"), "--cold", "--workloads", "produce",
-                             "--exchanges", "40", "--warm", "8"], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    row = re.search(r"produce\s+\S+\s+([\d,]+)\s+([\d,]+) / ([\d,]+)\s+([\d,]+) / ([\d,]+)\s+([\d,]+)\s+1\.000x",
-                    result.stdout)
-    assert row, result.stdout
-    instructions, l1_code, l1_data, l2_code, l2_data, l2 = (int(v.replace(",", "")) for v in row.groups())
-    # the walk before each batch leaves the batch's code and data to come back from memory (warm, the model's code
-    # misses the L2 less than once an exchange)
-    assert instructions > 10_000 and l1_code > 0 and l2_code > 10 and l2_data > 10
-    assert abs(l2 - (l2_code + l2_data)) <= 1  # each figure rounded on its own
 
 
 @pytest.mark.integration
