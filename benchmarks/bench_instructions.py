@@ -18,8 +18,10 @@ L2. Here callgrind simulates the caches (its last level set to this machine's L2
 batch of 16 reads, the model reads a buffer half again the L2's size, one byte a cache line (an
 array's strided slice; callgrind does not count inside array_subscr, which the proxy never calls).
 The output adds, per exchange, the L1 misses and the L2 misses of code and data. On 2026-11-29 an
-ApiVersions exchange cost 35,600 instructions, 950 L1 code misses and 300 L2 misses: at the 50-100
-cycles an L2 miss costs, the misses take more time than the instructions (docs/performance.md).
+ApiVersions exchange cost 35,840 instructions, 948 L1 code misses and 305 L2 misses (32,553, 764 and
+296 after that day's changes): at the 30-100 ns an L2 miss costs, the misses weigh as much as the
+instructions. Live caches are not emptied as fully between batches, so this is an upper bound
+(docs/performance.md, "Cache misses counted").
 
 --trees: kinspect source trees to compare (each with its C extensions built in place: `python setup.py
 build_ext --inplace`); the first is the reference of the ratios. Default: this checkout.
