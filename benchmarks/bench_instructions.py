@@ -1,4 +1,4 @@
-"""Instructions and cache misses a small exchange costs the proxy's user space, counted by callgrind: steady under any load.
+"""Instructions and cache misses a small exchange costs the proxy's user space, counted by callgrind: steady under load.
 
 Usage: python benchmarks/bench_instructions.py [--trees TREE,...] [--workloads apiversions,produce]
                                                [--exchanges N] [--warm N] [--cold]
@@ -174,7 +174,8 @@ def main() -> int:
         for tree in trees:
             # the two runs at once: each is one process on one core, and counts do not depend on the load
             with ThreadPoolExecutor(2) as pool:
-                short, long = pool.map(lambda n: _counts(tree, w, n, args.cold), (args.warm, args.warm + args.exchanges))
+                runs = (args.warm, args.warm + args.exchanges)
+                short, long = pool.map(lambda n: _counts(tree, w, n, args.cold), runs)
             each = {k: (long[k] - short[k]) / args.exchanges for k in long}
             if each["Ir"] <= 0:
                 raise SystemExit(f"{w}, {tree}: the longer run counted no more than the shorter; count more exchanges")

@@ -111,9 +111,9 @@ static PyTypeObject *classes[C_COUNT];
 static Py_ssize_t q[Q_COUNT], p[P_COUNT], x[X_COUNT], t[T_COUNT], h[H_COUNT], s[S_COUNT], r[R_COUNT], n[N_COUNT];
 static PyObject *software_of; /* client_software.software_of */
 /* software_of's last body (bytes after the request header) and its outcome. software_of remembers
- * the same in Python, but the call alone cost an ApiVersions exchange about 2,700 instructions and,
- * with the caches taken between batches, a tenth of its L2 misses (bench_instructions.py --cold):
- * every connection of one client sends the same body. Reset by configure(). */
+ * the same in Python, but the call alone cost an ApiVersions exchange about 1,300 instructions and a
+ * fifth of its L1 code misses (bench_instructions.py --cold): every connection of one client sends
+ * the same body. Reset by configure(). */
 static PyObject *software_body, *software_outcome;
 #define SOFTWARE_MEMO_BYTES 512 /* client_software._MEMO_BYTES */
 static PyObject *str_entry, *str_append, *str_popleft, *str_api_key_field,
