@@ -8,9 +8,12 @@ a few percent cannot be seen in bench_proxy.py. This benchmark runs a model of t
 8 relays of the default app (metrics and inventory on, batches of 16 reads), whose transports take the
 writes and do nothing. Each exchange is a request read and its response read: forwarded, queued,
 framed, turned into events and observed. The model runs under `valgrind --tool=callgrind` twice, with
-`warm` and with `warm + exchanges` exchanges (after 400 of warm-up). The difference, over `exchanges`,
-is what an exchange costs. That leaves out start-up, the kernel and uvloop's own reads. With
-PYTHONHASHSEED=0, runs of one tree agree within 0.1%.
+`warm` and with `warm + exchanges` exchanges, each counted from the end of its start (imports, the app,
+the frames to feed, 400 exchanges of warm-up), when callgrind_control switches callgrind's instruments
+on. The difference, over `exchanges`, is what an exchange costs. That leaves out start-up, the kernel
+and uvloop's own reads. With PYTHONHASHSEED=0, runs of one tree agree within 0.1%. (Until 2026-11-29
+the runs were counted whole, which also counted the model's making of each exchange's frames: about
+4,400 instructions an exchange more.)
 
 --cold: what the live proxy pays most for. Live, the broker and the clients run between the proxy's
 batches and take its caches, so a batch's code and data come back from memory, not from the core's
@@ -18,8 +21,8 @@ L2. Here callgrind simulates the caches (its last level set to this machine's L2
 batch of 16 reads, the model reads a buffer half again the L2's size, one byte a cache line (an
 array's strided slice; callgrind does not count inside array_subscr, which the proxy never calls).
 The output adds, per exchange, the L1 misses and the L2 misses of code and data. On 2026-11-29 an
-ApiVersions exchange cost 35,840 instructions, 948 L1 code misses and 305 L2 misses (32,553, 764 and
-296 after that day's changes): at the 30-100 ns an L2 miss costs, the misses weigh as much as the
+ApiVersions exchange cost 31,216 instructions, 946 L1 code misses and 298 L2 misses (27,920, 764 and
+289 after that day's changes): at the 30-100 ns an L2 miss costs, the misses weigh as much as the
 instructions. Live caches are not emptied as fully between batches, so this is an upper bound
 (docs/performance.md, "Cache misses counted").
 
@@ -36,6 +39,8 @@ import shutil
 import struct
 import subprocess
 import sys
+import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -45,9 +50,11 @@ RELAYS = 8
 CACHE_LINE = 64
 
 
-def _model(tree: str, workload: str, exchanges: int, walk: int = 0) -> None:
+def _model(tree: str, workload: str, exchanges: int, walk: int = 0, gate: str = "") -> None:
     """The proxy model: WARM_UP + exchanges exchanges through RELAYS relays, then the last batch inspected;
-    with `walk`, that many bytes read (one a cache line) before each batch's first read."""
+    with `walk`, that many bytes read (one a cache line) before each batch's first read. With `gate`, after
+    the warm-up it makes the file gate + ".ready" and waits for gate + ".go" (callgrind's instruments are
+    switched on meanwhile), and after the last batch it ends the process at once."""
     sys.path.insert(0, tree)
     sys.path.insert(1, str(ROOT / "benchmarks"))
     import uvloop
@@ -88,15 +95,26 @@ def _model(tree: str, workload: str, exchanges: int, walk: int = 0) -> None:
         # encode_response gives the frame after its size prefix; each response answers its request's correlation id
         responses = [struct.pack(">ii", len(response), i) + response[4:] for i in range(total)]
         walked = array.array("B", bytes(walk))
-        for i in range(total):
-            relay = relays[i % RELAYS]
-            if walk and i % RELAYS == 0:  # what the other processes do to the caches between batches
-                walked[::CACHE_LINE]
-            relay.client.data_received(requests[i])
-            relay.broker.data_received(responses[i])
+
+        def feed(first: int, last: int) -> None:
+            for i in range(first, last):
+                relay = relays[i % RELAYS]
+                if walk and i % RELAYS == 0:  # what the other processes do to the caches between batches
+                    walked[::CACHE_LINE]
+                relay.client.data_received(requests[i])
+                relay.broker.data_received(responses[i])
+
+        feed(0, WARM_UP)
+        if gate:
+            Path(gate + ".ready").touch()
+            while not os.path.exists(gate + ".go"):  # polled: the instruments come on within a few polls
+                time.sleep(0.005)
+        feed(WARM_UP, total)
         server.inspection_queue.flush()
 
     uvloop.new_event_loop().run_until_complete(run())
+    if gate:
+        os._exit(0)  # the interpreter's shutdown, instrumented, would only cost time
 
 
 def _l2() -> tuple[int, int, int]:
@@ -110,8 +128,11 @@ def _l2() -> tuple[int, int, int]:
 
 
 def _counts(tree: str, workload: str, exchanges: int, cold: bool) -> dict[str, int]:
-    """What callgrind counts for the whole model run: instructions, and with `cold` the cache misses."""
-    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
+    """What callgrind counts for the model run past its warm-up: instructions, and with `cold` the cache misses.
+
+    The start (imports, specs, the app, the warm-up) runs with callgrind's instruments off, which is most of
+    a run's time under them; callgrind_control switches them on when the model says it is ready."""
+    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", "--instr-atstart=no"]
     walk = 0
     if cold:
         size, ways, line = _l2()
@@ -119,25 +140,41 @@ def _counts(tree: str, workload: str, exchanges: int, cold: bool) -> dict[str, i
         # the walk (an array's strided slice) is simulated, so it evicts, but not counted
         cmd += ["--cache-sim=yes", f"--LL={size},{ways},{line}", "--toggle-collect=*array_subscr",
                 "--collect-atstart=yes"]
-    cmd += [sys.executable, __file__, "--model", tree, workload, str(exchanges), str(walk)]
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
-    result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
-    if result.returncode != 0:
-        raise SystemExit(f"the model failed under callgrind ({tree}, {workload}): {result.stderr[-2000:]}")
+    with tempfile.TemporaryDirectory() as gates:
+        gate = os.path.join(gates, "gate")
+        cmd += [sys.executable, __file__, "--model", tree, workload, str(exchanges), str(walk), gate]
+        env = {**os.environ, "PYTHONHASHSEED": "0"}
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as model:
+            deadline = time.monotonic() + 1800
+            while not os.path.exists(gate + ".ready") and model.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if os.path.exists(gate + ".ready"):
+                switched = subprocess.run(["callgrind_control", "-i", "on", str(model.pid)], capture_output=True,
+                                          text=True, timeout=120)
+                if switched.returncode != 0:
+                    model.kill()
+                    raise SystemExit(f"callgrind_control could not switch the instruments on: {switched.stderr}")
+                Path(gate + ".go").touch()
+            else:
+                model.kill()
+            _, stderr = model.communicate(timeout=max(1.0, deadline - time.monotonic()))
+    if model.returncode != 0:
+        raise SystemExit(f"the model failed under callgrind ({tree}, {workload}): {stderr[-2000:]}")
     names = values = None
-    for line in result.stderr.splitlines():
+    for line in stderr.splitlines():
         if "Events    :" in line:
             names = line.split(":", 1)[1].split()
         if "Collected :" in line:
             values = [int(v) for v in line.split(":", 1)[1].split()]
     if names is None or values is None or len(names) != len(values):
-        raise SystemExit(f"callgrind gave no count ({tree}, {workload}): {result.stderr[-2000:]}")
+        raise SystemExit(f"callgrind gave no count ({tree}, {workload}): {stderr[-2000:]}")
     return dict(zip(names, values))
 
 
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--model":
-        _model(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]) if len(sys.argv) > 5 else 0)
+        _model(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]) if len(sys.argv) > 5 else 0,
+               sys.argv[6] if len(sys.argv) > 6 else "")
         return 0
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--trees", default=str(ROOT), help="kinspect source trees, comma-separated (default: this one)")
@@ -147,7 +184,7 @@ def main() -> int:
     p.add_argument("--cold", action="store_true",
                    help="the caches taken before each batch: count L1 and L2 misses too (slower)")
     args = p.parse_args()
-    if shutil.which("valgrind") is None:
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("valgrind is missing: install Debian's valgrind package (as root: apt-get install valgrind)")
     trees = [str(Path(t).resolve()) for t in args.trees.split(",")]
     workloads = args.workloads.split(",")
