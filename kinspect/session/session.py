@@ -120,14 +120,19 @@ class _Pending:
 _ONE_FRAME: list = []  # the configured kinspect.session._one_frame module, or None, once looked for
 
 
+def _one_frame_classes() -> tuple:
+    """The classes kinspect.session._one_frame reads and makes, in the order its configure() takes them."""
+    return (Request, Response, Exchange, _Pending, RequestHeader, Output, FrameStream, RequestHeaders,
+            ConnectionInfo, FramePieces, Session)
+
+
 def _one_frame_module():
     """kinspect.session._one_frame, configured; None where it is not built or KINSPECT_PURE_PYTHON=1."""
     if not _ONE_FRAME:
         module = optional_extension("kinspect.session._one_frame")
         if module is not None:
             try:
-                module.configure((Request, Response, Exchange, _Pending, RequestHeader, Output, FrameStream,
-                                  RequestHeaders, ConnectionInfo, FramePieces, Session), software_of)
+                module.configure(_one_frame_classes(), software_of)
             except TypeError:  # a class without the slots it reads: Python reads everything
                 module = None
         _ONE_FRAME.append(module)

@@ -313,9 +313,7 @@ def test_the_software_of_a_body_read_before_is_not_read_again(codec, monkeypatch
         return software_of(frame, body_offset)
 
     module = session_module._one_frame_module()
-    classes = (session_module.Request, session_module.Response, session_module.Exchange, session_module._Pending,
-               session_module.RequestHeader, session_module.Output, session_module.FrameStream,
-               session_module.RequestHeaders, ConnectionInfo, FramePieces, Session)
+    classes = session_module._one_frame_classes()
     module.configure(classes, counted)
     try:
         software = {"ClientSoftwareName": "kinspect-test", "ClientSoftwareVersion": "1.0"}
