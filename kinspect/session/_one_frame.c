@@ -83,9 +83,9 @@ enum { T_API_KEY, T_API_VERSION, T_CORRELATION, T_REQUEST, T_TIME, T_MODE, T_MEC
 static const char *const T_NAMES[T_COUNT] = {"api_key", "api_version", "correlation_id", "request", "time", "mode",
                                              "mechanism", "forgotten"};
 
-enum { H_API_KEY, H_API_VERSION, H_CORRELATION, H_CLIENT_ID, H_VERSION, H_SIZE, H_FIELDS, H_COUNT };
+enum { H_API_KEY, H_API_VERSION, H_CORRELATION, H_CLIENT_ID, H_VERSION, H_SIZE, H_FIELDS, H_BASE, H_COUNT };
 static const char *const H_NAMES[H_COUNT] = {"api_key", "api_version", "correlation_id", "client_id", "version",
-                                             "size", "fields"};
+                                             "size", "_fields", "_base"};
 
 enum { S_FAILED, S_BUFFER, S_OFFSET, S_SIZE, S_SKIP, S_PARTS, S_MAX_FRAME, S_KEEP_LIMIT, S_HEAD_BYTES, S_FORWARDING,
        S_PARTS_BYTES, S_MODE, S_TICKET, S_FORWARDED, S_PIECES_MIN, S_COUNT };
@@ -116,8 +116,7 @@ static PyObject *software_of; /* client_software.software_of */
  * the same body. Reset by configure(). */
 static PyObject *software_body, *software_outcome;
 #define SOFTWARE_MEMO_BYTES 512 /* client_software._MEMO_BYTES */
-static PyObject *str_entry, *str_append, *str_popleft, *str_api_key_field,
-    *str_api_version_field, *str_correlation_field, *str_requests, *str_responses,
+static PyObject *str_entry, *str_append, *str_popleft, *str_requests, *str_responses,
     *str_headers, *str_connection, *str_codec, *str_inflight, *str_remembered, *str_config, *str_max_inflight;
 
 /* A new instance of a slotted class, every slot empty (set them all before it is seen). */
@@ -400,7 +399,7 @@ static int request_event(ReadsObject *self, Entry *e, const unsigned char *frame
         return 0;
 
     /* Everything the read makes, before anything changes. */
-    PyObject *frame_bytes = NULL, *key = NULL, *ver = NULL, *corr = NULL, *new_fields = NULL, *header = NULL;
+    PyObject *frame_bytes = NULL, *key = NULL, *ver = NULL, *corr = NULL, *header = NULL;
     PyObject *request = NULL, *pending = NULL, *software = NULL, *size_obj = NULL, *mode = NULL;
     PyObject *offset = NULL, *hv = NULL;
     frame_bytes = pieces != NULL ? Py_NewRef(pieces) : PyBytes_FromStringAndSize((const char *)frame, keep);
@@ -435,14 +434,6 @@ static int request_event(ReadsObject *self, Entry *e, const unsigned char *frame
             }
         }
     }
-    /* The previous header's fields (its ClientId and tagged fields are this one's: the bytes are the same), with
-     * this request's api, version and correlation id: a copy of a small dict is a copy of its table, and the
-     * three keys are replaced in place. */
-    new_fields = PyDict_Copy(fields);
-    if (new_fields == NULL || PyDict_SetItem(new_fields, str_api_key_field, key) < 0
-        || PyDict_SetItem(new_fields, str_api_version_field, ver) < 0
-        || PyDict_SetItem(new_fields, str_correlation_field, corr) < 0)
-        goto fail;
     header = blank(classes[C_HEADER]);
     request = blank(classes[C_REQUEST]);
     pending = blank(classes[C_PENDING]);
@@ -455,8 +446,10 @@ static int request_event(ReadsObject *self, Entry *e, const unsigned char *frame
     SLOT(header, h[H_VERSION]) = hv;
     hv = NULL;
     SLOT(header, h[H_SIZE]) = Py_NewRef(header_size);
-    SLOT(header, h[H_FIELDS]) = new_fields;
-    new_fields = NULL;
+    /* The previous header's fields are this one's base (its ClientId and tagged fields are this one's: the bytes
+     * are the same): RequestHeader.fields builds its own dict from them when first read, as RequestHeaders does. */
+    SLOT(header, h[H_FIELDS]) = Py_NewRef(Py_None);
+    SLOT(header, h[H_BASE]) = Py_NewRef(fields);
 
     /* From here on the session changes. */
     offset = advance(stream, len);
@@ -530,7 +523,6 @@ fail:
     Py_XDECREF(size_obj);
     Py_XDECREF(mode);
     Py_XDECREF(hv);
-    Py_XDECREF(new_fields);
     Py_XDECREF(header);
     Py_XDECREF(request);
     Py_XDECREF(pending);
@@ -1191,8 +1183,6 @@ PyMODINIT_FUNC PyInit__one_frame(void)
             return NULL;
     if (intern(&str_entry, "_one_frame_entry")
         || intern(&str_append, "append") || intern(&str_popleft, "popleft")
-        || intern(&str_api_key_field, "RequestApiKey") || intern(&str_api_version_field, "RequestApiVersion")
-        || intern(&str_correlation_field, "CorrelationId")
         || intern(&str_requests, "_requests") || intern(&str_responses, "_responses")
         || intern(&str_headers, "_headers") || intern(&str_connection, "connection") || intern(&str_codec, "codec")
         || intern(&str_inflight, "_inflight") || intern(&str_remembered, "_remembered")

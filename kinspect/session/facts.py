@@ -57,11 +57,7 @@ class RequestHeaders:
         if last is not None:
             size = last[1]
             if frame[8:size] == last[0]:
-                fields = last[3]
-                fields = {"RequestApiKey": api_key, "RequestApiVersion": version, "CorrelationId": correlation_id,
-                          "ClientId": last[2]} if len(fields) == 4 else \
-                    {**fields, "RequestApiKey": api_key, "RequestApiVersion": version, "CorrelationId": correlation_id}
-                return (RequestHeader(api_key, version, correlation_id, last[2], header_version, size, fields),
+                return (RequestHeader(api_key, version, correlation_id, last[2], header_version, size, base=last[3]),
                         last[4], last[5])
         header = self.codec.decode_request_header(frame)
         tag_bytes, tags = request_header_tags(frame, header)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import struct
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kinspect.protocol.codec import Codec
+from kinspect.protocol.codec import Codec, RequestHeader
 from kinspect.protocol.errors import DecodeError, UnknownApiError
 from kinspect.session.facts import RequestHeaders, request_header_tags
 
@@ -69,3 +70,25 @@ def test_a_repeated_header_is_not_read_again():
     repeated, tag_bytes, tags = memo_read(reader, again)
     assert (repeated.correlation_id, repeated.client_id, repeated.size, tag_bytes, tags) == (2, "rdkafka", 18, 1, ())
     assert repeated.fields == {**header.fields, "CorrelationId": 2}
+
+
+def test_a_header_made_from_a_base_reads_as_one_made_with_its_fields():
+    tags = [(3, b"hi")]
+    base = {"RequestApiKey": 18, "RequestApiVersion": 3, "CorrelationId": 1, "ClientId": "c",
+            "_unknown_tagged_fields": tags}
+    made = RequestHeader(0, 9, 7, "c", 2, 14, base=base)
+    whole = RequestHeader(0, 9, 7, "c", 2, 14, {**base, "RequestApiKey": 0, "RequestApiVersion": 9,
+                                                 "CorrelationId": 7})
+    assert made == whole and whole == made
+    assert list(made.fields.items()) == list(whole.fields.items())  # the base's order: what renders it
+    assert made.fields is made.fields  # built once
+    assert base["CorrelationId"] == 1  # the base is the previous header's, unchanged
+    assert made != RequestHeader(0, 9, 8, "c", 2, 14, base=base)
+    assert "CorrelationId': 7" in repr(made)
+
+
+def test_a_header_takes_fields_or_a_base():
+    with pytest.raises(TypeError, match="one of the two"):
+        RequestHeader(0, 9, 7, "c", 2, 14)
+    with pytest.raises(TypeError, match="one of the two"):
+        RequestHeader(0, 9, 7, "c", 2, 14, {}, base={})

@@ -229,17 +229,52 @@ def _render_path(parts: list) -> str | None:
     return text or None
 
 
-@dataclass(slots=True)
 class RequestHeader:
-    """A parsed request header: the fields, its version and size."""
+    """A parsed request header: the fields, its version and size.
 
-    api_key: int
-    api_version: int
-    correlation_id: int
-    client_id: str | None
-    version: int
-    size: int
-    fields: dict
+    `fields` holds every field by its spec name. A header the session made from the connection's
+    previous one (same bytes after the correlation id: kinspect.session.facts.RequestHeaders) is given
+    that header's fields as `base` instead, and `fields` is built from it when first read: no observer
+    on the forwarding path reads it, and a dict copy per request was a measured share of the
+    inspection's cache misses (docs/performance.md, "Request headers' fields built when read").
+    """
+
+    __slots__ = ("api_key", "api_version", "correlation_id", "client_id", "version", "size", "_fields", "_base")
+
+    def __init__(self, api_key: int, api_version: int, correlation_id: int, client_id: str | None, version: int,
+                 size: int, fields: dict | None = None, *, base: dict | None = None) -> None:
+        if (fields is None) == (base is None):
+            raise TypeError("RequestHeader: fields or base, one of the two")
+        self.api_key = api_key
+        self.api_version = api_version
+        self.correlation_id = correlation_id
+        self.client_id = client_id
+        self.version = version
+        self.size = size
+        self._fields = fields
+        self._base = base  # a header's fields whose ClientId and tags are this one's
+
+    @property
+    def fields(self) -> dict:
+        fields = self._fields
+        if fields is None:  # the base's keys in the base's order, this header's prefix in place
+            fields = self._fields = {**self._base, "RequestApiKey": self.api_key,
+                                     "RequestApiVersion": self.api_version, "CorrelationId": self.correlation_id}
+        return fields
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not RequestHeader:
+            return NotImplemented
+        return (self.api_key, self.api_version, self.correlation_id, self.client_id, self.version, self.size,
+                self.fields) == (other.api_key, other.api_version, other.correlation_id, other.client_id,
+                                 other.version, other.size, other.fields)
+
+    __hash__ = None  # mutable, as the dataclass it replaces
+
+    def __repr__(self) -> str:
+        return (f"RequestHeader(api_key={self.api_key!r}, api_version={self.api_version!r}, "
+                f"correlation_id={self.correlation_id!r}, client_id={self.client_id!r}, version={self.version!r}, "
+                f"size={self.size!r}, fields={self.fields!r})")
 
 
 @dataclass(slots=True)
