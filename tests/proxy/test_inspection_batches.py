@@ -96,6 +96,31 @@ def test_the_queue_inspects_a_lone_read_after_its_delay():
     asyncio.run(scenario())
 
 
+def test_a_timer_of_a_batch_flushed_since_waits_on_for_the_reads_queued_after():
+    """A batch flushed when full leaves its timer pending. When it fires, the reads queued since have waited
+    less than the delay: under half of it, they wait on for the rest; past half, they are inspected."""
+    async def scenario():
+        seen: list = []
+        loop = asyncio.get_running_loop()
+        queue = InspectionQueue(10.0, max_reads=2)
+        queue.add(_Reader("a", seen), True, b"1", 1.0)  # the batch's timer: 10 s from now
+        stale = queue._handle
+        queue.add(_Reader("a", seen), True, b"2", 2.0)  # full: inspected at once, the timer left pending
+        queue.add(_Reader("b", seen), True, b"3", 3.0)
+        assert len(seen) == 2 and queue._handle is stale
+        stale.cancel()
+        queue._due()  # that timer fires now (its callback), 10 s early for read 3
+        assert len(seen) == 2, "a read that waited under half the delay was inspected by another batch's timer"
+        rest = queue._handle
+        assert rest is not stale and not rest.cancelled() and 9.0 <= rest.when() - loop.time() <= 10.5
+        rest.cancel()
+        queue._flushed_at -= 6.0  # as if read 3 had waited 6 s of the 10
+        queue._due()
+        assert [r[2] for r in seen] == [b"1", b"2", b"3"] and queue._handle is None and len(queue) == 0
+
+    asyncio.run(scenario())
+
+
 async def _replay(batch_delay_ms: float, conversations: list[tuple[bytes, bytes]]) -> tuple[list, list, str]:
     """Every conversation through its own relay of one app, frame by frame, each request's reads then its
     response's; the events, the bytes forwarded and the /metrics text once every connection has ended."""
