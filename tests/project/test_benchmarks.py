@@ -31,6 +31,12 @@ SMOKE = {
                                             r"feeds the writer process \(the proxy's default\): median [\d.]+ ms[\s\S]*"
                                             r"busy writer process at nice \+10: .* p99 [\d.]+ ms"),
     # three repetitions of the larger size: its first is shown, not counted
+    # one round: every workload's pair of phases, the median ratio, the split and the sign test
+    "bench_ab.py": (["--rounds", "1", "--requests", "150", "--workloads", "apiversions,produce"],
+                    r"apiversions\s+[\d.]+\s+[\d.]+\s+[\d.]+ \([\d.]+-[\d.]+\)\n"
+                    r"produce\s+[\d.]+\s+[\d.]+\s+[\d.]+ \([\d.]+-[\d.]+\)\n"
+                    r"all pairs: median B/A [\d.]+; B lower in [0-2] of the [0-2] that differ "
+                    r"\(sign test, two-sided: p = [\d.]+\)"),
     "bench_analyze.py": (["--sizes", "2000,4000", "--reps", "1,3", "--warm-rows", "0"],
                          r"4,000 rows  job\s+[\d.]+ s \(median of 2 warm: [\d.]+, [\d.]+, [\d.]+\).*"
                          r"per repetition [\d.]+, [\d.]+, [\d.]+ \(median [\d.]+x\).*"
@@ -135,3 +141,12 @@ def test_small_request_ratios_pair_each_repetition_with_haproxys_run_beside_it()
     mine = [cell(0, a=20, b=20), cell(1, a=99, b=99), cell(2, a=60, b=90)]
     ratios = bench.serial_ratios_per_rep(mine, haproxy, ["a/serial", "b/serial"])
     assert ratios == pytest.approx([2 ** 0.5, (1.5 * 2.25) ** 0.5])  # geometric means; repetition 1 left out
+
+
+def test_the_sign_test_of_paired_rounds():
+    spec = importlib.util.spec_from_file_location("bench_ab_module", BENCH / "bench_ab.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.sign_test_p(0, 10) == bench.sign_test_p(10, 10) == pytest.approx(2 / 1024)
+    assert bench.sign_test_p(5, 10) == 1.0 and bench.sign_test_p(0, 0) == 1.0
+    assert bench.sign_test_p(2, 10) == pytest.approx(2 * (1 + 10 + 45) / 1024)  # 0, 1 or 2 of 10, both tails

@@ -1,0 +1,132 @@
+"""Two kinspect trees compared in paired rounds: a small request's CPU, one tree's proxy right after the other's.
+
+Usage: python benchmarks/bench_ab.py [--trees A,B] [--rounds N] [--requests N] [--connections N] [--workloads ...]
+
+bench_proxy.py --baseline interleaves whole repetitions: the two trees' phases of one workload are a
+repetition's length apart, on fresh brokers, and the machine's load moves between them. Here both trees'
+proxies (each in front of its own Tansu) stay up for the whole run, and each round runs every workload
+one request at a time per connection through one proxy and at once through the other, the order
+alternating from round to round. Each pair of phases is a second or two apart, so a pair's ratio B/A
+carries less of the load's drift. The output gives each workload's median CPU µs a request (the proxy's
+own, from /proc), the median of every pair's ratio, in how many pairs B was the lower, and the sign
+test's two-sided p-value: how often chance alone would split the pairs at least that unevenly.
+
+--trees: two kinspect source trees, each with its C extensions built in place (`python setup.py
+build_ext --inplace`). Default: this checkout against itself, an A/A run, which shows how far from
+1.00 the median ratio and the split wander when nothing differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
+
+import bench_proxy  # noqa: E402 (the stacks, brokers and topics of the proxy benchmark)
+import small_requests  # noqa: E402
+from proc_cpu import CLK_TCK, cpu_seconds, loadavg  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKLOADS = ("apiversions", "metadata", "produce", "fetch")
+WARMUP = 50  # requests a connection before each measured phase (the proxy's first frames of that kind)
+
+
+def sign_test_p(lower: int, pairs: int) -> float:
+    """Two-sided sign test: the chance that a fair coin splits `pairs` at least as unevenly as `lower`."""
+    if pairs == 0:
+        return 1.0
+    extreme = max(lower, pairs - lower)
+    tail = sum(math.comb(pairs, k) for k in range(extreme, pairs + 1)) / 2 ** pairs
+    return min(1.0, 2 * tail)
+
+
+class Side:
+    """One tree's proxy in front of its own broker, with the topics and frames of the small-request load."""
+
+    def __init__(self, tree: Path, procs: bench_proxy.Processes, workdir: Path, tag: str, codec) -> None:
+        self.tree = tree
+        self.stack = bench_proxy.Stack("kinspect-passthrough" + bench_proxy.BASELINE, procs, workdir, tag, None,
+                                       baseline=tree).start()
+        self.port = int(self.stack.bootstrap.rsplit(":", 1)[1])
+        bench_proxy.create_topics(self.stack.bootstrap, ["t", "f"])
+        self.workloads = small_requests.workloads(codec, "t", "f")
+        small_requests.run_load(self.port, self.workloads["prefill"], 1, small_requests.FETCH_RECORDS, 1)
+
+    def phase(self, workload: str, connections: int, requests: int) -> float:
+        """The proxy's CPU µs a request over one phase of `requests` a connection, one at a time."""
+        small_requests.run_load(self.port, self.workloads[workload], connections, WARMUP, 1)
+        before = cpu_seconds(self.stack.proxy_pid)
+        result = small_requests.run_load(self.port, self.workloads[workload], connections, requests, 1)
+        after = cpu_seconds(self.stack.proxy_pid)
+        if before is None or after is None:
+            raise bench_proxy.BenchError(f"the proxy of {self.tree} is gone")
+        ticks = round((after - before) * CLK_TCK)  # whole clock ticks: equal phases compare equal
+        return 1e6 * ticks / CLK_TCK / result["requests"]
+
+
+def run(trees: list[Path], rounds: int, requests: int, connections: int, workloads: list[str]) -> str:
+    from kinspect.protocol.codec.codec import Codec
+
+    codec = Codec()
+    procs = bench_proxy.Processes()
+    lines = [f"paired rounds: {rounds} rounds x {len(workloads)} workloads, {connections} connections x "
+             f"{requests} requests one at a time a phase; A = {trees[0]}, B = {trees[1]}; "
+             f"load {' '.join(loadavg())}"]
+    cpu: dict[tuple[int, str], list[float]] = {(s, w): [] for s in (0, 1) for w in workloads}
+    try:
+        with tempfile.TemporaryDirectory(prefix="kinspect-ab-") as workdir:
+            sides = [Side(tree, procs, Path(workdir), f"ab{n}", codec) for n, tree in enumerate(trees)]
+            for r in range(rounds):
+                order = (0, 1) if r % 2 == 0 else (1, 0)
+                for workload in workloads:
+                    for s in order:
+                        cpu[(s, workload)].append(sides[s].phase(workload, connections, requests))
+    finally:
+        procs.stop_all()
+    lines.append(f"{'workload':12s}  {'A us/req':>8s}  {'B us/req':>8s}  B/A by pair: median (min-max)")
+    ratios = []
+    for workload in workloads:
+        a, b = cpu[(0, workload)], cpu[(1, workload)]
+        pairs = [y / x for x, y in zip(a, b) if x > 0]  # a phase of A under one clock tick has no ratio
+        ratios += pairs
+        spread = (f"{statistics.median(pairs):.3f} ({min(pairs):.2f}-{max(pairs):.2f})" if pairs
+                  else "none: A's phases took under a clock tick (more --requests)")
+        lines.append(f"{workload:12s}  {statistics.median(a):8.1f}  {statistics.median(b):8.1f}  {spread}")
+    if not ratios:
+        raise bench_proxy.BenchError("no pair to compare: every phase of A took under a clock tick (more --requests)")
+    lower, differ = sum(r < 1 for r in ratios), sum(r != 1 for r in ratios)  # the sign test leaves ties out
+    lines.append(f"all pairs: median B/A {statistics.median(ratios):.3f}; B lower in {lower} of the {differ} that "
+                 f"differ (sign test, two-sided: p = {sign_test_p(lower, differ):.2f}); load {' '.join(loadavg())}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--trees", default=f"{ROOT},{ROOT}", help="A,B: two kinspect source trees (default: this one twice)")
+    p.add_argument("--rounds", type=int, default=12, help="rounds, each with one phase per workload and tree (default 12)")
+    p.add_argument("--requests", type=int, default=1000, help="requests a connection in a phase (default 1000)")
+    p.add_argument("--connections", type=int, default=8, help="connections, one request at a time each (default 8)")
+    p.add_argument("--workloads", default=",".join(WORKLOADS), help=f"a subset of {','.join(WORKLOADS)}")
+    args = p.parse_args(argv)
+    trees = [Path(t).resolve() for t in args.trees.split(",")]
+    workloads = args.workloads.split(",")
+    if len(trees) != 2 or not all((t / "kinspect" / "__init__.py").is_file() for t in trees):
+        p.error("--trees takes two kinspect source trees, A,B")
+    if not set(workloads) <= set(WORKLOADS) or args.rounds < 1 or args.requests < 1 or args.connections < 1:
+        p.error(f"--workloads from {','.join(WORKLOADS)}; --rounds, --requests and --connections at least 1")
+    try:
+        print(run(trees, args.rounds, args.requests, args.connections, workloads), flush=True)
+    except bench_proxy.BenchError as exc:
+        print(f"bench_ab.py: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
