@@ -71,13 +71,13 @@ class Side:
 
 
 def run(trees: list[Path], rounds: int, requests: int, connections: int, workloads: list[str]) -> str:
+    """Print what runs, run the rounds, and return the table of their pairs."""
     from kinspect.protocol.codec.codec import Codec
 
     codec = Codec()
     procs = bench_proxy.Processes()
-    lines = [f"paired rounds: {rounds} rounds x {len(workloads)} workloads, {connections} connections x "
-             f"{requests} requests one at a time a phase; A = {trees[0]}, B = {trees[1]}; "
-             f"load {' '.join(loadavg())}"]
+    print(f"paired rounds: {rounds} rounds x {len(workloads)} workloads, {connections} connections x {requests} "
+          f"requests one at a time a phase; A = {trees[0]}, B = {trees[1]}; load {' '.join(loadavg())}", flush=True)
     cpu: dict[tuple[int, str], list[float]] = {(s, w): [] for s in (0, 1) for w in workloads}
     try:
         with tempfile.TemporaryDirectory(prefix="kinspect-ab-") as workdir:
@@ -89,7 +89,7 @@ def run(trees: list[Path], rounds: int, requests: int, connections: int, workloa
                         cpu[(s, workload)].append(sides[s].phase(workload, connections, requests))
     finally:
         procs.stop_all()
-    lines.append(f"{'workload':12s}  {'A us/req':>8s}  {'B us/req':>8s}  B/A by pair: median (min-max)")
+    lines = [f"{'workload':12s}  {'A us/req':>8s}  {'B us/req':>8s}  B/A by pair: median (min-max)"]
     ratios = []
     for workload in workloads:
         a, b = cpu[(0, workload)], cpu[(1, workload)]
@@ -108,8 +108,10 @@ def run(trees: list[Path], rounds: int, requests: int, connections: int, workloa
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--trees", default=f"{ROOT},{ROOT}", help="A,B: two kinspect source trees (default: this one twice)")
-    p.add_argument("--rounds", type=int, default=12, help="rounds, each with one phase per workload and tree (default 12)")
+    p.add_argument("--trees", default=f"{ROOT},{ROOT}",
+                   help="A,B: two kinspect source trees (default: this one twice)")
+    p.add_argument("--rounds", type=int, default=12,
+                   help="rounds, each with one phase per workload and tree (default 12)")
     p.add_argument("--requests", type=int, default=1000, help="requests a connection in a phase (default 1000)")
     p.add_argument("--connections", type=int, default=8, help="connections, one request at a time each (default 8)")
     p.add_argument("--workloads", default=",".join(WORKLOADS), help=f"a subset of {','.join(WORKLOADS)}")
@@ -122,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--workloads from {','.join(WORKLOADS)}; --rounds, --requests and --connections at least 1")
     try:
         print(run(trees, args.rounds, args.requests, args.connections, workloads), flush=True)
-    except bench_proxy.BenchError as exc:
+    except (bench_proxy.BenchError, small_requests.LoadError) as exc:
         print(f"bench_ab.py: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -5,9 +5,10 @@ Usage: python benchmarks/bench_instructions.py [--trees TREE,...] [--workloads a
 
 On a shared 2-core machine the proxy's CPU a request moves by 10-30% from run to run, so a change worth
 a few percent cannot be seen in bench_proxy.py. This benchmark runs a model of the proxy in-process:
-8 relays of the default app (metrics and inventory on, batches of 16 reads), whose transports take the
-writes and do nothing. Each exchange is a request read and its response read: forwarded, queued,
-framed, turned into events and observed. The model runs under `valgrind --tool=callgrind` twice, with
+8 relays of the default app (metrics and inventory on; batches of 16 reads, whatever the proxy's
+default, so that figures compare across trees and days), whose transports take the writes and do nothing.
+Each exchange is a request read and its response read: forwarded, queued, framed, turned into events and
+observed. The model runs under `valgrind --tool=callgrind` twice, with
 `warm` and with `warm + exchanges` exchanges, each counted from the end of its start (imports, the app,
 the frames to feed, 400 exchanges of warm-up), when callgrind_control switches callgrind's instruments
 on. The difference, over `exchanges`, is what an exchange costs. That leaves out start-up, the kernel
@@ -47,6 +48,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 WARM_UP = 400  # exchanges before the counted ones (plans, memos and caches made)
 RELAYS = 8
+BATCH_READS = 2 * RELAYS  # a batch: one exchange (two reads) of each relay, and the walk of --cold before it
 CACHE_LINE = 64
 
 
@@ -76,6 +78,7 @@ def _model(tree: str, workload: str, exchanges: int, walk: int = 0, gate: str = 
     async def run() -> None:
         app = build_app(load_config(None, {"proxy.upstream": "127.0.0.1:1"}))
         server, codec = app.server, app.server.codec
+        server.inspection_queue.max_reads = BATCH_READS
         relays = []
         for n in range(RELAYS):
             session = Session(codec, ConnectionInfo(n, "c:1", "b:1"), server.session_config, server.plan)
@@ -99,7 +102,7 @@ def _model(tree: str, workload: str, exchanges: int, walk: int = 0, gate: str = 
         def feed(first: int, last: int) -> None:
             for i in range(first, last):
                 relay = relays[i % RELAYS]
-                if walk and i % RELAYS == 0:  # what the other processes do to the caches between batches
+                if walk and 2 * i % BATCH_READS == 0:  # what the other processes do to the caches between batches
                     walked[::CACHE_LINE]
                 relay.client.data_received(requests[i])
                 relay.broker.data_received(responses[i])
