@@ -24,7 +24,7 @@ import time
 # A batch holds up the loop while it is inspected (about 3 us a small read with metrics on, cold start
 # included): 32 reads keep that near 0.1 ms, which is what the slowest round trips may gain (64 added
 # 0.15 ms to a lone connection's p99 on 2026-11-26; 32 against 16 showed no difference in ten paired
-# rounds of one), and they share the cold start among twice as many reads as 16: 4% less CPU a small
+# rounds of a lone connection), and they share the cold start among twice as many reads as 16: 4% less CPU a small
 # request one at a time, over 40 paired rounds of benchmarks/bench_ab.py (docs/performance.md).
 DEFAULT_MAX_READS = 32
 # Reads held (not copied) before they are inspected. A bulk read (up to a megabyte,
