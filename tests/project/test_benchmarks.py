@@ -30,13 +30,13 @@ SMOKE = {
     "bench_capture.py": (["--rounds", "1"], r"capture \(deque\)\s+[\d.]+ \S*s\s+\(\s*[\d.]+x no-op\)[\s\S]*"
                                             r"feeds the writer process \(the proxy's default\): median [\d.]+ ms[\s\S]*"
                                             r"busy writer process at nice \+10: .* p99 [\d.]+ ms"),
-    # three repetitions of the larger size: its first is shown, not counted
     # one round: every workload's pair of phases, the median ratio, the split and the sign test
     "bench_ab.py": (["--rounds", "1", "--requests", "150", "--workloads", "apiversions,produce"],
                     r"apiversions\s+[\d.]+\s+[\d.]+\s+[\d.]+ \([\d.]+-[\d.]+\)\n"
                     r"produce\s+[\d.]+\s+[\d.]+\s+[\d.]+ \([\d.]+-[\d.]+\)\n"
                     r"all pairs: median B/A [\d.]+; B lower in [0-2] of the [0-2] that differ "
                     r"\(sign test, two-sided: p = [\d.]+\)"),
+    # three repetitions of the larger size: its first is shown, not counted
     "bench_analyze.py": (["--sizes", "2000,4000", "--reps", "1,3", "--warm-rows", "0"],
                          r"4,000 rows  job\s+[\d.]+ s \(median of 2 warm: [\d.]+, [\d.]+, [\d.]+\).*"
                          r"per repetition [\d.]+, [\d.]+, [\d.]+ \(median [\d.]+x\).*"
