@@ -24,8 +24,8 @@ import time
 # A batch holds up the loop while it is inspected (about 3 us a small read with metrics on, cold start
 # included): 32 reads keep that near 0.1 ms, which is what the slowest round trips may gain (64 added
 # 0.15 ms to a lone connection's p99 on 2026-11-26; 32 against 16 showed no difference in ten paired
-# rounds of a lone connection), and they share the cold start among twice as many reads as 16: 4% less CPU a small
-# request one at a time, over 40 paired rounds of benchmarks/bench_ab.py (docs/performance.md).
+# rounds of a lone connection). They share the cold start among twice as many reads as 16: 4% less CPU
+# a small request one at a time, over 40 paired rounds of benchmarks/bench_ab.py (docs/performance.md).
 DEFAULT_MAX_READS = 32
 # Reads held (not copied) before they are inspected. A bulk read (up to a megabyte,
 # kinspect.proxy.receiving) is inspected at once: its cost is per byte, which a batch does not lower, and holding many
@@ -76,8 +76,8 @@ class InspectionQueue:
         """The timer. One started for an earlier batch, which was flushed since because it was full, finds
         reads that have waited less than `delay`: if they have waited less than half of it, it waits on for
         the rest. Flushing them now would be a cold start shared by a few reads; with 8 connections of one
-        request at a time, a third of the batches were such flushes of 1 to 15 reads (counted in a copy of
-        the proxy). No read waits longer than `delay` either way."""
+        request at a time and batches of 16, a third of the batches were such flushes of 1 to 15 reads
+        (counted in a copy of the proxy). No read waits longer than `delay` either way."""
         self._handle = None
         if self._reads:
             waited = time.monotonic() - self._flushed_at  # the oldest read waited this long at most
