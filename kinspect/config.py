@@ -48,10 +48,12 @@ class InspectConfig:
     inspect_max_bytes: int = 1024 * 1024  # frames above this are inspected by their header only
     max_inflight: int = 1000  # unanswered requests tracked per connection
     request_timeout: float = 300.0  # seconds an unanswered request is tracked
-    # A forwarded read waits up to this long to be inspected with others (0: at once). 5 ms lets a batch fill
-    # (32 reads) at about 6,400 reads a second; at 2 ms, 8 connections of small requests one at a time
-    # mostly flushed on the timer, and cost 8% more CPU a request (paired rounds, docs/performance.md).
-    batch_delay_ms: float = 5.0
+    # A forwarded read waits up to this long to be inspected with others (0: at once). Batches fill at 32
+    # reads long before 100 ms under load, so the timer is only a backstop for quiet connections. A short
+    # one costs: the timer firing and starting again every few ms, and batches flushed part-full. On 8
+    # connections of small requests one at a time, 5 ms cost 10% more CPU a request than 100 ms, and 2 ms
+    # 9% more than 5 ms (paired rounds, docs/performance.md). Scrapes and a connection's end inspect first.
+    batch_delay_ms: float = 100.0
 
 
 @dataclass

@@ -188,7 +188,7 @@ def test_the_inspection_cpu_time_counts_batches_only():
 def test_rewrite_mode_and_a_zero_delay_inspect_at_once_and_a_negative_delay_is_refused():
     codec = Codec()
     passthrough = load_config(None, {"proxy.upstream": "127.0.0.1:1"})
-    assert ProxyServer(passthrough, codec).inspection_queue.delay == pytest.approx(0.005)
+    assert ProxyServer(passthrough, codec).inspection_queue.delay == pytest.approx(0.1)
     assert ProxyServer(load_config(None, {"proxy.upstream": "127.0.0.1:1", "inspect.batch_delay_ms": 0}),
                        codec).inspection_queue is None
     rewrite = load_config(None, {"proxy.mode": "rewrite", "proxy.bootstrap_servers": ["127.0.0.1:1"],
