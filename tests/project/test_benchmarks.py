@@ -36,6 +36,10 @@ SMOKE = {
                     r"produce\s+[\d.]+\s+[\d.]+\s+[\d.]+ \([\d.]+-[\d.]+\)\n"
                     r"all pairs: median B/A [\d.]+; B lower in [0-2] of the [0-2] that differ "
                     r"\(sign test, two-sided: p = [\d.]+\)"),
+    # one round through direct and kinspect: each path's MB/s, its ratio to direct and the proxy's CPU per MB
+    "bench_bulk_ab.py": (["--rounds", "1", "--records", "2000", "--paths", "direct,kinspect-passthrough"],
+                         r"kinspect-passthrough\s+produce\s+[\d.]+\s+[\d.]+% \(\d+%-\d+%\)\s+[01] of 1\s+[\d.]+\n"
+                         r"[\s\S]*kinspect-passthrough\s+consume\s+[\d.]+\s+[\d.]+% \(\d+%-\d+%\)\s+[01] of 1\s+[\d.]+\n"),
     # three repetitions of the larger size: its first is shown, not counted
     "bench_analyze.py": (["--sizes", "2000,4000", "--reps", "1,3", "--warm-rows", "0"],
                          r"4,000 rows  job\s+[\d.]+ s \(median of 2 warm: [\d.]+, [\d.]+, [\d.]+\).*"
@@ -150,3 +154,22 @@ def test_the_sign_test_of_paired_rounds():
     assert bench.sign_test_p(0, 10) == bench.sign_test_p(10, 10) == pytest.approx(2 / 1024)
     assert bench.sign_test_p(5, 10) == 1.0 and bench.sign_test_p(0, 0) == 1.0
     assert bench.sign_test_p(2, 10) == pytest.approx(2 * (1 + 10 + 45) / 1024)  # 0, 1 or 2 of 10, both tails
+
+
+def test_paired_bulk_rounds_are_reported_against_direct_and_haproxy():
+    """bench_bulk_ab.py's report: ratios by round, not of medians; kinspect against haproxy with the sign test."""
+    spec = importlib.util.spec_from_file_location("bench_bulk_ab", BENCH / "bench_bulk_ab.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    paths = ["direct", "kinspect-passthrough", "haproxy"]
+    mb_s = {("direct", "produce"): [100.0, 200.0, 100.0], ("kinspect-passthrough", "produce"): [98.0, 150.0, 99.0],
+            ("haproxy", "produce"): [90.0, 210.0, 95.0]}
+    mb_s.update({(p, "consume"): [50.0, 50.0, 50.0] for p in paths})
+    ms_mb = {(p, w): [None if p == "direct" else 0.5] * 3 for p in paths for w in ("produce", "consume")}
+    out = module.report(paths, mb_s, ms_mb)
+    # kinspect's ratios to direct by round: 0.98, 0.75, 0.99: median 98.0%, two of three at or above 97%
+    assert re.search(r"kinspect-passthrough\s+produce\s+99\.0\s+98\.0% \(75%-99%\)\s+2 of 3\s+0\.50", out), out
+    assert re.search(r"direct\s+produce\s+100\.0\s+-\s+-\s+-", out), out
+    # against haproxy by round: 98/90, 150/210, 99/95: faster in two of three; equal consumes are no round
+    assert "kinspect-passthrough / haproxy, produce: median 104.2%, faster in 2 of 3 rounds" in out, out
+    assert "kinspect-passthrough / haproxy, consume: median 100.0%, faster in 0 of 0 rounds" in out, out
