@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--paths", default=",".join(PATHS), help=f"paths, direct first (default {','.join(PATHS)})")
     args = p.parse_args(argv)
     paths = args.paths.split(",")
-    known = {"direct", "haproxy", *bench_proxy.KINSPECT_PATHS} - {"kinspect-rewrite"}
+    known = {"direct", "haproxy", *bench_proxy.KINSPECT_PATHS}
     if paths[0] != "direct" or not set(paths) <= known or len(set(paths)) != len(paths):
         p.error(f"--paths: direct first, then some of {', '.join(sorted(known - {'direct'}))}")
     if args.rounds < 1 or args.records < 1 or args.record_size < 1:
