@@ -28,7 +28,13 @@ from kinspect.capture.sink import ParquetSink
 
 log = logging.getLogger("kinspect.capture")
 
-_IDLE_WAIT = 0.05  # seconds the thread sleeps when it has nothing to do (the loop never signals it)
+# With the queue empty the thread sleeps until the loop queues an exchange (the loop wakes it only then:
+# one Event.set as the queue stops being empty, not one an exchange), or for IDLE_WAIT, to keep the open
+# file's age (capture.max_file_seconds). Polling every 50 ms instead cost an idle proxy 3 ms of CPU a
+# second, a GIL handoff each time (docs/performance.md).
+IDLE_WAIT = 1.0
+# With a part batch waiting for BATCH_SECONDS, the thread looks again this often.
+PART_BATCH_WAIT = 0.05
 # The longest the event loop waits for the GIL while this thread runs Python code. CPython hands
 # the GIL to a waiting thread only after sys.getswitchinterval() (5 ms by default): a busy writer
 # would add up to that to each wake-up of the loop, and a forwarded frame needs one or two. At
@@ -85,6 +91,7 @@ class CaptureWriter:
         self.rows_dropped = 0
         self.fact_errors = 0  # exchanges whose facts could not be taken (the event loop's count)
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set by offer as the queue stops being empty, and by close
         self._thread: threading.Thread | None = None
         self._closed = False
         if not process:
@@ -130,7 +137,11 @@ class CaptureWriter:
             return False
         self._offered_bytes += nbytes
         self.rows_accepted += 1
-        queue.append(item)
+        if not queue:
+            queue.append(item)
+            self._wake.set()
+        else:
+            queue.append(item)
         return True
 
     # ------------------------------------------------------------------ lifecycle
@@ -157,6 +168,7 @@ class CaptureWriter:
         """Stop taking exchanges, write every queued one, close the file (renamed to its final name)."""
         self._closed = True
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
             if self._thread.is_alive():
@@ -174,13 +186,15 @@ class CaptureWriter:
         out = self._out
         while True:
             stopping = self._stop.is_set()
+            # Cleared before the queue is looked at: an exchange queued from here on sets it again.
+            self._wake.clear()
             worked = self._drain(limit=self.row_group_rows, force=stopping)
             out.tick()
             if stopping and not self._queue:
                 out.finish()
                 return
             if not worked:
-                self._stop.wait(_IDLE_WAIT)
+                self._wake.wait(PART_BATCH_WAIT if self._queue else IDLE_WAIT)
 
     def _drain(self, limit: int | None = None, force: bool = True) -> int:
         """Hand queued exchanges on a batch at a time (at most limit).

@@ -35,6 +35,7 @@ from kinspect.capture.schema import (
     STRUCTS,
     arrow_schema,
 )
+from kinspect.capture import writer as writer_module
 from kinspect.capture.writer import SWITCH_INTERVAL, CaptureWriter
 from kinspect import app
 from kinspect.cli import proxy_command
@@ -147,6 +148,38 @@ def test_close_flushes_every_row_into_one_file(codec: Codec, tmp_path: Path):
     assert table.num_rows == len(exchanges) == w.rows_written and w.files_written == 1
     assert table.column("correlation_id").to_pylist() == [x.request.correlation_id for x in exchanges]
     assert w.rows_dropped == w.row_errors == w.write_errors == 0
+
+
+def test_an_idle_writer_thread_sleeps_until_an_exchange_is_queued(codec: Codec, tmp_path: Path, monkeypatch):
+    """No polling while the queue is empty: the thread waits IDLE_WAIT (here a minute), and the first exchange
+    queued, or close, wakes it at once."""
+    monkeypatch.setattr(writer_module, "IDLE_WAIT", 60.0)
+    w = writer(codec, tmp_path)
+    calls, returns = [], []
+    real_wait = w._wake.wait
+
+    def wait(timeout=None):
+        calls.append(timeout)
+        woke = real_wait(timeout)
+        returns.append((woke, time.monotonic()))
+        return woke
+
+    w._wake.wait = wait
+    w.start()
+    poll_until(lambda: calls)
+    assert calls == [60.0] and returns == []  # asleep on the empty queue
+    offered_at = time.monotonic()
+    assert w.offer(*recorded_facts(codec, 1)[0])
+    poll_until(lambda: returns, timeout=10)
+    assert returns[0][0] is True and returns[0][1] - offered_at < 10  # woken by the exchange, not the timeout
+    poll_until(lambda: len(calls) >= 2)
+    assert calls[1] == writer_module.PART_BATCH_WAIT  # one exchange: a part batch, looked at again soon
+    poll_until(lambda: w.queue_depth == 0, timeout=10)  # taken once it waited BATCH_SECONDS
+    poll_until(lambda: len(calls) >= 3 and len(returns) == len(calls) - 1)
+    assert calls[-1] == 60.0  # the queue empty again: asleep
+    started = time.monotonic()
+    w.close()
+    assert time.monotonic() - started < 10 and w.rows_written == 1
 
 
 def test_files_rotate_by_size_and_every_file_is_whole(codec: Codec, tmp_path: Path):
