@@ -28,13 +28,11 @@ from kinspect.capture.sink import ParquetSink
 
 log = logging.getLogger("kinspect.capture")
 
-# With the queue empty the thread sleeps until the loop queues an exchange (the loop wakes it only then:
-# one Event.set as the queue stops being empty, not one an exchange), or for IDLE_WAIT, to keep the open
-# file's age (capture.max_file_seconds). Polling every 50 ms instead cost an idle proxy 3 ms of CPU a
-# second, a GIL handoff each time (docs/performance.md).
+# The thread sleeps until there is a batch to take: a part batch's BATCH_SECONDS, or the loop's wake-up as
+# the queue stops being empty or fills a batch (one Event.set each time, none for the exchanges between),
+# and at most IDLE_WAIT, to keep the open file's age (capture.max_file_seconds). Polling every 50 ms
+# instead cost an idle proxy 3 ms of CPU a second, each look taking the GIL from the loop (docs/performance.md).
 IDLE_WAIT = 1.0
-# With a part batch waiting for BATCH_SECONDS, the thread looks again this often.
-PART_BATCH_WAIT = 0.05
 # The longest the event loop waits for the GIL while this thread runs Python code. CPython hands
 # the GIL to a waiting thread only after sys.getswitchinterval() (5 ms by default): a busy writer
 # would add up to that to each wake-up of the loop, and a forwarded frame needs one or two. At
@@ -91,7 +89,10 @@ class CaptureWriter:
         self.rows_dropped = 0
         self.fact_errors = 0  # exchanges whose facts could not be taken (the event loop's count)
         self._stop = threading.Event()
-        self._wake = threading.Event()  # set by offer as the queue stops being empty, and by close
+        self._wake = threading.Event()  # set by offer as the queue stops being empty or fills a batch, and by close
+        # The queue lengths at which offer wakes the thread: its first exchange, and a batch the thread takes
+        # at once (BATCH_ROWS, or half the queue's bound when that is less: see _drain).
+        self._wake_at = (1, min(BATCH_ROWS, max(1, queue_rows // 2)))
         self._thread: threading.Thread | None = None
         self._closed = False
         if not process:
@@ -137,11 +138,10 @@ class CaptureWriter:
             return False
         self._offered_bytes += nbytes
         self.rows_accepted += 1
-        if not queue:
-            queue.append(item)
+        queue.append(item)
+        held, half = self._offered_bytes - self._taken_bytes, self.queue_bytes // 2
+        if len(queue) in self._wake_at or held - nbytes < half <= held:
             self._wake.set()
-        else:
-            queue.append(item)
         return True
 
     # ------------------------------------------------------------------ lifecycle
@@ -194,7 +194,13 @@ class CaptureWriter:
                 out.finish()
                 return
             if not worked:
-                self._wake.wait(PART_BATCH_WAIT if self._queue else IDLE_WAIT)
+                self._wake.wait(self._sleep_for())
+
+    def _sleep_for(self) -> float:
+        """Seconds until the part batch waiting (if one is) is BATCH_SECONDS old; at most IDLE_WAIT."""
+        if self._queue and self._waiting_since is not None:
+            return min(IDLE_WAIT, max(0.0, BATCH_SECONDS - (time.monotonic() - self._waiting_since)))
+        return IDLE_WAIT
 
     def _drain(self, limit: int | None = None, force: bool = True) -> int:
         """Hand queued exchanges on a batch at a time (at most limit).

@@ -173,13 +173,33 @@ def test_an_idle_writer_thread_sleeps_until_an_exchange_is_queued(codec: Codec, 
     poll_until(lambda: returns, timeout=10)
     assert returns[0][0] is True and returns[0][1] - offered_at < 10  # woken by the exchange, not the timeout
     poll_until(lambda: len(calls) >= 2)
-    assert calls[1] == writer_module.PART_BATCH_WAIT  # one exchange: a part batch, looked at again soon
+    assert 0 < calls[1] <= writer_module.BATCH_SECONDS  # one exchange: a part batch, taken once it is that old
     poll_until(lambda: w.queue_depth == 0, timeout=10)  # taken once it waited BATCH_SECONDS
     poll_until(lambda: len(calls) >= 3 and len(returns) == len(calls) - 1)
     assert calls[-1] == 60.0  # the queue empty again: asleep
     started = time.monotonic()
     w.close()
     assert time.monotonic() - started < 10 and w.rows_written == 1
+
+
+def test_a_full_batch_wakes_the_writer_thread_before_its_time(codec: Codec, tmp_path: Path, monkeypatch):
+    """A part batch waits BATCH_SECONDS (here a minute) asleep; the exchange that makes it a full batch, or half the
+    queue's bound, wakes the thread to take it at once."""
+    monkeypatch.setattr(writer_module, "BATCH_SECONDS", 60.0)
+    monkeypatch.setattr(writer_module, "IDLE_WAIT", 60.0)
+    facts = recorded_facts(codec)
+    for rows, queue_rows in ((writer_module.BATCH_ROWS, 100_000), (10, 20)):
+        w = writer(codec, tmp_path / str(rows), queue_rows=queue_rows).start()
+        offered = 0
+        while offered < rows - 1:
+            assert w.offer(*facts[offered % len(facts)])
+            offered += 1
+        poll_until(lambda: w._waiting_since is not None)  # the part batch seen, and waiting
+        assert w.queue_depth == rows - 1
+        assert w.offer(*facts[offered % len(facts)])
+        poll_until(lambda: w.queue_depth == 0, timeout=10)  # taken long before its minute
+        w.close()
+        assert w.rows_written == rows
 
 
 def test_files_rotate_by_size_and_every_file_is_whole(codec: Codec, tmp_path: Path):
