@@ -184,12 +184,14 @@ def test_an_idle_writer_thread_sleeps_until_an_exchange_is_queued(codec: Codec, 
 
 def test_a_full_batch_wakes_the_writer_thread_before_its_time(codec: Codec, tmp_path: Path, monkeypatch):
     """A part batch waits BATCH_SECONDS (here a minute) asleep; the exchange that makes it a full batch, or half the
-    queue's bound, wakes the thread to take it at once."""
+    queue's bound by rows or by bytes, wakes the thread to take it at once."""
     monkeypatch.setattr(writer_module, "BATCH_SECONDS", 60.0)
     monkeypatch.setattr(writer_module, "IDLE_WAIT", 60.0)
     facts = recorded_facts(codec)
-    for rows, queue_rows in ((writer_module.BATCH_ROWS, 100_000), (10, 20)):
-        w = writer(codec, tmp_path / str(rows), queue_rows=queue_rows).start()
+    three = sum(nbytes for _, nbytes in facts[:3])  # half the byte bound is reached by the third exchange
+    for rows, queue_rows, queue_bytes in ((writer_module.BATCH_ROWS, 100_000, 1 << 30), (10, 20, 1 << 30),
+                                          (3, 100_000, 2 * three)):
+        w = writer(codec, tmp_path / str(rows), queue_rows=queue_rows, queue_bytes=queue_bytes).start()
         offered = 0
         while offered < rows - 1:
             assert w.offer(*facts[offered % len(facts)])
