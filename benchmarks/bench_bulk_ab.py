@@ -79,9 +79,9 @@ def report(paths: list[str], mb_s: dict, ms_mb: dict) -> str:
                 ratios = [v / d for v, d in zip(values, direct)]
                 ratio = f"{statistics.median(ratios):.1%} ({min(ratios):.0%}-{max(ratios):.0%})"
                 share = f"{sum(x >= TARGET for x in ratios)} of {len(ratios)}"
-            cpu = [c for c in ms_mb[(p, workload)] if c is not None]
-            lines.append(f"{p:22s} {workload:8s} {statistics.median(values):7.1f}  {ratio:28s} {share:>13s}  "
-                         f"{statistics.median(cpu) if cpu else float('nan'):9.2f}".replace("nan", "  -"))
+            cpu = [c for c in ms_mb[(p, workload)] if c is not None]  # none for direct: no proxy
+            cpu_text = f"{statistics.median(cpu):9.2f}" if cpu else f"{'-':>9s}"
+            lines.append(f"{p:22s} {workload:8s} {statistics.median(values):7.1f}  {ratio:28s} {share:>13s}  {cpu_text}")
     if "haproxy" in paths:
         for p in paths:
             if p in ("direct", "haproxy"):
