@@ -118,6 +118,9 @@ def test_broker_killed_mid_stream(rig: RewriteRig, codec: Codec):
         call(sock, codec, api_versions(codec, 1), 18, 3)
         sock.sendall(fetch(codec, 2, "kill.topic", offset=10, max_wait_ms=20000))  # held by the broker
         consumers.append(sock)
+    # All five Fetches are in kinspect before the producer starts: its own request in flight must not
+    # stand in for a Fetch still in a socket buffer when the broker dies.
+    rig.proxy.wait_until(lambda: rig.proxy.server.inflight() == 5)
 
     # A producer streaming Produce requests (acks=1) and reading the answers, until the connection dies.
     producer = connect(rig.node_port)
@@ -139,7 +142,6 @@ def test_broker_killed_mid_stream(rig: RewriteRig, codec: Codec):
     streamer = threading.Thread(target=stream, name="raw-producer", daemon=True)
     streamer.start()
     poll_until(lambda: produced["ok"] >= 20)
-    rig.proxy.wait_until(lambda: rig.proxy.server.inflight() >= 5)
     assert len(kinspect_conns(rig)) == 2 * 6  # six client connections, each with its broker connection
 
     rig.tansu._proc.kill()  # SIGKILL: no goodbye from the broker
