@@ -22,15 +22,23 @@ log = logging.getLogger("kinspect.capture")
 class ParquetSink:
     """Record batches of exchange facts, a row group every `row_group_rows` rows, files rotated by size and age.
 
+    Facts are gathered until `build_rows` of them wait (or the row group fills, or the file is
+    finished) and only then built, build_rows to a record batch (None: each add's facts are built
+    at once). A build costs about 0.6 ms whatever its size, then about 7 µs a row: the part
+    batches of a quiet proxy (a few exchanges every quarter second) cost a build each where they
+    can share one. No reader sees rows before their file is finished, so building them later
+    changes nothing anyone reads.
+
     Counters: rows_written (in files), row_errors (an exchange whose row could not be built),
     write_errors (rows lost because a file could not be written), files_written; `files`:
     every file finished, in order.
     """
 
     def __init__(self, directory: str | Path, builder: BatchBuilder, *, max_file_bytes: int, max_file_seconds: float,
-                 row_group_rows: int, compression: str | None) -> None:
+                 row_group_rows: int, compression: str | None, build_rows: int | None = None) -> None:
         self.directory = Path(directory)
         self.builder = builder
+        self.build_rows = build_rows
         self.max_file_bytes = max_file_bytes
         self.max_file_seconds = max_file_seconds
         self.row_group_rows = row_group_rows
@@ -47,26 +55,42 @@ class ParquetSink:
         self._file_started = 0.0  # monotonic time of the open file's first row
         self._batches: list = []  # record batches of the row group being gathered
         self._batched_rows = 0
+        self._unbuilt: list = []  # facts of that row group not yet built (fewer than build_rows)
         self._schema = None  # made when the first file is (pyarrow is imported only then)
         self._write_failed = False  # logged once; later failures are only counted
         self._file_rows = 0  # rows in the open file (lost with it if it cannot be finished)
 
     def add(self, facts: list) -> None:
-        """Record batches of these exchanges, split where a row group fills; each full row group is written."""
+        """Gather these exchanges, built once build_rows wait, split where a row group fills; each full row
+        group is written."""
         while facts:
-            room = self.row_group_rows - self._batched_rows
+            room = self.row_group_rows - self._batched_rows - len(self._unbuilt)
             part, facts = (facts, None) if len(facts) <= room else (facts[:room], facts[room:])
-            if not self._batches and self._writer is None:
+            if not self._batches and not self._unbuilt and self._writer is None:
                 self._file_started = time.monotonic()
-            self._build(part)
+            self._unbuilt += part
+            if self.build_rows is None or len(part) == room:
+                self._build_unbuilt()
+            elif len(self._unbuilt) >= self.build_rows:
+                self._build_unbuilt(whole=False)
             if self._batched_rows >= self.row_group_rows:
                 self._write_pending()
 
     def tick(self) -> None:
         """Finish the open file once it is max_file_seconds old."""
-        if (self._writer is not None or self._batches) and \
+        if (self._writer is not None or self._batches or self._unbuilt) and \
                 time.monotonic() - self._file_started >= self.max_file_seconds:
             self._finish_file()
+
+    def _build_unbuilt(self, whole: bool = True) -> None:
+        """Build the gathered facts build_rows at a time (never more in one build: in the proxy's thread a
+        build holds the GIL for each column), and the rest too when whole."""
+        unbuilt, start = self._unbuilt, 0
+        size = self.build_rows or max(1, len(unbuilt))
+        while len(unbuilt) - start >= size or (whole and start < len(unbuilt)):
+            self._build(unbuilt[start:start + size])
+            start += size
+        self._unbuilt = unbuilt[start:]
 
     def finish(self) -> None:
         """Write what is gathered and close the open file under its final name."""
@@ -90,6 +114,7 @@ class ParquetSink:
             self._batched_rows += batch.num_rows
 
     def _write_pending(self) -> None:
+        self._build_unbuilt()
         batches, count = self._batches, self._batched_rows
         self._batches, self._batched_rows = [], 0
         if not count:

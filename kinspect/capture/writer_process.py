@@ -45,6 +45,11 @@ PICKLE_ROWS = 64
 # and compressed must not take a core from the forwarding (a waking event loop preempts it); it
 # catches up when the cores are idle, its queue bounded and its drops counted as before.
 NICENESS = 10
+# Exchanges built into one record batch. A build costs about 0.6 ms whatever its size, then about
+# 7 µs a row from 512 rows on: the quarter-second part batches of a quiet proxy, or of a bulk load's few
+# large exchanges, are gathered rather than built one by one. Here no GIL of the proxy's is held,
+# so only the facts waiting (a few MB at most) bound it.
+BUILD_ROWS = 4096
 
 
 def write_message(fd: int, payload: bytes) -> None:
@@ -257,7 +262,7 @@ def main() -> int:
             log.warning("warming up failed", exc_info=True)
     sink = ParquetSink(settings["directory"], builder, max_file_bytes=settings["max_file_bytes"],
                        max_file_seconds=settings["max_file_seconds"], row_group_rows=settings["row_group_rows"],
-                       compression=settings["compression"])
+                       compression=settings["compression"], build_rows=BUILD_ROWS)
     last, reported_files = None, 0
     write_message(fd_out, pickle.dumps((0, 0, 0, 0, []), protocol=5))  # ready
     while True:
