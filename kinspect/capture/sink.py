@@ -83,8 +83,7 @@ class ParquetSink:
             self._finish_file()
 
     def _build_unbuilt(self, whole: bool = True) -> None:
-        """Build the gathered facts build_rows at a time (never more in one build: in the proxy's thread a
-        build holds the GIL for each column), and the rest too when whole."""
+        """Build the gathered facts build_rows at a time, and the rest too when whole."""
         unbuilt, start = self._unbuilt, 0
         size = self.build_rows or max(1, len(unbuilt))
         while len(unbuilt) - start >= size or (whole and start < len(unbuilt)):
