@@ -40,6 +40,12 @@ SMOKE = {
     "bench_bulk_ab.py": (["--rounds", "1", "--records", "2000", "--paths", "direct,kinspect-passthrough"],
                          r"kinspect-passthrough\s+produce\s+[\d.]+\s+[\d.]+% \(\d+%-\d+%\)\s+[01] of 1\s+[\d.]+\n"
                          r"[\s\S]*kinspect-passthrough\s+consume\s+[\d.]+\s+[\d.]+% \(\d+%-\d+%\)\s+[01] of 1\s+[\d.]+\n"),
+    # one round through direct and kinspect: each path's p50 and p99, its added latency and the rounds within target
+    "bench_latency_ab.py": (["--rounds", "1", "--requests", "30", "--records", "5", "--paths",
+                             "direct,kinspect-passthrough"],
+                            r"kinspect-passthrough\s+apiversions\s+[\d.]+\s+[\d.]+\s+[+-][\d.]+ \([+-][\d.]+ to "
+                            r"[+-][\d.]+\)\s+[01] of 1\s+[+-][\d.]+ \([+-][\d.]+ to [+-][\d.]+\)\s+[01] of 1\n"
+                            r"[\s\S]*kinspect-passthrough\s+produce\s+[\d.]+\s+[\d.]+\s+[+-][\d.]+ "),
     # three repetitions of the larger size: its first is shown, not counted
     "bench_analyze.py": (["--sizes", "2000,4000", "--reps", "1,3", "--warm-rows", "0"],
                          r"4,000 rows  job\s+[\d.]+ s \(median of 2 warm: [\d.]+, [\d.]+, [\d.]+\).*"
@@ -154,6 +160,28 @@ def test_the_sign_test_of_paired_rounds():
     assert bench.sign_test_p(0, 10) == bench.sign_test_p(10, 10) == pytest.approx(2 / 1024)
     assert bench.sign_test_p(5, 10) == 1.0 and bench.sign_test_p(0, 0) == 1.0
     assert bench.sign_test_p(2, 10) == pytest.approx(2 * (1 + 10 + 45) / 1024)  # 0, 1 or 2 of 10, both tails
+
+
+def test_paired_latency_rounds_are_reported_against_direct_and_haproxy():
+    """bench_latency_ab.py's report: latency added by round (not of medians), the rounds within the targets,
+    and kinspect's added latency against haproxy's with the sign test."""
+    spec = importlib.util.spec_from_file_location("bench_latency_ab", BENCH / "bench_latency_ab.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    paths = ["direct", "kinspect-passthrough", "haproxy"]
+    times = {("direct", "apiversions"): [(0.20, 0.50), (0.40, 0.90), (0.20, 0.50)],
+             ("kinspect-passthrough", "apiversions"): [(0.28, 0.70), (0.45, 1.50), (0.35, 0.80)],
+             ("haproxy", "apiversions"): [(0.30, 0.60), (0.52, 1.00), (0.29, 0.60)]}
+    times.update({(p, "produce"): [(0.4, 1.0)] * 3 for p in paths})
+    out = module.report(paths, times)
+    # added p50 by round: 0.08, 0.05, 0.15 -> median +0.080, two of three within 0.1 ms; the medians of the
+    # paths' own p50s (0.35 - 0.20 = 0.15) would have said otherwise
+    assert re.search(r"kinspect-passthrough\s+apiversions\s+0\.350\s+0\.800\s+\+0\.080 \(\+0\.050 to \+0\.150\)\s+"
+                     r"2 of 3\s+\+0\.300 \(\+0\.200 to \+0\.600\)\s+2 of 3", out), out
+    assert re.search(r"direct\s+apiversions\s+0\.200\s+0\.500\s+-\s+-\s+-\s+-", out), out
+    # against haproxy's added p50 by round: 0.08-0.10, 0.05-0.12, 0.15-0.09: less in two of three
+    assert "kinspect-passthrough - haproxy, apiversions added p50: median -0.020 ms, less in 2 of 3 rounds" in out, out
+    assert "kinspect-passthrough - haproxy, produce added p50: median +0.000 ms, less in 0 of 0 rounds" in out, out
 
 
 def test_paired_bulk_rounds_are_reported_against_direct_and_haproxy():
