@@ -95,6 +95,25 @@ def report(paths: list[str], mb_s: dict, ms_mb: dict) -> str:
     return "\n".join(lines)
 
 
+def chosen_paths(parser: argparse.ArgumentParser, text: str) -> list[str]:
+    """The paths of --paths (comma-separated): direct first, each known once; else the parser's error."""
+    paths = text.split(",")
+    known = {"direct", "haproxy", *bench_proxy.KINSPECT_PATHS}
+    if paths[0] != "direct" or not set(paths) <= known or len(set(paths)) != len(paths):
+        parser.error(f"--paths: direct first, then some of {', '.join(sorted(known - {'direct'}))}")
+    return paths
+
+
+def print_report(script: str, make_report) -> int:
+    """Print make_report()'s report and return 0; a benchmark that fails says why in one line, and 1."""
+    try:
+        print(make_report(), flush=True)
+    except bench_proxy.BenchError as exc:
+        print(f"{script}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=15, help="rounds, each a produce and a consume per path (default 15)")
@@ -102,18 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--record-size", type=int, default=1024, help="bytes a record (default 1024)")
     p.add_argument("--paths", default=",".join(PATHS), help=f"paths, direct first (default {','.join(PATHS)})")
     args = p.parse_args(argv)
-    paths = args.paths.split(",")
-    known = {"direct", "haproxy", *bench_proxy.KINSPECT_PATHS}
-    if paths[0] != "direct" or not set(paths) <= known or len(set(paths)) != len(paths):
-        p.error(f"--paths: direct first, then some of {', '.join(sorted(known - {'direct'}))}")
+    paths = chosen_paths(p, args.paths)
     if args.rounds < 1 or args.records < 1 or args.record_size < 1:
         p.error("--rounds, --records and --record-size at least 1")
-    try:
-        print(run(paths, args.rounds, args.records, args.record_size), flush=True)
-    except bench_proxy.BenchError as exc:
-        print(f"bench_bulk_ab.py: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    return print_report("bench_bulk_ab.py", lambda: run(paths, args.rounds, args.records, args.record_size))
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 import bench_proxy  # noqa: E402 (stacks, brokers, topics and the latency phases of the proxy benchmark)
 from bench_ab import sign_test_p  # noqa: E402
+from bench_bulk_ab import chosen_paths, print_report  # noqa: E402 (the same paths and failures as the bulk rounds)
 from proc_cpu import loadavg  # noqa: E402
 
 from kinspect.protocol.codec import Codec  # noqa: E402
@@ -113,18 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--records", type=int, default=300, help="acks=1 produce requests a phase (default 300)")
     p.add_argument("--paths", default=",".join(PATHS), help=f"paths, direct first (default {','.join(PATHS)})")
     args = p.parse_args(argv)
-    paths = args.paths.split(",")
-    known = {"direct", "haproxy", *bench_proxy.KINSPECT_PATHS}
-    if paths[0] != "direct" or not set(paths) <= known or len(set(paths)) != len(paths):
-        p.error(f"--paths: direct first, then some of {', '.join(sorted(known - {'direct'}))}")
+    paths = chosen_paths(p, args.paths)
     if args.rounds < 1 or args.requests < 1 or args.records < 1:
         p.error("--rounds, --requests and --records at least 1")
-    try:
-        print(run(paths, args.rounds, args.requests, args.records), flush=True)
-    except bench_proxy.BenchError as exc:
-        print(f"bench_latency_ab.py: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    return print_report("bench_latency_ab.py", lambda: run(paths, args.rounds, args.requests, args.records))
 
 
 if __name__ == "__main__":
