@@ -1,6 +1,7 @@
 """Two kinspect trees compared in paired rounds: a small request's CPU, one tree's proxy right after the other's.
 
-Usage: python benchmarks/bench_ab.py [--trees A,B] [--rounds N] [--requests N] [--connections N] [--workloads ...]
+Usage: python benchmarks/bench_ab.py [--trees A,B] [--path PATH] [--rounds N] [--requests N] [--connections N]
+                                     [--workloads ...]
 
 bench_proxy.py --baseline interleaves whole repetitions: the two trees' phases of one workload are a
 repetition's length apart, on fresh brokers, and the machine's load moves between them. Here both trees'
@@ -8,7 +9,7 @@ proxies (each in front of its own Tansu) stay up for the whole run, and each rou
 one request at a time per connection through one proxy and at once through the other, the order
 alternating from round to round. Each pair of phases is a second or two apart, so a pair's ratio B/A
 carries less of the load's drift. The output gives each workload's median CPU µs a request (the proxy's
-own, from /proc), the median of every pair's ratio, in how many pairs B was the lower, and the sign
+own, from /proc, with its capture writer process's under --path kinspect-capture), the median of every pair's ratio, in how many pairs B was the lower, and the sign
 test's two-sided p-value: how often chance alone would split the pairs at least that unevenly.
 
 --trees: two kinspect source trees, each with its C extensions built in place (`python setup.py
@@ -30,7 +31,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 import bench_proxy  # noqa: E402 (the stacks, brokers and topics of the proxy benchmark)
 import small_requests  # noqa: E402
-from proc_cpu import CLK_TCK, cpu_seconds, loadavg  # noqa: E402
+from proc_cpu import CLK_TCK, loadavg, tree_cpu_seconds  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKLOADS = ("apiversions", "metadata", "produce", "fetch")
@@ -49,10 +50,10 @@ def sign_test_p(lower: int, pairs: int) -> float:
 class Side:
     """One tree's proxy in front of its own broker, with the topics and frames of the small-request load."""
 
-    def __init__(self, tree: Path, procs: bench_proxy.Processes, workdir: Path, tag: str, codec) -> None:
+    def __init__(self, tree: Path, procs: bench_proxy.Processes, workdir: Path, tag: str, codec,
+                 path: str = "kinspect-passthrough") -> None:
         self.tree = tree
-        self.stack = bench_proxy.Stack("kinspect-passthrough" + bench_proxy.BASELINE, procs, workdir, tag, None,
-                                       baseline=tree).start()
+        self.stack = bench_proxy.Stack(path + bench_proxy.BASELINE, procs, workdir, tag, None, baseline=tree).start()
         self.port = int(self.stack.bootstrap.rsplit(":", 1)[1])
         bench_proxy.create_topics(self.stack.bootstrap, ["t", "f"])
         self.workloads = small_requests.workloads(codec, "t", "f")
@@ -61,27 +62,28 @@ class Side:
     def phase(self, workload: str, connections: int, requests: int) -> float:
         """The proxy's CPU µs a request over one phase of `requests` a connection, one at a time."""
         small_requests.run_load(self.port, self.workloads[workload], connections, WARMUP, 1)
-        before = cpu_seconds(self.stack.proxy_pid)
+        before = tree_cpu_seconds(self.stack.proxy_pid)  # (own, with its descendants): the latter
         result = small_requests.run_load(self.port, self.workloads[workload], connections, requests, 1)
-        after = cpu_seconds(self.stack.proxy_pid)
+        after = tree_cpu_seconds(self.stack.proxy_pid)
         if before is None or after is None:
             raise bench_proxy.BenchError(f"the proxy of {self.tree} is gone")
-        ticks = round((after - before) * CLK_TCK)  # whole clock ticks: equal phases compare equal
+        ticks = round((after[1] - before[1]) * CLK_TCK)  # whole clock ticks: equal phases compare equal
         return 1e6 * ticks / CLK_TCK / result["requests"]
 
 
-def run(trees: list[Path], rounds: int, requests: int, connections: int, workloads: list[str]) -> str:
+def run(trees: list[Path], rounds: int, requests: int, connections: int, workloads: list[str],
+        path: str = "kinspect-passthrough") -> str:
     """Print what runs, run the rounds, and return the table of their pairs."""
     from kinspect.protocol.codec.codec import Codec
 
     codec = Codec()
     procs = bench_proxy.Processes()
     print(f"paired rounds: {rounds} rounds x {len(workloads)} workloads, {connections} connections x {requests} "
-          f"requests one at a time a phase; A = {trees[0]}, B = {trees[1]}; load {' '.join(loadavg())}", flush=True)
+          f"requests one at a time a phase, {path}; A = {trees[0]}, B = {trees[1]}; load {' '.join(loadavg())}", flush=True)
     cpu: dict[tuple[int, str], list[float]] = {(s, w): [] for s in (0, 1) for w in workloads}
     try:
         with tempfile.TemporaryDirectory(prefix="kinspect-ab-") as workdir:
-            sides = [Side(tree, procs, Path(workdir), f"ab{n}", codec) for n, tree in enumerate(trees)]
+            sides = [Side(tree, procs, Path(workdir), f"ab{n}", codec, path) for n, tree in enumerate(trees)]
             for r in range(rounds):
                 order = (0, 1) if r % 2 == 0 else (1, 0)
                 for workload in workloads:
@@ -115,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--requests", type=int, default=1000, help="requests a connection in a phase (default 1000)")
     p.add_argument("--connections", type=int, default=8, help="connections, one request at a time each (default 8)")
     p.add_argument("--workloads", default=",".join(WORKLOADS), help=f"a subset of {','.join(WORKLOADS)}")
+    p.add_argument("--path", default="kinspect-passthrough", choices=sorted(bench_proxy.KINSPECT_PATHS),
+                   help="how both trees' proxies run (default kinspect-passthrough)")
     args = p.parse_args(argv)
     trees = [Path(t).resolve() for t in args.trees.split(",")]
     workloads = args.workloads.split(",")
@@ -123,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     if not set(workloads) <= set(WORKLOADS) or args.rounds < 1 or args.requests < 1 or args.connections < 1:
         p.error(f"--workloads from {','.join(WORKLOADS)}; --rounds, --requests and --connections at least 1")
     try:
-        print(run(trees, args.rounds, args.requests, args.connections, workloads), flush=True)
+        print(run(trees, args.rounds, args.requests, args.connections, workloads, args.path), flush=True)
     except (bench_proxy.BenchError, small_requests.LoadError) as exc:
         print(f"bench_ab.py: {exc}", file=sys.stderr)
         return 1
