@@ -8,9 +8,10 @@ repetition's length apart, on fresh brokers, and the machine's load moves betwee
 proxies (each in front of its own Tansu) stay up for the whole run, and each round runs every workload
 one request at a time per connection through one proxy and at once through the other, the order
 alternating from round to round. Each pair of phases is a second or two apart, so a pair's ratio B/A
-carries less of the load's drift. The output gives each workload's median CPU µs a request (the proxy's
-own, from /proc, with its capture writer process's under --path kinspect-capture), the median of every pair's ratio, in how many pairs B was the lower, and the sign
-test's two-sided p-value: how often chance alone would split the pairs at least that unevenly.
+carries less of the load's drift. The output gives each workload's median CPU µs a request (the proxy's,
+from /proc, its capture writer process's included under --path kinspect-capture), the median of every
+pair's ratio, in how many pairs B was the lower, and the sign test's two-sided p-value: how often
+chance alone would split the pairs at least that unevenly.
 
 --trees: two kinspect source trees, each with its C extensions built in place (`python setup.py
 build_ext --inplace`). Default: this checkout against itself, an A/A run, which shows how far from
@@ -62,7 +63,7 @@ class Side:
     def phase(self, workload: str, connections: int, requests: int) -> float:
         """The proxy's CPU µs a request over one phase of `requests` a connection, one at a time."""
         small_requests.run_load(self.port, self.workloads[workload], connections, WARMUP, 1)
-        before = tree_cpu_seconds(self.stack.proxy_pid)  # (own, with its descendants): the latter
+        before = tree_cpu_seconds(self.stack.proxy_pid)  # (its own, with its descendants'): the second counts
         result = small_requests.run_load(self.port, self.workloads[workload], connections, requests, 1)
         after = tree_cpu_seconds(self.stack.proxy_pid)
         if before is None or after is None:
