@@ -9,11 +9,13 @@ event loop's figures are CPU time of the measuring thread (time.thread_time, fro
   scan       µs per exchange for the shared scan of both directions (request.scan(),
              response.scan() and their record-batch summaries) on fresh events: what the
              metrics pay anyway, and what gathers every fact a capture row needs.
-  on_event   µs per event handed to an observer, for all events of the replay (Requests,
-             Responses, Exchanges, Problems), scans already cached (as the metrics leave
-             them): a no-op observer and CaptureObserver (takes each Exchange's facts and
-             appends them to its deque); "per exchange" is the capture's extra cost over
-             the no-op divided by the exchanges: the event loop's share beyond the scan.
+  dispatch   µs per event the dispatcher (proxy.observers.Dispatcher, the reference of the C
+             one) spends handing all events of the replay (Requests, Responses, Exchanges,
+             Problems) to its observers, scans already cached (as the metrics leave them):
+             with none, with a no-op observer of every event, and with CaptureObserver (its
+             handler for an Exchange takes the facts and queues them); "per exchange" is the
+             capture's cost over no observer at all divided by the exchanges: the event loop's
+             share beyond the scan, the call included.
   writer     rows per second in the writer thread: BatchBuilder.build (facts to an Arrow
              record batch, BATCH_ROWS at a time), and the whole writer (batches and a zstd
              Parquet file) by wall clock and by the process's CPU time (rows per CPU
@@ -46,6 +48,7 @@ from kinspect.capture.facts import FactsTaker
 from kinspect.capture.observer import CaptureObserver
 from kinspect.capture.writer import BATCH_ROWS, CaptureWriter
 from kinspect.protocol.codec import Codec
+from kinspect.proxy.observers import Dispatcher
 from kinspect.session import ConnectionInfo, Exchange, Session
 
 TRAFFIC = ROOT / "tests" / "data" / "traffic"
@@ -83,17 +86,17 @@ def scan_all(exchanges) -> None:
 
 
 def time_events(observer, events, repeat: int) -> float:
-    """ns per event, over `repeat` passes (the capture's queue is emptied between passes, untimed)."""
-    on_event = observer.on_event
+    """ns per event the dispatcher takes to hand them to observer (None: no observer), over `repeat`
+    passes (the capture's queue is emptied between passes, untimed)."""
+    dispatch = Dispatcher([observer] if observer is not None else []).dispatch
     total = 0
     for _ in range(repeat):
         started = time.thread_time_ns()
-        for e in events:
-            on_event(e)
+        dispatch(events)
         total += time.thread_time_ns() - started
         if isinstance(observer, CaptureObserver):
             observer.writer._queue.clear()
-            observer.writer._offered_bytes = observer.writer._taken_bytes = 0
+            observer.writer.front.offered_bytes = observer.writer.front.taken_bytes = 0
     return total / (repeat * len(events))
 
 
@@ -134,26 +137,27 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         capture = CaptureObserver(tmp, codec, queue_rows=10_000_000, queue_bytes=1 << 40)  # not started: offers only
-        observers = {"no-op": Nothing(), "capture (deque)": capture}
+        observers = {"no observer": None, "no-op": Nothing(), "capture": capture}
         timings: dict[str, list[float]] = {name: [] for name in observers}
         for _ in range(args.rounds):
             for name, observer in observers.items():  # interleaved, so drift hits all alike
                 timings[name].append(time_events(observer, events, args.repeat))
-        base = statistics.median(timings["no-op"])
+        base = statistics.median(timings["no observer"])
         print("\nevent loop (median of rounds, min-max in brackets):")
         print(f"  shared scan, both directions   {spread(scan_ns[True], 1e-3)} µs per exchange "
               "(every capture fact; the metrics read the same scan)")
         print(f"  the same without integer counters (no capture) {spread(scan_ns[False], 1e-3)} µs per exchange")
-        print("  on_event, µs per event, scans cached:")
+        print("  dispatch, µs per event, scans cached:")
         extras: dict[str, list[float]] = {}
         for name, values in timings.items():
             med = statistics.median(values)
             tail = ""
-            if name != "no-op":
-                extras[name] = [(v - b) * len(events) / len(exchanges) for v, b in zip(values, timings["no-op"])]
-                tail = f"   +{spread(extras[name], 1e-3)} µs per exchange over the no-op"
-            print(f"  {name:24s} {med / 1000:.3f} µs  ({med / base:.2f}x no-op){tail}")
-        share = statistics.median(extras["capture (deque)"])
+            if name != "no observer":
+                extras[name] = [(v - b) * len(events) / len(exchanges)
+                                for v, b in zip(values, timings["no observer"])]
+                tail = f"   +{spread(extras[name], 1e-3)} µs per exchange over no observer"
+            print(f"  {name:24s} {med / 1000:.3f} µs  ({med / base:.2f}x no observer){tail}")
+        share = statistics.median(extras["capture"])
         print(f"  capture's share beyond the scan: {share / 1000:.3f} µs per exchange (target < 1 µs)")
 
         # ---------------------------------------------------------------- the writer thread

@@ -17,6 +17,11 @@ from kinspect.session.events import Exchange
 log = logging.getLogger("kinspect.capture")
 
 
+def _log_fact_error(exc: Exception) -> None:
+    """The first exchange whose facts could not be taken (a bug; the rest are only counted)."""
+    log.error("capture: cannot take an exchange's facts (further failures are only counted)", exc_info=exc)
+
+
 class CaptureObserver:
     """Queues the facts of Exchange events for the writer thread (rows are built there, never here).
 
@@ -42,8 +47,12 @@ class CaptureObserver:
                                     queue_rows=queue_rows, row_group_rows=row_group_rows,
                                     queue_bytes=queue_bytes, process=process)
         self._codec = codec
-        self._take = FactsTaker(codec).take
-        self._offer = self.writer.offer
+        # The writer queue's front takes each exchange's facts and queues them: in C where built, the
+        # dispatcher's one call for an Exchange does it all (no Python frame on the event loop).
+        front = self.writer.front
+        front.take, front.on_error = FactsTaker(codec).take, _log_fact_error
+        self.handlers = {Exchange: front}
+        self._front = front
 
     @classmethod
     def from_config(cls, capture, codec: Codec | None = None) -> CaptureObserver:
@@ -55,14 +64,7 @@ class CaptureObserver:
 
     def on_event(self, event) -> None:
         if type(event) is Exchange:
-            try:
-                facts, held = self._take(event)
-            except Exception:  # a bug in taking facts: counted (as a row error), never raised into the loop
-                self.writer.fact_errors += 1
-                if self.writer.fact_errors == 1:
-                    log.exception("capture: cannot take an exchange's facts (further failures are only counted)")
-                return
-            self._offer(facts, held)
+            self._front(event)
 
     def start(self) -> CaptureObserver:
         if self.writer._thread is None:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from kinspect.capture.batch import BatchBuilder
 from kinspect.capture.facts import held_bytes
+from kinspect.capture.queue_front import queue_front
 from kinspect.capture.sink import ParquetSink
 
 log = logging.getLogger("kinspect.capture")
@@ -81,20 +82,14 @@ class CaptureWriter:
         # It holds the facts alone: the thread counts their bytes again (facts.held_bytes) as it
         # takes them, rather than the loop making a (facts, bytes) pair for each.
         self._queue: collections.deque = collections.deque()
-        # Bytes held by the queue = offered - taken; each counter has one writer (the loop,
-        # the thread), so neither update can be lost to the other.
-        self._offered_bytes = 0
-        self._taken_bytes = 0
-        self.rows_accepted = 0  # offered and queued (the event loop's count; rows_written lags it)
-        self.rows_dropped = 0
-        self.fact_errors = 0  # exchanges whose facts could not be taken (the event loop's count)
         self._stop = threading.Event()
         self._wake = threading.Event()  # set by offer as the queue stops being empty or fills a batch, and by close
-        # The queue lengths at which offer wakes the thread: its first exchange, and a batch the thread takes
-        # at once (BATCH_ROWS, or half the queue's bound when that is less: see _drain).
-        self._wake_at = (1, min(BATCH_ROWS, max(1, queue_rows // 2)))
+        # The queue's event-loop end (in C where built): bounds, counters, and the thread's wake-up as the
+        # queue stops being empty, and as it holds a batch the thread takes at once (BATCH_ROWS, or half
+        # the queue's bound when that is less: see _drain). The capture observer sets its take.
+        self.front = queue_front(self._queue, queue_rows, queue_bytes, (1, min(BATCH_ROWS, max(1, queue_rows // 2))),
+                                 self._wake.set)
         self._thread: threading.Thread | None = None
-        self._closed = False
         if not process:
             # Imported now, on this thread: an import in the writer thread would hold the GIL ~0.1 s.
             import pyarrow.compute  # noqa: F401
@@ -107,6 +102,10 @@ class CaptureWriter:
     write_errors = property(lambda self: self._out.write_errors)
     files_written = property(lambda self: self._out.files_written)
     files = property(lambda self: self._out.files)
+    # What the event loop counts, at the queue's front.
+    rows_accepted = property(lambda self: self.front.accepted)  # queued (rows_written lags it)
+    rows_dropped = property(lambda self: self.front.dropped)
+    fact_errors = property(lambda self: self.front.fact_errors)  # exchanges whose facts could not be taken
 
     @property
     def builder(self) -> BatchBuilder:
@@ -124,25 +123,14 @@ class CaptureWriter:
 
     @property
     def queued_bytes(self) -> int:
-        return self._offered_bytes - self._taken_bytes
+        return self.front.offered_bytes - self.front.taken_bytes
 
     def offer(self, item, nbytes: int = 0) -> bool:
         """Queue an exchange's facts (holding nbytes: facts.held_bytes(item)) without ever blocking.
 
         False, and counted, when the queue is full by rows or by bytes, or closed.
         """
-        queue = self._queue
-        if len(queue) >= self.queue_rows or self._closed or \
-                self._offered_bytes - self._taken_bytes + nbytes > self.queue_bytes:
-            self.rows_dropped += 1
-            return False
-        self._offered_bytes += nbytes
-        self.rows_accepted += 1
-        queue.append(item)
-        held, half = self._offered_bytes - self._taken_bytes, self.queue_bytes // 2
-        if len(queue) in self._wake_at or held - nbytes < half <= held:
-            self._wake.set()
-        return True
+        return self.front.offer(item, nbytes)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -166,7 +154,7 @@ class CaptureWriter:
 
     def close(self, timeout: float | None = 60.0) -> None:
         """Stop taking exchanges, write every queued one, close the file (renamed to its final name)."""
-        self._closed = True
+        self.front.closed = True
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
@@ -222,7 +210,7 @@ class CaptureWriter:
             self._waiting_since = None
             popleft = queue.popleft
             taken = [popleft() for _ in range(size)]
-            self._taken_bytes += sum(map(held_bytes, taken))
+            self.front.taken_bytes += sum(map(held_bytes, taken))
             done += size
             out.add(taken)
         return done

@@ -27,7 +27,7 @@ SMOKE = {
                               r"produce\s+\S+\s+[1-9][\d,]+\s+[1-9][\d,]* / [1-9][\d,]*\s+[1-9][\d,]+ / [1-9][\d,]+"
                               r"\s+[1-9][\d,]+\s+1\.000x"),
     "bench_native_probe.py": (["--repeat", "1", "--min-time", "0.001", "--no-gc-run"], r"C decode / kio read\s+[\d.]+"),
-    "bench_capture.py": (["--rounds", "1"], r"capture \(deque\)\s+[\d.]+ \S*s\s+\(\s*[\d.]+x no-op\)[\s\S]*"
+    "bench_capture.py": (["--rounds", "1"], r"capture\s+[\d.]+ \S*s\s+\(\s*[\d.]+x no observer\)[\s\S]*"
                                             r"feeds the writer process \(the proxy's default\): median [\d.]+ ms[\s\S]*"
                                             r"busy writer process at nice \+10: .* p99 [\d.]+ ms"),
     # one round: every workload's pair of phases, the median ratio, the split and the sign test
