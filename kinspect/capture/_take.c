@@ -72,8 +72,35 @@ static void taker_clear_memo(TakerObject *self)
     }
 }
 
+/* The collector's view: the fallback is FactsTaker.take_python, a method of the FactsTaker whose `take` is this
+ * taker, so the two make a cycle, freed only by the collector. */
+static int taker_traverse(TakerObject *self, visitproc visit, void *arg)
+{
+    for (int i = 0; i < C_COUNT; i++)
+        Py_VISIT(self->classes[i]);
+    Py_VISIT(self->capture_side);
+    Py_VISIT(self->batch_fields);
+    Py_VISIT(self->fallback);
+    for (int k = 0; k < MEMO_KEYS; k++) {
+        for (int d = 0; d < 2; d++) {
+            Py_VISIT(self->memo_scan[k][d]);
+            Py_VISIT(self->memo_side[k][d]);
+        }
+    }
+    return 0;
+}
+
+/* Breaks a cycle: the fallback and the kept scans go (a call after it raises); the rest stays for take's reads. */
+static int taker_clear(TakerObject *self)
+{
+    taker_clear_memo(self);
+    Py_CLEAR(self->fallback);
+    return 0;
+}
+
 static void taker_dealloc(TakerObject *self)
 {
+    PyObject_GC_UnTrack(self);
     taker_clear_memo(self);
     for (int i = 0; i < C_COUNT; i++)
         Py_XDECREF(self->classes[i]);
@@ -323,6 +350,10 @@ static PyObject *taker_vectorcall(PyObject *callable, PyObject *const *args, siz
     PyObject *out = take_pair(self, args[0]);
     if (out != NULL || PyErr_Occurred())
         return out;
+    if (self->fallback == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "taker: cleared by the garbage collector");
+        return NULL;
+    }
     return PyObject_Vectorcall(self->fallback, args, 1, NULL);
 }
 
@@ -342,9 +373,11 @@ static PyTypeObject TakerType = {
     .tp_name = "kinspect.capture._take.Taker",
     .tp_basicsize = sizeof(TakerObject),
     .tp_dealloc = (destructor)taker_dealloc,
+    .tp_traverse = (traverseproc)taker_traverse,
+    .tp_clear = (inquiry)taker_clear,
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(TakerObject, vectorcall),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "Taker(classes, capture_side, batch_fields, base_bytes, topic_bytes, fallback): "
               "taker(exchange) -> (EXCHANGE, bytes held), as kinspect.capture.facts.FactsTaker.take_python.",
     .tp_new = taker_new,
@@ -372,8 +405,28 @@ typedef struct {
 
 static PyObject *front_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames);
 
+static int front_traverse(FrontObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->queue);
+    Py_VISIT(self->append);
+    Py_VISIT(self->wake);
+    Py_VISIT(self->take);
+    Py_VISIT(self->on_error);
+    return 0;
+}
+
+/* Breaks a cycle through what the front calls (a front cleared drops every offer's wake-up and fails to take). */
+static int front_clear(FrontObject *self)
+{
+    Py_CLEAR(self->wake);
+    Py_CLEAR(self->take);
+    Py_CLEAR(self->on_error);
+    return 0;
+}
+
 static void front_dealloc(FrontObject *self)
 {
+    PyObject_GC_UnTrack(self);
     Py_XDECREF(self->queue);
     Py_XDECREF(self->append);
     Py_XDECREF(self->wake);
@@ -437,7 +490,8 @@ static int front_offer_facts(FrontObject *self, PyObject *facts, long long nbyte
     self->accepted++;
     long long held = self->offered_bytes - self->taken_bytes, half = self->queue_bytes / 2;
     length++;
-    if (length == self->wake_first || length == self->wake_batch || (held - nbytes < half && half <= held)) {
+    if (self->wake != NULL
+        && (length == self->wake_first || length == self->wake_batch || (held - nbytes < half && half <= held))) {
         PyObject *woken = PyObject_CallNoArgs(self->wake);
         if (woken == NULL)
             return -1;
@@ -476,7 +530,7 @@ static PyObject *front_fact_error(FrontObject *self)
     if (exc == NULL)
         exc = Py_NewRef(Py_None);
     self->fact_errors++;
-    if (self->fact_errors == 1 && self->on_error != Py_None) {
+    if (self->fact_errors == 1 && self->on_error != NULL && self->on_error != Py_None) {
         PyObject *logged = PyObject_CallOneArg(self->on_error, exc);
         Py_XDECREF(logged);
         if (logged == NULL)
@@ -494,6 +548,10 @@ static PyObject *front_vectorcall(PyObject *callable, PyObject *const *args, siz
         return NULL;
     }
     long long nbytes;
+    if (self->take == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "front: cleared by the garbage collector");
+        return front_fact_error(self);
+    }
     if (Py_IS_TYPE(self->take, &TakerType)) { /* the C taker: no (facts, bytes) pair made and unpacked */
         Py_ssize_t held;
         PyObject *facts = take((TakerObject *)self->take, args[0], &held);
@@ -508,6 +566,10 @@ static PyObject *front_vectorcall(PyObject *callable, PyObject *const *args, siz
             return front_fact_error(self);
     }
     PyObject *take = Py_IS_TYPE(self->take, &TakerType) ? ((TakerObject *)self->take)->fallback : self->take;
+    if (take == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "taker: cleared by the garbage collector");
+        return front_fact_error(self);
+    }
     PyObject *taken = PyObject_Vectorcall(take, args, 1, NULL);
     if (taken == NULL)
         return front_fact_error(self);
@@ -551,9 +613,11 @@ static PyTypeObject FrontType = {
     .tp_name = "kinspect.capture._take.QueueFront",
     .tp_basicsize = sizeof(FrontObject),
     .tp_dealloc = (destructor)front_dealloc,
+    .tp_traverse = (traverseproc)front_traverse,
+    .tp_clear = (inquiry)front_clear,
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(FrontObject, vectorcall),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "QueueFront(queue, queue_rows, queue_bytes, wake_at, wake, take, on_error): the capture queue's event-loop "
               "end, as kinspect.capture.queue_front.QueueFront.",
     .tp_new = front_new,

@@ -159,3 +159,34 @@ def test_no_reference_leaks():
         front(object())  # a failing take: counted
 
     assert bytes_grown(rounds, 20) < 20_000
+
+
+def test_a_dropped_capture_is_collected_with_its_taker_and_front(tmp_path):
+    """The C taker's fallback is a method of the FactsTaker that holds the taker, and the front holds the
+    taker: cycles only the collector frees, so both C types take part in collections."""
+    import weakref
+
+    if _take is None:
+        pytest.fail(_MISSING)
+    codec = Codec()
+    facts = FactsTaker(codec)
+    assert isinstance(facts.take, _take.Taker)
+    for x in replayed(codec)[:20]:
+        facts.take(x)  # SCANs kept per api
+    gone = weakref.ref(facts)
+    del facts
+    gc.collect()
+    assert gone() is None
+
+    class Holder:  # what an observer with a method as on_error would be
+        def log(self, exc):
+            pass
+
+    holder = Holder()
+    holder.front = queue_front(collections.deque(), 10, 1000, (1, 5), lambda: None, FactsTaker(codec).take,
+                               holder.log)
+    assert isinstance(holder.front, _take.QueueFront)
+    gone = weakref.ref(holder)
+    del holder
+    gc.collect()
+    assert gone() is None
