@@ -1,6 +1,6 @@
 """Builds the optional C extensions (the decoder/scanner _wire, the session's one-frame reads _one_frame, the
 metrics' counting _counting, the inspection queue's batch _batch, the relay's
-receiving end _receive, the capture's fact taker _take and column
+receiving end _receive, the capture's fact taker and queue front _take and column
 cutter _columns, the analyze job's grouping kernels _grouping); everything else is in pyproject.toml."""
 
 from setuptools import Extension, setup
