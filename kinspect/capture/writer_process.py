@@ -143,6 +143,9 @@ class WriterProcess:
         package_root = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+        # numpy's OpenBLAS starts a thread a core as it is imported, which spins ~0.1 s of CPU while the proxy
+        # starts; the rows never use BLAS. (A setting of the user's own is kept.)
+        env.setdefault("OPENBLAS_NUM_THREADS", "1")
         self._started_at = time.monotonic()
         proc = subprocess.Popen([sys.executable, "-m", "kinspect.capture.writer_process"], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, env=env, close_fds=True)

@@ -172,3 +172,22 @@ def test_a_batch_crosses_the_pipe_pickled_a_slice_at_a_time(codec: Codec):
         os.close(read_fd)
     assert [writer_process.read_batch(message) for message in got] == [facts[:rows], facts, []]
     assert len(got[1]) > 64 * 1024  # more than the pipe holds at once
+
+
+def test_the_writer_process_starts_without_threads_that_burn_cpu(codec: Codec, tmp_path, monkeypatch):
+    """Only its main thread works: numpy's OpenBLAS would start a thread a core that spins as it is imported."""
+    from kinspect.capture.warm_up import warm_facts
+
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    w = CaptureWriter(tmp_path, BatchBuilder(0.0), process=True, warm_facts=warm_facts(codec)).start()
+    try:
+        pid = w._out.proc.pid  # ready: numpy and pyarrow imported, one batch built
+        cpu = {}
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                cpu[int(task)] = int(f.read().split()[0]) / 1e6
+        main = cpu.pop(pid)
+        assert main > 50, "the writer process did not import and build before it said it was ready"
+        assert sum(cpu.values()) < 20, f"threads besides the main one used {cpu} ms of CPU"
+    finally:
+        w.close()
