@@ -147,8 +147,10 @@ class WriterProcess:
         # starts; the rows never use BLAS. (A setting of the user's own is kept.)
         env.setdefault("OPENBLAS_NUM_THREADS", "1")
         self._started_at = time.monotonic()
-        proc = subprocess.Popen([sys.executable, "-m", "kinspect.capture.writer_process"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, env=env, close_fds=True)
+        # -P: `-m` would put the current directory first on sys.path, and a proxy started in a directory holding
+        # another `kinspect` (a source checkout) would build its rows with that one's code, not its own.
+        proc = subprocess.Popen([sys.executable, "-P", "-m", "kinspect.capture.writer_process"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True)
         self.proc, self._sent, self._now = proc, 0, [0, 0, 0, 0]
         write_message(proc.stdin.fileno(), pickle.dumps(self.settings, protocol=5))
         # Its first report says it is ready (pyarrow imported and warmed up): a proxy serves only then,

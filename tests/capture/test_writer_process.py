@@ -191,3 +191,18 @@ def test_the_writer_process_starts_without_threads_that_burn_cpu(codec: Codec, t
         assert sum(cpu.values()) < 20, f"threads besides the main one used {cpu} ms of CPU"
     finally:
         w.close()
+
+
+def test_the_writer_process_runs_this_kinspect_whatever_the_current_directory(codec: Codec, tmp_path, monkeypatch):
+    """`python -m` puts the current directory first on sys.path: a proxy started beside another kinspect
+    (a source checkout of another version) must still build its rows with its own code."""
+    other = tmp_path / "elsewhere" / "kinspect"
+    other.mkdir(parents=True)
+    (other / "__init__.py").write_text("raise ImportError('the kinspect of the current directory')\n")
+    monkeypatch.chdir(other.parent)
+    w = CaptureWriter(tmp_path / "captures", BatchBuilder(0.0), process=True).start()
+    for facts, held in recorded_facts(codec, 30):
+        w.offer(facts, held)
+    w.close()
+    assert w._out.exit_codes == [0] and w.rows_written == 30 and w.write_errors == 0
+    assert read_rows(w.files).num_rows == 30
