@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from kinspect.capture.batch import BatchBuilder
-from kinspect.capture.schema import arrow_schema
+from kinspect.capture.schema import arrow_schema, parquet_options
 
 log = logging.getLogger("kinspect.capture")
 
@@ -146,7 +146,7 @@ class ParquetSink:
         self._seq += 1
         self._final_stem = f"capture-{started:%Y%m%dT%H%M%S}Z"
         self._tmp = self.directory / f"{self._final_stem}-{self._seq:06d}.parquet.tmp"
-        self._writer = pq.ParquetWriter(str(self._tmp), self._schema, compression=self.compression or "none")
+        self._writer = pq.ParquetWriter(str(self._tmp), self._schema, **parquet_options(self.compression))
 
     def _finish_file(self) -> None:
         """Write the pending rows, close the file and give it its final name."""

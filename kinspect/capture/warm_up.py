@@ -14,7 +14,7 @@ import struct
 
 from kinspect.capture.batch import BatchBuilder
 from kinspect.capture.facts import FactsTaker
-from kinspect.capture.schema import arrow_schema
+from kinspect.capture.schema import arrow_schema, parquet_options
 from kinspect.protocol.codec import Codec
 from kinspect.protocol.specs.api_keys import API_VERSIONS
 from kinspect.session import ConnectionInfo, Exchange, Session
@@ -45,7 +45,7 @@ def write_one(facts: tuple, builder: BatchBuilder, compression: str | None):
     import pyarrow.parquet as pq
 
     sink = pa.BufferOutputStream()
-    with pq.ParquetWriter(sink, arrow_schema(), compression=compression or "none") as writer:
+    with pq.ParquetWriter(sink, arrow_schema(), **parquet_options(compression)) as writer:
         writer.write_table(pa.Table.from_batches([builder.build([facts])]))
     return sink.getvalue()
 

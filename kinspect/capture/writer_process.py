@@ -19,6 +19,8 @@ its file when its input ends, whether the proxy closed it or died.
 
 from __future__ import annotations
 
+import fcntl
+import gc
 import io
 import logging
 import os
@@ -47,6 +49,16 @@ PICKLE_ROWS = 64
 # and compressed must not take a core from the forwarding (a waking event loop preempts it); it
 # catches up when the cores are idle, its queue bounded and its drops counted as before.
 NICENESS = 10
+# The pipe to the process holds this much (Linux's default is 64 KB): the writer thread's write of a batch and
+# the process's read each wake the other once a batch, where they took turns sixteen times (/tmp script: 16
+# context switches a batch -> 1).
+PIPE_BYTES = 1 << 20
+# Objects made between two young collections of the process's garbage collector (CPython's default 700).
+# A batch unpickles about 30 tuples a row and keeps them until its rows are built: collections every 700
+# walked them again and again as they were promoted, and pyarrow's and numpy's thousands of objects at
+# each full one (0.5-5 µs a row live, 3 µs a row of the recorded traffic in-process). The rows' objects
+# form no cycles and die with their batch, so a collection seldom finds anything.
+GC_YOUNG_OBJECTS = 100_000
 # Exchanges built into one record batch: a full batch of the writer thread's is built as it comes,
 # part batches wait until they make one. A build costs about 0.6 ms whatever its size, then about
 # 7 µs a row from 512 rows on, and a quiet proxy, or a bulk load of a few large exchanges a second,
@@ -152,6 +164,10 @@ class WriterProcess:
         proc = subprocess.Popen([sys.executable, "-P", "-m", "kinspect.capture.writer_process"],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True)
         self.proc, self._sent, self._now = proc, 0, [0, 0, 0, 0]
+        try:  # a batch (about 1 MB of the recorded traffic) in one write, not sixteen 64 KB hand-overs
+            fcntl.fcntl(proc.stdin.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        except OSError:  # above this machine's fs.pipe-max-size, or the user's pipe pages used up: as it was
+            pass
         write_message(proc.stdin.fileno(), pickle.dumps(self.settings, protocol=5))
         # Its first report says it is ready (pyarrow imported and warmed up): a proxy serves only then,
         # so that this start-up cost is never paid while clients wait.
@@ -243,6 +259,13 @@ def _report(fd: int, sink, last: tuple | None, reported_files: int) -> tuple[tup
     return counts, len(sink.files)
 
 
+def settle_collector() -> None:
+    """Keep what is imported and warmed up out of every collection, and collect the young only every
+    GC_YOUNG_OBJECTS new objects (the process's own batches are freed by their reference counts)."""
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_OBJECTS)
+
+
 def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
@@ -272,6 +295,7 @@ def main() -> int:
                        max_file_seconds=settings["max_file_seconds"], row_group_rows=settings["row_group_rows"],
                        compression=settings["compression"], build_rows=BUILD_ROWS)
     last, reported_files = None, 0
+    settle_collector()
     write_message(fd_out, pickle.dumps((0, 0, 0, 0, []), protocol=5))  # ready
     while True:
         ready, _, _ = select.select([fd_in], [], [], TICK_SECONDS)

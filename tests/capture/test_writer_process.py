@@ -206,3 +206,60 @@ def test_the_writer_process_runs_this_kinspect_whatever_the_current_directory(co
     w.close()
     assert w._out.exit_codes == [0] and w.rows_written == 30 and w.write_errors == 0
     assert read_rows(w.files).num_rows == 30
+
+
+def test_the_writer_process_collector_leaves_a_batch_alone(codec: Codec):
+    """A batch's facts, unpickled and built, set off young collections that walk them again and again; in
+    the writer process (settle_collector) none runs for a batch, and what was imported is never walked."""
+    import gc
+
+    from kinspect.capture import writer_process
+
+    facts = [f for f, _ in recorded_facts(codec)]
+    payload = b"".join(writer_process.batch_pieces((facts * 4)[:512]))
+    builder = BatchBuilder(0.0)
+    builder.build(facts[:8])
+    collections: list[int] = []
+
+    def count(phase, info):
+        if phase == "start":
+            collections.append(info["generation"])
+
+    def one_batch() -> list[int]:
+        collections.clear()
+        gc.callbacks.append(count)
+        try:
+            builder.build(writer_process.read_batch(payload))
+        finally:
+            gc.callbacks.remove(count)
+        return list(collections)
+
+    threshold = gc.get_threshold()
+    try:
+        assert one_batch()  # CPython's defaults: a young collection every 700 new objects, a few a batch
+        writer_process.settle_collector()
+        assert gc.get_freeze_count() > 10_000  # the modules and their objects: out of every collection
+        assert one_batch() == []
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*threshold)
+
+
+def test_a_batch_goes_to_the_writer_process_in_one_write(codec: Codec, tmp_path):
+    """The pipe holds a whole batch (PIPE_BYTES) where the system allows it, so that the thread and the
+    process do not take turns at 64 KB a time."""
+    import fcntl
+
+    from kinspect.capture.writer_process import PIPE_BYTES
+
+    with open("/proc/sys/fs/pipe-max-size") as f:
+        allowed = int(f.read())
+    w = CaptureWriter(tmp_path, BatchBuilder(0.0), process=True).start()
+    try:
+        size = fcntl.fcntl(w._out.proc.stdin.fileno(), fcntl.F_GETPIPE_SZ)
+        assert size == PIPE_BYTES if (allowed >= PIPE_BYTES or os.geteuid() == 0) else size == 64 * 1024
+        for facts, held in recorded_facts(codec, 30):
+            w.offer(facts, held)
+    finally:
+        w.close()
+    assert w.rows_written == 30
