@@ -186,60 +186,52 @@ class BatchBuilder:
     def _derived(self, facts: list[tuple]) -> dict:
         """The columns computed from both sides of each exchange, one loop over the batch.
 
-        Each row's derived values are one tuple (a tuple is built in one step, where a list
-        append is a method call per value); the batch's are transposed by zip at the end."""
+        What follows from an exchange's two SIDEs alone (the bodies' tagged fields, error codes, topics,
+        record summaries, integer groups) is worked out again only when a row's sides are not the
+        previous row's: exchanges whose bodies were seen before share their SCAN objects (the metrics'
+        memo, capture.facts), and a pickled slice keeps them shared, so a run of alike exchanges pays
+        it once. Each row then adds what its own header and sizes say. Each row's derived values are
+        one tuple (a tuple is built in one step, where a list append is a method call per value);
+        the batch's are transposed by zip at the end."""
         rows, int_counters, int_tables = [], [], []
         integer_fields = self._integer_fields
         req_tables, resp_tables = integer_fields.tables
         table_number = integer_fields.table_number
         append, counter, table = rows.append, int_counters.append, int_tables.append
         utf8_sizes = self._utf8_sizes
+        last_api = last_req = last_side = None  # the sides the values below were worked out from
+        req_stats = resp_stats = req_table = resp_table = None
         for (_, _, _, _, _, _, client_id, api_key, _, _, _, _, size, header_size, _, header_tag_bytes,
              header_tags, _, _, req, _, _, response_header_version_, response_size, _, _,
              response_tag_bytes, response_header_tags, side) in facts:
-            tagged = tuple([("request_header", "", tag, None, n, False) for tag, n in header_tags]) if header_tags else ()
-            req_compact = req_error = None
-            topics = summaries = None
-            groups = 0
-            magics = _EMPTY
-            if type(req) is tuple:
-                tag_bytes, body_tags, delta, slots, stats, topics, _, summaries = req
-                header_tag_bytes += tag_bytes
-                if body_tags:
-                    tagged += tuple([("request_body", p, t, n, s, n is not None) for p, t, n, s in body_tags])
-                if delta is not None:
-                    # The header at its flexible version: ClientId keeps its int16 length, plus a tag section.
-                    client_id_size = utf8_sizes.get(client_id)
-                    if client_id_size is None:
-                        client_id_size = self._utf8_size(client_id)
-                    flexible_header = 11 + client_id_size
-                    req_compact = size + delta + flexible_header - header_size
-                if stats is not None:
-                    hit = req_tables.get(id(slots))
-                    table(hit[1] if hit is not None else table_number(0, slots))
-                    counter(stats)
-                    groups = 1
-                if summaries and api_key == PRODUCE:
-                    # Distinct magics of the request's batches, ascending (0/1: KIP-724's removed formats).
-                    magics = tuple(sorted({b[0] for s in summaries if s is not None for b in s}))
-            else:
-                req_error = req
-            codes = _EMPTY
-            resp_compact = resp_error = None
-            if response_size is not None:
-                if response_header_tags:
-                    tagged += tuple([("response_header", "", tag, None, n, False) for tag, n in response_header_tags])
-                if type(side) is tuple:
-                    tag_bytes, body_tags, delta, slots, stats, more, codes_seen, records = side
-                    response_tag_bytes += tag_bytes
+            if req is not last_req or side is not last_side or api_key != last_api:
+                last_api, last_req, last_side = api_key, req, side
+                req_error = req_delta = resp_error = resp_delta = req_stats = resp_stats = None
+                req_tag_bytes = resp_tag_bytes = groups = 0
+                req_tagged = resp_tagged = codes = magics = _EMPTY
+                topics = summaries = None
+                if type(req) is tuple:
+                    req_tag_bytes, body_tags, req_delta, slots, req_stats, topics, _, summaries = req
                     if body_tags:
-                        tagged += tuple([("response_body", p, t, n, s, n is not None) for p, t, n, s in body_tags])
+                        req_tagged = tuple([("request_body", p, t, n, s, n is not None) for p, t, n, s in body_tags])
+                    if req_stats is not None:
+                        hit = req_tables.get(id(slots))
+                        req_table = hit[1] if hit is not None else table_number(0, slots)
+                        groups = 1
+                    if summaries and api_key == PRODUCE:
+                        # Distinct magics of the request's batches, ascending (0/1: KIP-724's removed formats).
+                        magics = tuple(sorted({b[0] for s in summaries if s is not None for b in s}))
+                else:
+                    req_error = req
+                if type(side) is tuple:
+                    resp_tag_bytes, body_tags, resp_delta, slots, resp_stats, more, codes_seen, records = side
+                    if body_tags:
+                        resp_tagged = tuple([("response_body", p, t, n, s, n is not None) for p, t, n, s in body_tags])
                     if codes_seen:
                         codes = tuple([(code, error_name(code), count) for code, count in sorted(codes_seen)])
-                    if stats is not None:
+                    if resp_stats is not None:
                         hit = resp_tables.get(id(slots))
-                        table(hit[1] if hit is not None else table_number(1, slots))
-                        counter(stats)
+                        resp_table = hit[1] if hit is not None else table_number(1, slots)
                         groups += 1
                     if more:
                         if topics:  # a topic named by both directions counts the larger number of partitions
@@ -252,36 +244,61 @@ class BatchBuilder:
                             topics = more
                     if records:
                         summaries = summaries + records if summaries else records
-                    if delta is not None:
-                        grows = response_header_version(api_key, True) > response_header_version_  # v0 -> v1: +1 tag byte
-                        resp_compact = response_size + delta + (1 if grows else 0)
-                else:
+                    if resp_delta is not None:
+                        flexible_header_version = response_header_version(api_key, True)
+                elif side is not None:  # None: no response
                     resp_error = side
-            batches = records = 0
-            compression = _EMPTY
-            if summaries:
-                codecs: dict[str, list[int]] = {}
-                for summary in summaries:
-                    if summary is None:
-                        continue
-                    for _, count, compression, length in summary:
-                        batches += 1
-                        if count < 0:
-                            count = 0
-                        records += count
-                        acc = codecs.get(compression)
-                        if acc is None:
-                            acc = codecs[compression] = [0, 0, 0]
-                        acc[0] += 1
-                        acc[1] += count
-                        acc[2] += length + _LOG_OVERHEAD
-                compression = tuple([(c, a[0], a[1], a[2]) for c, a in sorted(codecs.items())])
-            if not topics:
-                topics = _EMPTY
-            elif len(topics) > 1 or type(topics) is not tuple:
-                topics = tuple(sorted(topics))  # (topic, partitions) items, by topic
-            append((req_error, resp_error, header_tag_bytes, response_tag_bytes, req_compact, resp_compact, tagged,
-                    codes, topics, batches, records, compression, magics, groups))
+                batches = records = 0
+                compression = _EMPTY
+                if summaries:
+                    codecs: dict[str, list[int]] = {}
+                    for summary in summaries:
+                        if summary is None:
+                            continue
+                        for _, count, compression, length in summary:
+                            batches += 1
+                            if count < 0:
+                                count = 0
+                            records += count
+                            acc = codecs.get(compression)
+                            if acc is None:
+                                acc = codecs[compression] = [0, 0, 0]
+                            acc[0] += 1
+                            acc[1] += count
+                            acc[2] += length + _LOG_OVERHEAD
+                    compression = tuple([(c, a[0], a[1], a[2]) for c, a in sorted(codecs.items())])
+                if not topics:
+                    topics = _EMPTY
+                elif len(topics) > 1 or type(topics) is not tuple:
+                    topics = tuple(sorted(topics))  # (topic, partitions) items, by topic
+            # What the row's own header and sizes add.
+            tagged = tuple([("request_header", "", tag, None, n, False) for tag, n in header_tags]) if header_tags else ()
+            if req_tagged:
+                tagged += req_tagged
+            req_compact = resp_compact = None
+            if req_delta is not None:
+                # The header at its flexible version: ClientId keeps its int16 length, plus a tag section.
+                client_id_size = utf8_sizes.get(client_id)
+                if client_id_size is None:
+                    client_id_size = self._utf8_size(client_id)
+                req_compact = size + req_delta + 11 + client_id_size - header_size
+            if req_stats is not None:
+                table(req_table)
+                counter(req_stats)
+            if response_size is not None:
+                if response_header_tags:
+                    tagged += tuple([("response_header", "", tag, None, n, False) for tag, n in response_header_tags])
+                if resp_tagged:
+                    tagged += resp_tagged
+                response_tag_bytes += resp_tag_bytes
+                if resp_delta is not None:  # v0 -> v1 at the flexible version: +1 tag byte
+                    resp_compact = response_size + resp_delta + (1 if flexible_header_version > response_header_version_
+                                                                  else 0)
+                if resp_stats is not None:
+                    table(resp_table)
+                    counter(resp_stats)
+            append((req_error, resp_error, header_tag_bytes + req_tag_bytes, response_tag_bytes, req_compact,
+                    resp_compact, tagged, codes, topics, batches, records, compression, magics, groups))
         columns = dict(zip(_DERIVED, zip(*rows))) if rows else dict.fromkeys(_DERIVED, ())
         columns["integer_fields"] = (int_counters, int_tables, columns.pop("integer_groups"))
         return columns

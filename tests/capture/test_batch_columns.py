@@ -129,6 +129,30 @@ def test_recorded_traffic_gives_the_per_row_builders_batches_and_parquet(codec, 
 
 
 @pytest.mark.parametrize("native", NATIVE)
+def test_rows_sharing_their_scans_keep_what_their_own_header_and_sizes_say(codec, recorded, native):
+    """The sides of a pair of SCANs are worked out once a batch; each row's header tags, client id, sizes and
+    response header version still count as its own (a shared scan met with other headers, in any order)."""
+    rng = random.Random(11)
+    flexible = [f for f in recorded if type(f[AT["request_side"]]) is tuple and f[AT["request_side"]][2] is not None]
+    responded = [f for f in recorded if type(f[AT["response_side"]]) is tuple and f[AT["response_side"]][2] is not None]
+    assert flexible and responded  # non-flexible versions with compact deltas on both sides
+    rows = []
+    for facts in (flexible + responded) * 3:
+        rows.append(facts)
+        rows.append(with_fields(
+            facts, client_id=rng.choice([None, "", "other-client", "klient-\u00e9\u00e8"]),
+            request_header_tags=rng.choice([(), ((0, 3),), ((1, 2), (7, 40))]),
+            request_header_tag_bytes=rng.randrange(0, 50), request_size=facts[AT["request_size"]] + rng.randrange(9),
+            request_header_size=facts[AT["request_header_size"]] + rng.randrange(5),
+            **({} if facts[AT["response_size"]] is None else dict(
+                response_header_version=rng.choice([0, 1]), response_size=facts[AT["response_size"]] + rng.randrange(9),
+                response_header_tag_bytes=rng.randrange(0, 9), response_header_tags=rng.choice([(), ((2, 5),)])))))
+    rng.shuffle(rows)
+    ours, theirs = builders(codec, native)
+    same_batches(ours, theirs, rows, 512)
+
+
+@pytest.mark.parametrize("native", NATIVE)
 def test_shuffled_traffic_with_every_kind_of_row_mixed(codec, recorded, native):
     """Every edge case below, mixed into the recorded rows in one batch (nulls in some rows of each column)."""
     rng = random.Random(7)
