@@ -290,14 +290,17 @@ class BatchBuilder:
                     tagged += tuple([("response_header", "", tag, None, n, False) for tag, n in response_header_tags])
                 if resp_tagged:
                     tagged += resp_tagged
-                response_tag_bytes += resp_tag_bytes
+                if resp_tag_bytes:
+                    response_tag_bytes += resp_tag_bytes
                 if resp_delta is not None:  # v0 -> v1 at the flexible version: +1 tag byte
                     resp_compact = response_size + resp_delta + (1 if flexible_header_version > response_header_version_
                                                                   else 0)
                 if resp_stats is not None:
                     table(resp_table)
                     counter(resp_stats)
-            append((req_error, resp_error, header_tag_bytes + req_tag_bytes, response_tag_bytes, req_compact,
+            if req_tag_bytes:
+                header_tag_bytes += req_tag_bytes
+            append((req_error, resp_error, header_tag_bytes, response_tag_bytes, req_compact,
                     resp_compact, tagged, codes, topics, batches, records, compression, magics, groups))
         columns = dict(zip(_DERIVED, zip(*rows))) if rows else dict.fromkeys(_DERIVED, ())
         columns["integer_fields"] = (int_counters, int_tables, columns.pop("integer_groups"))
