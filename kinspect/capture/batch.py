@@ -220,7 +220,10 @@ class BatchBuilder:
                         groups = 1
                     if summaries and api_key == PRODUCE:
                         # Distinct magics of the request's batches, ascending (0/1: KIP-724's removed formats).
-                        magics = tuple(sorted({b[0] for s in summaries if s is not None for b in s}))
+                        if len(summaries) == 1 and summaries[0] is not None and len(summaries[0]) == 1:
+                            magics = (summaries[0][0][0],)  # one batch: most produce requests
+                        else:
+                            magics = tuple(sorted({b[0] for s in summaries if s is not None for b in s}))
                 else:
                     req_error = req
                 if type(side) is tuple:
@@ -233,7 +236,7 @@ class BatchBuilder:
                         hit = resp_tables.get(id(slots))
                         resp_table = hit[1] if hit is not None else table_number(1, slots)
                         groups += 1
-                    if more:
+                    if more and more != topics:  # the response often names what the request named
                         if topics:  # a topic named by both directions counts the larger number of partitions
                             merged = dict(topics)
                             for topic, n in more:
@@ -250,7 +253,11 @@ class BatchBuilder:
                     resp_error = side
                 batches = records = 0
                 compression = _EMPTY
-                if summaries:
+                if summaries and len(summaries) == 1 and summaries[0] is not None and len(summaries[0]) == 1:
+                    _, records, codec, length = summaries[0][0]  # one batch: most produce requests
+                    records = max(records, 0)
+                    batches, compression = 1, ((codec, 1, records, length + _LOG_OVERHEAD),)
+                elif summaries:
                     codecs: dict[str, list[int]] = {}
                     for summary in summaries:
                         if summary is None:

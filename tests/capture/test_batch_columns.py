@@ -216,6 +216,33 @@ def edge_rows(recorded: list[tuple]) -> list[tuple]:
 
 
 @pytest.mark.parametrize("native", NATIVE)
+def test_record_summaries_magics_and_topics_of_both_sides(codec, recorded, native):
+    """Produce requests of one batch (the builder's short cut) and of several, old magics, negative counts,
+    record fields without batches; response topics the same as the request's, or not."""
+    base = with_fields(scanned(recorded), api_key=0, api_name="Produce")
+    req, side = base[AT["request_side"]], base[AT["response_side"]]
+    one = ("t", 1),
+    summaries = [  # RECORDS: per records field, None or its batches' (magic, records, compression, length)
+        (((0, 3, "none", 100),),), (((1, 2, "gzip", 80),),), (((2, -1, "zstd", 60),),),  # one batch
+        (((2, 5, "lz4", 70), (0, 1, "none", 30), (2, 4, "lz4", 50)),),  # several in one field
+        (((1, 2, "none", 10),), None, ((2, 2, "snappy", 20),)),  # several fields, one not a record set
+        ((),), (None,), ()]
+    rows = []
+    for records in summaries:
+        for topics in (one, (("t", 3),), (("u", 1), ("t", 1)), ()):
+            rows.append(with_fields(base, request_side=with_side(req, topics=one, records=records),
+                                    response_side=with_side(side, topics=topics, records=())))
+            rows.append(with_fields(base, api_key=1, api_name="Fetch", request_side=with_side(req, topics=topics),
+                                    response_side=with_side(side, topics=one, records=records)))
+    ours, theirs = builders(codec, native)
+    for row in rows:
+        same_batches(ours, theirs, [row], 1, write=False)
+    same_batches(ours, theirs, rows, 512)
+    magics = ours.build(rows).column("record_magics").to_pylist()
+    assert [0] in magics and [1] in magics and [0, 2] in magics and [1, 2] in magics
+
+
+@pytest.mark.parametrize("native", NATIVE)
 def test_edge_cases_one_at_a_time_and_together(codec, recorded, native):
     rows = edge_rows(recorded)
     for offset in (0.0, 1_700_000_000.25):
