@@ -48,10 +48,12 @@ def fresh_venv(path: Path) -> tuple[Path, dict[str, str]]:
     return path, venv_env(path)
 
 
-@pytest.fixture(scope="module")
-def source(tmp_path_factory) -> Path:
-    """The files a clone of this checkout has (tracked, and new ones not ignored), copied elsewhere."""
-    dest = tmp_path_factory.mktemp("clone") / "kinspect"
+def clone(where: Path) -> Path:
+    """The files a clone of this checkout has (tracked, and new ones not ignored), copied to where/kinspect
+    for one install: pip builds a directory in place (build/, *.egg-info), and what one install leaves
+    there must not serve the next. A copy a test (about a second), not one a module: tests sharing a
+    module fixture run on one worker (tests/conftest.py), and these installs are the suite's longest."""
+    dest = where / "kinspect"
     listed = run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT).stdout
     for name in filter(None, listed.split("\0")):
         src = ROOT / name
@@ -61,17 +63,11 @@ def source(tmp_path_factory) -> Path:
     return dest
 
 
-def checkout(source: Path, where: Path) -> Path:
-    """A fresh copy of the clone for one install: pip builds a directory in place (build/, *.egg-info),
-    and what one install leaves there must not serve the next."""
-    return Path(shutil.copytree(source, where / "kinspect"))
-
-
 @pytest.fixture(scope="module")
-def dist(source, tmp_path_factory) -> dict[str, Path]:
+def dist(tmp_path_factory) -> dict[str, Path]:
     """`python -m build`: an sdist, then a wheel built from that sdist (both isolated builds)."""
     out = tmp_path_factory.mktemp("dist")
-    run([sys.executable, "-m", "build", "--outdir", out], cwd=checkout(source, tmp_path_factory.mktemp("build")))
+    run([sys.executable, "-m", "build", "--outdir", out], cwd=clone(tmp_path_factory.mktemp("build")))
     (sdist,) = out.glob("kinspect-*.tar.gz")
     (wheel,) = out.glob("kinspect-*.whl")
     return {"sdist": sdist, "wheel": wheel}
@@ -147,9 +143,9 @@ def test_wheel_install_runs_the_base_commands_and_hints_the_extras(dist, tmp_pat
     assert run(["kinspect", "demo", "--help"], env=env).returncode == 0
 
 
-def test_pip_install_dot_pipeline(source, tmp_path):
+def test_pip_install_dot_pipeline(tmp_path):
     venv, env = fresh_venv(tmp_path / "venv")
-    run(["pip", "install", "--quiet", ".[pipeline]"], cwd=checkout(source, tmp_path), env=env)
+    run(["pip", "install", "--quiet", ".[pipeline]"], cwd=clone(tmp_path), env=env)
     run([venv / "bin" / "python", "-c", "import pyspark, pyarrow, uvloop, prometheus_client, structlog"], env=env)
     native = run([venv / "bin" / "python", "-c",
                   "from kinspect.protocol.codec.wire_program import native_available; print(native_available())"],
@@ -166,10 +162,10 @@ def test_pip_install_dot_pipeline(source, tmp_path):
     assert demo.returncode == 2 and "pip install 'kinspect[proxy,demo]'" in demo.stderr
 
 
-def test_pip_install_dot_without_a_compiler(source, tmp_path):
+def test_pip_install_dot_without_a_compiler(tmp_path):
     """No C compiler (CC=/bin/false): the install succeeds without the extension, and kinspect says so once."""
     venv, env = fresh_venv(tmp_path / "venv")
-    run(["pip", "install", "--quiet", "."], cwd=checkout(source, tmp_path),
+    run(["pip", "install", "--quiet", "."], cwd=clone(tmp_path),
         env={**env, "CC": "/bin/false", "CXX": "/bin/false"})
     site = next((venv / "lib").glob("python3*/site-packages"))
     assert (site / "kinspect" / "cli" / "main.py").is_file()
@@ -193,12 +189,12 @@ def test_pip_install_dot_without_a_compiler(source, tmp_path):
     assert NOTICE not in quiet.stderr and " Produce " in quiet.stdout
 
 
-def test_pipx_install_dot(source, tmp_path):
+def test_pipx_install_dot(tmp_path):
     home, bin_dir = tmp_path / "pipx", tmp_path / "bin"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(PIPX_HOME=str(home), PIPX_BIN_DIR=str(bin_dir), PIPX_MAN_DIR=str(tmp_path / "man"),
                PIPX_DEFAULT_PYTHON=sys.executable, PATH=f"{bin_dir}{os.pathsep}{env['PATH']}")
-    run([sys.executable, "-m", "pipx", "install", "."], cwd=checkout(source, tmp_path), env=env)
+    run([sys.executable, "-m", "pipx", "install", "."], cwd=clone(tmp_path), env=env)
     kinspect = bin_dir / "kinspect"
     assert kinspect.exists()
     assert " Metadata " in run([kinspect, "specs", "list"], env=env, cwd=tmp_path).stdout
