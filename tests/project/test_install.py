@@ -51,7 +51,7 @@ def fresh_venv(path: Path) -> tuple[Path, dict[str, str]]:
 def clone(where: Path) -> Path:
     """The files a clone of this checkout has (tracked, and new ones not ignored), copied to where/kinspect
     for one install: pip builds a directory in place (build/, *.egg-info), and what one install leaves
-    there must not serve the next. A copy a test (about a second), not one a module: tests sharing a
+    there must not serve the next. A copy a test (0.2 s), not one a module: tests sharing a
     module fixture run on one worker (tests/conftest.py), and these installs are the suite's longest."""
     dest = where / "kinspect"
     listed = run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT).stdout
