@@ -156,9 +156,18 @@ def test_broker_killed_mid_stream(rig: RewriteRig, codec: Codec):
         sock.close()
 
     assert_no_leaks(rig, fds)
-    # The inspector reports the Fetches the broker never answered.
-    unanswered = [p for p in rig.proxy.events_of(Problem) if p.kind == "unanswered" and p.api_key == 1]
-    assert len(unanswered) == 5
+    # The inspector reports the Fetches the broker never answered. (CI once saw 4 of 5 here, after the fix
+    # of 4a273e0, and 15 runs here did not; should it come again, the message says which connection lacks one.)
+    def unanswered() -> list:
+        return [p for p in rig.proxy.events_of(Problem) if p.kind == "unanswered" and p.api_key == 1]
+
+    try:
+        poll_until(lambda: len(unanswered()) >= 5, 2)
+    except AssertionError:
+        pass
+    problems = [(p.connection.id, p.connection.client_address, p.kind, p.api_key, p.detail)
+                for p in rig.proxy.events_of(Problem)]
+    assert len(unanswered()) == 5, (sorted({p.connection.id for p in unanswered()}), problems)
     # New clients are closed at once while the broker is down, and kinspect keeps serving.
     with connect(rig.proxy.server.bootstrap_port) as sock:
         sock.sendall(api_versions(codec, 1))
