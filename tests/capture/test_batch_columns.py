@@ -130,8 +130,9 @@ def test_recorded_traffic_gives_the_per_row_builders_batches_and_parquet(codec, 
 
 @pytest.mark.parametrize("native", NATIVE)
 def test_rows_sharing_their_scans_keep_what_their_own_header_and_sizes_say(codec, recorded, native):
-    """The sides of a pair of SCANs are worked out once a batch; each row's header tags, client id, sizes and
-    response header version still count as its own (a shared scan met with other headers, in any order)."""
+    """What a row's sides give is reused while the next row has the same SCAN objects; each row's header tags,
+    client id, sizes and response header version still count as its own (a shared scan met with other
+    headers right after it, and again in any order)."""
     rng = random.Random(11)
     flexible = [f for f in recorded if type(f[AT["request_side"]]) is tuple and f[AT["request_side"]][2] is not None]
     responded = [f for f in recorded if type(f[AT["response_side"]]) is tuple and f[AT["response_side"]][2] is not None]
@@ -147,9 +148,11 @@ def test_rows_sharing_their_scans_keep_what_their_own_header_and_sizes_say(codec
             **({} if facts[AT["response_size"]] is None else dict(
                 response_header_version=rng.choice([0, 1]), response_size=facts[AT["response_size"]] + rng.randrange(9),
                 response_header_tag_bytes=rng.randrange(0, 9), response_header_tags=rng.choice([(), ((2, 5),)])))))
-    rng.shuffle(rows)
+    shuffled = list(rows)
+    rng.shuffle(shuffled)
     ours, theirs = builders(codec, native)
-    same_batches(ours, theirs, rows, 512)
+    same_batches(ours, theirs, rows, 512)  # each row right after one with the same sides
+    same_batches(ours, theirs, shuffled, 512)
 
 
 @pytest.mark.parametrize("native", NATIVE)

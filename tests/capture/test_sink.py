@@ -91,7 +91,6 @@ def test_a_row_that_cannot_be_built_is_counted_alone_when_built_late(codec: Code
     assert correlation_ids(s.files) == [f[11] for i, f in enumerate(facts) if i != 2]
 
 
-
 def test_row_groups_carry_statistics_for_the_top_level_columns_only(codec: Codec, tmp_path: Path):
     """Readers filter on times, apis and sizes (min/max let them skip row groups); no reader filters on a
     leaf inside a list column, and writing those statistics cost 7-10% of the write."""
