@@ -18,7 +18,10 @@ from kinspect.protocol.codec.wire_program import optional_extension
 HISTOGRAM_BUCKETS = 10  # a varint of a 64-bit value takes 1 to 10 bytes
 LOCATIONS = ("request", "response")  # location numbers of table_number
 _SLOT_BYTES = SLOT_STRIDE * 8
-_KEEP_BUFFER = 16 << 20  # a batch's counters beyond this many bytes get a buffer of their own, not kept
+_KEEP_BUFFER = 16 << 20
+# Slot tables looked up by id at most: a batch's slices bring a copy each of the few tables of their apis
+# (each held by its entry, a few KB), so the cache holds several batches' worth.
+ID_CACHE_ENTRIES = 1024  # a batch's counters beyond this many bytes get a buffer of their own, not kept
 assert SLOT_ZHIST == SLOT_UHIST + HISTOGRAM_BUCKETS  # the numpy path reads both histograms as one block
 _LAYOUT = (SLOT_STRIDE, SLOT_OCCURRENCES, SLOT_COUNT, SLOT_FIXED, SLOT_UVARINT, SLOT_ZIGZAG, SLOT_UHIST, SLOT_ZHIST,
            HISTOGRAM_BUCKETS)
@@ -43,9 +46,13 @@ class IntegerFieldColumns:
     def __init__(self, native: bool = True) -> None:
         self._label_ids: dict = {}  # (location, path, type) -> label number
         self._labels: list[tuple[str, str, str]] = []
-        # One dict per location: id(slots) -> (slots, table number). The entry holds slots, so no other
-        # object can get its id while it is there: the id alone identifies the table.
+        # One dict per location: id(slots) -> (slots, table number), the per-row lookup. The entry holds
+        # slots, so no other object can get its id while it is there: the id alone identifies the table.
         self.tables: tuple[dict, dict] = ({}, {})
+        # One dict per location: slots -> table number, by content. A writer process unpickles each slice
+        # of a batch into its own copies of the codec's slot tables: numbered by id alone, every copy was a
+        # new table, kept for good (about 50 bytes a row of a busy proxy's capture, without end).
+        self._numbers: tuple[dict, dict] = ({}, {})
         self._table_labels: list[bytes] = []  # table number -> its slots' label numbers (int32 bytes)
         self._arrays = None  # the numpy path's (label numbers of all tables, each table's start, size)
         self._arrow_labels = None  # the labels as three Arrow string arrays, rebuilt as they grow
@@ -55,10 +62,21 @@ class IntegerFieldColumns:
         self._cut = (native and native_cut()) or None
 
     def table_number(self, location: int, slots: tuple) -> int:
-        """The number of a slot table (location: 0 request, 1 response); `tables[location]` caches it by id."""
-        hit = self.tables[location].get(id(slots))
+        """The number of a slot table (location: 0 request, 1 response), one per distinct table; `tables[location]`
+        caches it by id, for at most ID_CACHE_ENTRIES copies of tables at a time."""
+        by_id = self.tables[location]
+        hit = by_id.get(id(slots))
         if hit is not None:
             return hit[1]
+        if len(by_id) >= ID_CACHE_ENTRIES:
+            by_id.clear()  # the copies of past slices: their tables keep their numbers by content
+        table = self._numbers[location].get(slots)
+        if table is None:
+            table = self._new_table(location, slots)
+        by_id[id(slots)] = (slots, table)
+        return table
+
+    def _new_table(self, location: int, slots: tuple) -> int:
         name = LOCATIONS[location]
         numbers = array("i")
         for path, kind in slots:
@@ -70,7 +88,7 @@ class IntegerFieldColumns:
             numbers.append(number)
         table = len(self._table_labels)
         self._table_labels.append(numbers.tobytes())
-        self.tables[location][id(slots)] = (slots, table)
+        self._numbers[location][slots] = table
         self._arrays = None
         return table
 

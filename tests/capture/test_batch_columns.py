@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import os
+import pickle
 import random
 from array import array
 
@@ -21,9 +22,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from kinspect.capture import columns as columns_module
 from kinspect.capture.batch import BatchBuilder
 from kinspect.capture.columns import _LAYOUT, IntegerFieldColumns, native_cut
 from kinspect.capture.facts import FIELDS, FactsTaker
+from kinspect.capture.writer_process import batch_pieces
 from kinspect.protocol.codec import Codec
 from kinspect.protocol.codec.codegen import SLOT_OCCURRENCES, SLOT_STRIDE, SLOT_UHIST, SLOT_ZHIST
 from kinspect.protocol.codec.wire_program import PURE_PYTHON_ENV
@@ -261,6 +264,25 @@ def test_many_client_ids_are_sized_right_and_not_all_remembered(codec, recorded)
     rows = [with_fields(base, client_id=f"client-{i}-" + "é" * (i % 5)) for i in range(5000)]
     same_batches(ours, theirs, rows, 512)
     assert 0 < len(ours._utf8_sizes) <= 4096
+
+
+@pytest.mark.parametrize("native", NATIVE)
+def test_slices_unpickled_one_at_a_time_number_each_slot_table_once(codec, recorded, native, monkeypatch):
+    """A writer process unpickles each slice of a batch into copies of its own of the codec's slot tables:
+    each distinct table keeps one number (it got a new one with every copy, kept for good), the lookup by
+    id stays bounded, and the rows are the per-row builder's."""
+    monkeypatch.setattr(columns_module, "ID_CACHE_ENTRIES", 50, raising=False)
+    ours, theirs = builders(codec, native)
+    distinct = {(location, side[3]) for f in recorded for location, side in enumerate((f[AT["request_side"]],
+                                                                                       f[AT["response_side"]]))
+                if type(side) is tuple and side[4] is not None}
+    assert len(distinct) > 10
+    copies = [row for _ in range(4) for piece in batch_pieces(recorded) for row in pickle.loads(piece)]
+    first = next(i for i, f in enumerate(recorded) if type(f[AT["request_side"]]) is tuple and f[AT["request_side"]][3])
+    assert copies[first][AT["request_side"]][3] is not recorded[first][AT["request_side"]][3]  # copies indeed
+    same_batches(ours, theirs, copies, 512)
+    assert len(ours._integer_fields._table_labels) == len(distinct)
+    assert all(len(by_id) <= 50 for by_id in ours._integer_fields.tables)
 
 
 @pytest.mark.parametrize("native", NATIVE)
