@@ -50,6 +50,42 @@ FIELDS = ("request_time", "latency", "connection_id", "client_address", "broker"
           "response_header_size", "response_complete", "response_header_tag_bytes",
           "response_header_tags", "response_side")
 
+_REQUEST_SIDE, _RESPONSE_SIDE = FIELDS.index("request_side"), FIELDS.index("response_side")
+assert _RESPONSE_SIDE == len(FIELDS) - 1  # share_alike_sides rebuilds a row with it last
+_RECORDS = 7  # a SCAN's record summaries: where two scans of one producer's requests differ when they do
+
+
+def share_alike_sides(facts: list) -> list:
+    """The exchanges, each SIDE equal in content to the previous row's but another object replaced by that object.
+
+    Exchanges whose bodies were seen before share their SCAN objects (the metrics' memo), but a produce
+    request's records are never memoized, nor a fetch response's: a producer's requests came with SCANs of
+    their own, alike but each pickled, unpickled and worked out anew by the row builder (capture.batch),
+    about 15 µs a row of the small-request benchmark's produce in-process. Shared, one pickle holds
+    them once and the builder works them out once (docs/performance.md). A row is rebuilt only if
+    a side changes; the records are compared first, where unlike scans usually differ."""
+    out = []
+    append = out.append
+    seen_req = seen_resp = kept_req = kept_resp = None  # the previous row's sides, and the objects kept for them
+    for row in facts:
+        req, resp = row[_REQUEST_SIDE], row[_RESPONSE_SIDE]
+        if req is not seen_req:
+            seen_req = req
+            if not (type(req) is tuple and type(kept_req) is tuple and req[_RECORDS] == kept_req[_RECORDS]
+                    and req == kept_req):
+                kept_req = req
+        if resp is not seen_resp:
+            seen_resp = resp
+            if not (type(resp) is tuple and type(kept_resp) is tuple and resp[_RECORDS] == kept_resp[_RECORDS]
+                    and resp == kept_resp):
+                kept_resp = resp
+        if req is kept_req and resp is kept_resp:
+            append(row)
+        else:
+            append(row[:_REQUEST_SIDE] + (kept_req,) + row[_REQUEST_SIDE + 1:_RESPONSE_SIDE] + (kept_resp,))
+    return out
+
+
 # Bytes one exchange's facts hold in the queue, beside its integer counters (8 bytes each)
 # and topics: a fixed estimate of the tuples, the ScanResult objects and their lists.
 BASE_BYTES = 1024

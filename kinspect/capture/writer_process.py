@@ -34,6 +34,7 @@ import threading
 import time
 from pathlib import Path
 
+from kinspect.capture.facts import share_alike_sides
 from kinspect.capture.writer import BATCH_ROWS
 
 log = logging.getLogger("kinspect.capture")
@@ -85,7 +86,9 @@ def write_pieces(fd: int, pieces: list[bytes]) -> None:
 
 def batch_pieces(facts: list) -> list[bytes]:
     """A batch's payload: its slices of PICKLE_ROWS pickled one at a time (the event loop gets
-    the GIL between them), for `read_batch` to join again."""
+    the GIL between them), for `read_batch` to join again; alike sides shared first, so that a
+    slice's pickle holds them once."""
+    facts = share_alike_sides(facts)
     return [pickle.dumps(facts[i:i + PICKLE_ROWS], protocol=5) for i in range(0, len(facts), PICKLE_ROWS)]
 
 

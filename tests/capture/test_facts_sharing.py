@@ -1,11 +1,17 @@
-"""Exchanges whose bodies share one scan (the metrics' memo) give the facts a fresh read gives."""
+"""Exchanges whose bodies share one scan (the metrics' memo) give the facts a fresh read gives; alike sides are shared
+before they cross to the writer process, and build the same rows."""
 
 from __future__ import annotations
 
-from kinspect.capture.facts import FactsTaker
+import pickle
+
+from kinspect.capture.batch import BatchBuilder
+from kinspect.capture.facts import FIELDS, FactsTaker, share_alike_sides
+from kinspect.capture.writer_process import PICKLE_ROWS, batch_pieces, read_batch
 from kinspect.observers.metrics import MetricsObserver
 from kinspect.protocol.codec import Codec
 from kinspect.session import ConnectionInfo, Exchange, Session
+from tests.capture.test_capture import recorded_facts
 from tests.support.paths import TRAFFIC
 
 
@@ -30,3 +36,71 @@ def test_shared_scans_give_the_same_facts(codec: Codec):
                     shared += any(s is not None for s in scans)
                     fresh += 1
     assert fresh > 200 and shared > 100
+
+
+REQ, RESP = FIELDS.index("request_side"), FIELDS.index("response_side")
+
+
+def copied(side):
+    """An equal side that is another object, nested tuples and all (as a fresh scan of a like body gives)."""
+    return pickle.loads(pickle.dumps(side))
+
+
+def with_side(row: tuple, index: int, side) -> tuple:
+    return row[:index] + (side,) + row[index + 1:]
+
+
+def test_alike_sides_are_shared_and_nothing_else_changes(codec: Codec):
+    """Each side equal to the previous row's becomes that row's object; a side that differs anywhere (its records
+    or only its integer counters) keeps its own; reasons and absent responses stay as they are."""
+    facts = [f for f, _ in recorded_facts(codec)]
+    scanned = [f for f in facts if type(f[REQ]) is tuple and type(f[RESP]) is tuple and f[REQ][4]]
+    with_records = [f for f in facts if type(f[REQ]) is tuple and f[REQ][7]]
+    assert scanned and with_records
+    rows = []
+    for base in scanned[:40] + with_records[:20]:
+        counters = bytearray(base[REQ][4])
+        counters[0] ^= 1
+        other_records = base[REQ][7] if not base[REQ][7] else ((((2, 99, "none", 1),),) + base[REQ][7][1:])
+        rows += [
+            base,
+            with_side(with_side(base, REQ, copied(base[REQ])), RESP, copied(base[RESP])),
+            with_side(base, REQ, copied(base[REQ])),
+            with_side(base, REQ, base[REQ][:4] + (bytes(counters),) + base[REQ][5:]),  # counters differ, records alike
+            with_side(base, REQ, copied(base[REQ])),
+            with_side(base, REQ, base[REQ][:7] + (other_records,)),
+            with_side(base, RESP, "the response could not be read"),
+            with_side(base, RESP, "the response could not be read"),
+            with_side(base, RESP, None),
+        ]
+    shared = share_alike_sides(rows)
+    assert shared == rows and len(shared) == len(rows)
+    sharing = 0
+    for i, (row, out) in enumerate(zip(rows, shared)):
+        for index in (REQ, RESP):
+            alike = i > 0 and type(row[index]) is tuple and row[index] == rows[i - 1][index]
+            if alike:
+                assert out[index] is shared[i - 1][index]
+                sharing += row[index] is not rows[i - 1][index]
+            else:
+                assert out[index] is row[index]
+        if out[REQ] is row[REQ] and out[RESP] is row[RESP]:
+            assert out is row  # not rebuilt
+    assert sharing > 100
+
+
+def test_alike_sides_cross_the_pipe_once_and_build_the_same_rows(codec: Codec):
+    """A producer's alike requests, each with scans of its own: a slice's pickle holds their sides once, and the
+    writer process builds the rows the sides unshared give."""
+    facts = [f for f, _ in recorded_facts(codec)]
+    produce = [f for f in facts if f[FIELDS.index("api_name")] == "Produce" and type(f[REQ]) is tuple]
+    assert produce
+    rows = [with_side(with_side(f, REQ, copied(f[REQ])), RESP, copied(f[RESP])) for f in produce for _ in range(40)]
+    unshared = sum(len(pickle.dumps(rows[i:i + PICKLE_ROWS], protocol=5)) for i in range(0, len(rows), PICKLE_ROWS))
+    pieces = batch_pieces(rows)
+    assert sum(map(len, pieces)) < unshared / 3
+    got = read_batch(b"".join(pieces))
+    assert got == rows
+    assert got[1][REQ] is got[2][REQ]
+    builder = BatchBuilder(0.0, codec.registry)
+    assert builder.build(got).equals(BatchBuilder(0.0, codec.registry).build(rows))
