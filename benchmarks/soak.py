@@ -1,6 +1,6 @@
 """Soak run: kinspect under steady load for a while, sampled for memory, descriptors, tasks and in-flight requests.
 
-    python benchmarks/soak.py [--duration 600] [--interval 10] [--rate 500] [--mode passthrough|rewrite]
+    python benchmarks/soak.py [--duration 600] [--interval 10] [--rate 500] [--mode passthrough|rewrite] [--capture]
 
 Starts a Tansu broker and `kinspect proxy` as a subprocess in front of it (so the RSS and
 descriptors measured are the proxy's own), then keeps a steady load going through it:
@@ -10,10 +10,13 @@ descriptors measured are the proxy's own), then keeps a steady load going throug
             so a per-connection leak shows up as growth
 Every --interval seconds it prints one row: RSS and open descriptors of the kinspect process
 (/proc/PID/status, /proc/PID/fd), and from kinspect's /metrics the asyncio tasks, in-flight
-requests and open connections, with the records produced and consumed so far.
+requests and open connections, with the records produced and consumed so far. --capture
+captures every exchange (--capture-dir, its default writer process) and adds two columns:
+the writer process's RSS and the rows captured so far.
 
 Verdict: after a warm-up (the first fifth of the run, at least 30 s), RSS: the mean of the
-last third of the samples against the first sample (flat: less than 10 % growth).
+last third of the samples against the first sample (flat: less than 10 % growth); the
+writer process's the same way. With --capture, no row may be dropped.
 Descriptors, tasks and in-flight requests move with the load at the instant of a sample, and
 a leak raises their floor: the lowest value of the last third against the lowest of the
 first third (flat: at most 2, 1 and 2 above). Every record produced must be consumed.
@@ -69,6 +72,17 @@ def proc_status(pid: int) -> tuple[int, int]:
             if line.startswith("VmRSS:"):
                 rss = int(line.split()[1]) * 1024
     return rss, len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def children_rss(pid: int) -> int:
+    """RSS bytes of the processes kinspect started (its capture writer process)."""
+    total = 0
+    for child in open(f"/proc/{pid}/task/{pid}/children").read().split():
+        try:
+            total += proc_status(int(child))[0]
+        except OSError:
+            continue  # ended meanwhile (a writer process is replaced if it dies)
+    return total
 
 
 def scrape(port: int) -> dict[str, float]:
@@ -180,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=int, default=500, help="records produced per second (default 500)")
     ap.add_argument("--record-size", type=int, default=1024, help="bytes per record (default 1024)")
     ap.add_argument("--mode", choices=["passthrough", "rewrite"], default="passthrough")
+    ap.add_argument("--capture", action="store_true", help="capture every exchange, and watch the writer process too")
     args = ap.parse_args(argv)
 
     codec = Codec()
@@ -197,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         cmd = [kinspect_bin, "proxy", "--mode", "rewrite", "--listen", f"127.0.0.1:{listen}",
                "--bootstrap-server", tansu.bootstrap, "--node-port-base", str(base)]
     cmd += ["--metrics-listen", f"127.0.0.1:{metrics_port}", "--log-level", "WARNING"]
+    if args.capture:
+        cmd += ["--capture-dir", str(workdir / "capture")]
     log_path = workdir / "kinspect.log"
     log = open(log_path, "wb")
     proxy = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -208,10 +225,12 @@ def main(argv: list[str] | None = None) -> int:
         load = Load(f"127.0.0.1:{listen}", args.rate, args.record_size, codec)
         load.start()
         print(f"soak: {args.duration:g} s at {args.rate} records/s of {args.record_size} B through kinspect "
-              f"({args.mode}, pid {proxy.pid}), a sample every {args.interval:g} s; kinspect log: {log_path}",
-              flush=True)
+              f"({args.mode}{', capture on' if args.capture else ''}, pid {proxy.pid}), a sample every "
+              f"{args.interval:g} s; kinspect log: {log_path}", flush=True)
         header = (f"{'t (s)':>6} {'RSS MiB':>8} {'fds':>5} {'tasks':>6} {'in-flight':>9} {'conns':>6} "
                   f"{'produced':>9} {'consumed':>9} {'churned':>8}")
+        if args.capture:
+            header += f" {'writer MiB':>10} {'captured':>9}"
         print(header, flush=True)
         started = time.monotonic()
         next_at = started
@@ -225,10 +244,15 @@ def main(argv: list[str] | None = None) -> int:
             rss, fds = proc_status(proxy.pid)
             m = scrape(metrics_port)
             row = {"t": t, "rss": rss, "fds": fds, "tasks": m.get("kinspect_tasks", -1),
-                   "inflight": m.get("kinspect_inflight_requests", -1), "conns": m.get("kinspect_connections_open", -1)}
+                   "inflight": m.get("kinspect_inflight_requests", -1), "conns": m.get("kinspect_connections_open", -1),
+                   "writer_rss": children_rss(proxy.pid), "captured": m.get("kinspect_capture_rows_accepted_total", 0),
+                   "dropped": m.get("kinspect_capture_dropped_rows_total", 0)}
             rows.append(row)
-            print(f"{t:6.0f} {rss / 2**20:8.1f} {fds:5d} {row['tasks']:6.0f} {row['inflight']:9.0f} "
-                  f"{row['conns']:6.0f} {load.produced:9d} {len(load.consumed):9d} {load.churned:8d}", flush=True)
+            line = (f"{t:6.0f} {rss / 2**20:8.1f} {fds:5d} {row['tasks']:6.0f} {row['inflight']:9.0f} "
+                    f"{row['conns']:6.0f} {load.produced:9d} {len(load.consumed):9d} {load.churned:8d}")
+            if args.capture:
+                line += f" {row['writer_rss'] / 2**20:10.1f} {row['captured']:9.0f}"
+            print(line, flush=True)
             if t >= args.duration:
                 break
             next_at += args.interval
@@ -265,10 +289,10 @@ def verdict(rows: list[dict], load: Load, args) -> int:
     def floor(rows_: list[dict], key: str) -> float:
         return min(r[key] for r in rows_)
 
-    rss_growth = 100.0 * (mean("rss") - base["rss"]) / base["rss"]
-    checks = {
-        "RSS": (rss_growth < 10.0, f"{base['rss'] / 2**20:.1f} -> {mean('rss') / 2**20:.1f} MiB mean ({rss_growth:+.1f} %)"),
-    }
+    checks = {}
+    for name, key in (("RSS", "rss"), ("writer RSS", "writer_rss")) if args.capture else (("RSS", "rss"),):
+        growth = 100.0 * (mean(key) - base[key]) / max(base[key], 1)
+        checks[name] = (growth < 10.0, f"{base[key] / 2**20:.1f} -> {mean(key) / 2**20:.1f} MiB mean ({growth:+.1f} %)")
     # Descriptors, tasks and in-flight requests move with the load at the instant of a sample (a
     # churn connection, a long-poll Fetch, a Produce awaiting acks=all); what leaks raises the
     # floor. So the lowest value of the last third is compared to the lowest of the first.
@@ -284,6 +308,10 @@ def verdict(rows: list[dict], load: Load, args) -> int:
           f"distinct ({load.consumed_total} in all), missing {max(0, missing)}; "
           f"churn connections {load.churned} (errors {load.churn_errors})")
     ok = all(ok for ok, _ in checks.values()) and missing <= 0 and load.produce_errors == 0
+    if args.capture:
+        captured, dropped = rows[-1]["captured"], rows[-1]["dropped"]
+        print(f"  capture    {captured:.0f} exchanges taken, {dropped:.0f} dropped")
+        ok = ok and captured > 0 and dropped == 0
     print("verdict:", "FLAT, nothing lost" if ok else "NOT FLAT or records lost")
     return 0 if ok else 1
 

@@ -84,14 +84,17 @@ def test_benchmark_smoke_run(script, tmp_path):
 
 @pytest.mark.integration
 def test_the_soak_command():
-    """A short soak: too short for a verdict (it says so and exits 1), but every sample is taken."""
+    """A short soak with capture on: too short for a verdict (it says so and exits 1), but every sample is taken,
+    the writer process's memory and the rows captured too."""
     result = subprocess.run([sys.executable, str(BENCH / "soak.py"), "--duration", "20", "--interval", "5",
-                             "--rate", "100"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+                             "--rate", "100", "--capture"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 1 and "too few samples after the warm-up" in result.stdout, \
         result.stdout[-3000:] + result.stderr[-3000:]
-    rows = re.findall(r"^\s+(\d+)\s+([\d.]+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)", result.stdout, re.M)
+    rows = re.findall(r"^\s+(\d+)\s+([\d.]+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)"
+                      r"\s+([\d.]+)\s+(\d+)$", result.stdout, re.M)
     assert [int(r[0]) for r in rows] == [0, 5, 10, 15, 20], result.stdout
     assert int(rows[-1][6]) >= 1000 and int(rows[-1][7]) > 0  # produced and consumed through kinspect
+    assert float(rows[-1][9]) > 20 and int(rows[-1][10]) > int(rows[0][10])  # the writer process's MiB; rows taken
 
 
 def test_profile_summary_splits_py_spy_samples_by_part(tmp_path):
