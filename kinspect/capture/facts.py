@@ -56,7 +56,37 @@ _RECORDS = 7  # a SCAN's record summaries: where two scans of one producer's req
 
 
 def share_alike_sides(facts: list) -> list:
-    """The exchanges, each SIDE equal in content to the previous row's but another object replaced by that object.
+    """The exchanges, each SIDE equal in content to the previous row's but another object replaced by that object:
+    in C where built (capture._take), else share_alike_sides_python, its reference."""
+    native = _batch_functions()
+    if native is None or type(facts) is not list:
+        return share_alike_sides_python(facts)
+    return native[0](facts, _REQUEST_SIDE, _RESPONSE_SIDE, _RECORDS)
+
+
+def held_total(facts: list) -> int:
+    """held_bytes summed over a batch the writer thread takes: in C where built (capture._take)."""
+    native = _batch_functions()
+    if native is None or type(facts) is not list:
+        return sum(map(held_bytes, facts))
+    return native[1](facts, BASE_BYTES, TOPIC_BYTES, _REQUEST_SIDE, _RESPONSE_SIDE)
+
+
+_BATCH: list = []  # [(share_alike_sides, held_total) of capture._take, or None], looked for once
+
+
+def _batch_functions():
+    if not _BATCH:
+        from kinspect.protocol.codec.wire_program import optional_extension
+
+        take = optional_extension("kinspect.capture._take")
+        _BATCH.append(None if take is None or not hasattr(take, "held_total")
+                      else (take.share_alike_sides, take.held_total))
+    return _BATCH[0]
+
+
+def share_alike_sides_python(facts: list) -> list:
+    """share_alike_sides in Python, the reference of capture._take's.
 
     Exchanges whose bodies were seen before share their SCAN objects (the metrics' memo), but a produce
     request's records are never memoized, nor a fetch response's: a producer's requests came with SCANs of

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from kinspect.capture.batch import BatchBuilder
-from kinspect.capture.facts import held_bytes
+from kinspect.capture.facts import held_total
 from kinspect.capture.queue_front import queue_front
 from kinspect.capture.sink import ParquetSink
 
@@ -210,7 +210,7 @@ class CaptureWriter:
             self._waiting_since = None
             popleft = queue.popleft
             taken = [popleft() for _ in range(size)]
-            self.front.taken_bytes += sum(map(held_bytes, taken))
+            self.front.taken_bytes += held_total(taken)
             done += size
             out.add(taken)
         return done

@@ -3,11 +3,17 @@ before they cross to the writer process, and build the same rows."""
 
 from __future__ import annotations
 
+import os
 import pickle
+import random
+
+import pytest
 
 from kinspect.capture.batch import BatchBuilder
-from kinspect.capture.facts import FIELDS, FactsTaker, share_alike_sides
+from kinspect.capture import facts as facts_module
+from kinspect.capture.facts import FIELDS, FactsTaker, held_bytes, held_total, share_alike_sides, share_alike_sides_python
 from kinspect.capture.writer_process import PICKLE_ROWS, batch_pieces, read_batch
+from kinspect.protocol.codec.wire_program import PURE_PYTHON_ENV
 from kinspect.observers.metrics import MetricsObserver
 from kinspect.protocol.codec import Codec
 from kinspect.session import ConnectionInfo, Exchange, Session
@@ -50,7 +56,23 @@ def with_side(row: tuple, index: int, side) -> tuple:
     return row[:index] + (side,) + row[index + 1:]
 
 
-def test_alike_sides_are_shared_and_nothing_else_changes(codec: Codec):
+def native_batch_functions():
+    """capture._take's share_alike_sides and held_total: they fail (never skip) where not built, but under
+    KINSPECT_PURE_PYTHON=1."""
+    if os.environ.get(PURE_PYTHON_ENV) == "1":
+        assert facts_module._batch_functions() is None
+        pytest.skip(f"{PURE_PYTHON_ENV}=1 chooses the Python")
+    native = facts_module._batch_functions()
+    assert native is not None, "kinspect.capture._take is not built; reinstall with a C compiler"
+    return native
+
+
+def native_share(rows):
+    return native_batch_functions()[0](rows, REQ, RESP, 7)
+
+
+@pytest.mark.parametrize("share", [share_alike_sides_python, native_share], ids=["python", "c"])
+def test_alike_sides_are_shared_and_nothing_else_changes(codec: Codec, share):
     """Each side equal to the previous row's becomes that row's object; a side that differs anywhere (its records
     or only its integer counters) keeps its own; reasons and absent responses stay as they are."""
     facts = [f for f, _ in recorded_facts(codec)]
@@ -73,7 +95,7 @@ def test_alike_sides_are_shared_and_nothing_else_changes(codec: Codec):
             with_side(base, RESP, "the response could not be read"),
             with_side(base, RESP, None),
         ]
-    shared = share_alike_sides(rows)
+    shared = share(rows)
     assert shared == rows and len(shared) == len(rows)
     sharing = 0
     for i, (row, out) in enumerate(zip(rows, shared)):
@@ -104,3 +126,50 @@ def test_alike_sides_cross_the_pipe_once_and_build_the_same_rows(codec: Codec):
     assert got[1][REQ] is got[2][REQ]
     builder = BatchBuilder(0.0, codec.registry)
     assert builder.build(got).equals(BatchBuilder(0.0, codec.registry).build(rows))
+
+
+def sharing_pattern(rows: list) -> list:
+    """Per row: which earlier row's object each side is (its first row), and whether the row is a given one."""
+    first: dict[int, int] = {}
+    return [(first.setdefault(id(row[REQ]), i), first.setdefault(id(row[RESP]), i)) for i, row in enumerate(rows)]
+
+
+def test_the_c_sharing_shares_what_the_python_shares(codec: Codec):
+    """Random runs of rows, alike or not, in every order: the C gives the reference's rows, sides shared and rows
+    rebuilt alike; the bytes held summed alike; what is not a row of tuples raises in both."""
+    native_share_, native_held = native_batch_functions()
+    facts = [f for f, _ in recorded_facts(codec)]
+    rng = random.Random(5)
+    sides = [f[REQ] for f in facts] + [f[RESP] for f in facts] + ["a reason", None]
+    for _ in range(300):
+        rows = []
+        for _ in range(rng.randrange(0, 40)):
+            base = rng.choice(facts)
+            req = rng.choice([base[REQ], copied(base[REQ]), rng.choice(sides)])
+            resp = rng.choice([base[RESP], copied(base[RESP]), rng.choice(sides)])
+            row = with_side(with_side(base, REQ, req), RESP, resp)
+            rows += [row] * rng.choice((1, 1, 2)) + [with_side(row, REQ, copied(req))] * rng.choice((0, 1))
+        given = list(rows)
+        mine, theirs = native_share_(rows, REQ, RESP, 7), share_alike_sides_python(rows)
+        assert rows == given  # the list given is left as it was
+        assert mine == theirs == rows
+        assert sharing_pattern(mine) == sharing_pattern(theirs)
+        assert [m is r for m, r in zip(mine, rows)] == [t is r for t, r in zip(theirs, rows)]
+        assert native_held(rows, facts_module.BASE_BYTES, facts_module.TOPIC_BYTES, REQ, RESP) == \
+            sum(map(held_bytes, rows)) == held_total(rows)
+    short = facts[0][:RESP]
+    with pytest.raises(IndexError):
+        share_alike_sides_python([short])
+    with pytest.raises(IndexError):
+        native_share_([short], REQ, RESP, 7)
+    with pytest.raises(TypeError):  # rows are EXCHANGE tuples (the Python takes a list it need not rebuild)
+        native_share_([list(facts[0])], REQ, RESP, 7)
+    with pytest.raises(IndexError):
+        native_held([short], 1, 1, REQ, RESP)
+    scan = next(f[REQ] for f in facts if type(f[REQ]) is tuple)
+    for bad_scan in (scan[:5], scan[:7]):  # SCANs cut short: the records or the counters missing
+        rows = [with_side(facts[0], REQ, bad_scan), with_side(facts[0], REQ, copied(bad_scan))]
+        for share in (share_alike_sides_python, lambda r: native_share_(r, REQ, RESP, 7)):
+            with pytest.raises(IndexError):
+                share(rows)
+    assert share_alike_sides((rows[0],)) == [rows[0]]  # not a list: the Python takes it
