@@ -646,6 +646,19 @@ static int alike(PyObject *side, PyObject *kept, Py_ssize_t records)
     return same <= 0 ? same : PyObject_RichCompareBool(side, kept, Py_EQ);
 }
 
+/* One side of a row: a side that is not the previous row's object (*seen) and not alike the object kept for it
+ * (*kept) is kept from now on. 0, or -1 on an error. */
+static int keep(PyObject *side, PyObject **seen, PyObject **kept, Py_ssize_t records)
+{
+    if (side == *seen)
+        return 0;
+    *seen = side;
+    int same = alike(side, *kept, records);
+    if (same == 0)
+        *kept = side;
+    return same < 0 ? -1 : 0;
+}
+
 /* share_alike_sides(facts, request_side, response_side, records) -> list: capture.facts.share_alike_sides_python,
  * the indices given (response_side the last field). Rows must be tuples. */
 static PyObject *share_alike_sides(PyObject *module, PyObject *args)
@@ -678,22 +691,8 @@ static PyObject *share_alike_sides(PyObject *module, PyObject *args)
             goto fail;
         }
         PyObject *req = PyTuple_GET_ITEM(row, req_at), *resp = PyTuple_GET_ITEM(row, resp_at);
-        if (req != seen_req) {
-            seen_req = req;
-            int same = alike(req, kept_req, records);
-            if (same < 0)
-                goto fail;
-            if (!same)
-                kept_req = req;
-        }
-        if (resp != seen_resp) {
-            seen_resp = resp;
-            int same = alike(resp, kept_resp, records);
-            if (same < 0)
-                goto fail;
-            if (!same)
-                kept_resp = resp;
-        }
+        if (keep(req, &seen_req, &kept_req, records) < 0 || keep(resp, &seen_resp, &kept_resp, records) < 0)
+            goto fail;
         if (req == kept_req && resp == kept_resp) {
             PyList_SET_ITEM(out, i, Py_NewRef(row));
             continue;
