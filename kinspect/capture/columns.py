@@ -18,10 +18,10 @@ from kinspect.protocol.codec.wire_program import optional_extension
 HISTOGRAM_BUCKETS = 10  # a varint of a 64-bit value takes 1 to 10 bytes
 LOCATIONS = ("request", "response")  # location numbers of table_number
 _SLOT_BYTES = SLOT_STRIDE * 8
-_KEEP_BUFFER = 16 << 20
+_KEEP_BUFFER = 16 << 20  # a batch's counters beyond this many bytes get a buffer of their own, not kept
 # Slot tables looked up by id at most: a batch's slices bring a copy each of the few tables of their apis
 # (each held by its entry, a few KB), so the cache holds several batches' worth.
-ID_CACHE_ENTRIES = 1024  # a batch's counters beyond this many bytes get a buffer of their own, not kept
+ID_CACHE_ENTRIES = 1024
 assert SLOT_ZHIST == SLOT_UHIST + HISTOGRAM_BUCKETS  # the numpy path reads both histograms as one block
 _LAYOUT = (SLOT_STRIDE, SLOT_OCCURRENCES, SLOT_COUNT, SLOT_FIXED, SLOT_UVARINT, SLOT_ZIGZAG, SLOT_UHIST, SLOT_ZHIST,
            HISTOGRAM_BUCKETS)
@@ -51,7 +51,7 @@ class IntegerFieldColumns:
         self.tables: tuple[dict, dict] = ({}, {})
         # One dict per location: slots -> table number, by content. A writer process unpickles each slice
         # of a batch into its own copies of the codec's slot tables: numbered by id alone, every copy was a
-        # new table, kept for good (about 50 bytes a row of a busy proxy's capture, without end).
+        # new table, kept for good (tens of bytes a row of a busy proxy's capture, without end).
         self._numbers: tuple[dict, dict] = ({}, {})
         self._table_labels: list[bytes] = []  # table number -> its slots' label numbers (int32 bytes)
         self._arrays = None  # the numpy path's (label numbers of all tables, each table's start, size)

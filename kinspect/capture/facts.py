@@ -76,6 +76,7 @@ _BATCH: list = []  # [(share_alike_sides, held_total) of capture._take, or None]
 
 
 def _batch_functions():
+    """capture._take's share_alike_sides and held_total, or None where not built (or built before them)."""
     if not _BATCH:
         from kinspect.protocol.codec.wire_program import optional_extension
 
@@ -91,7 +92,7 @@ def share_alike_sides_python(facts: list) -> list:
     Exchanges whose bodies were seen before share their SCAN objects (the metrics' memo), but a produce
     request's records are never memoized, nor a fetch response's: a producer's requests came with SCANs of
     their own, alike but each pickled, unpickled and worked out anew by the row builder (capture.batch),
-    about 15 µs a row of the small-request benchmark's produce in-process. Shared, one pickle holds
+    10-15 µs a row of the small-request benchmark's produce in-process. Shared, one pickle holds
     them once and the builder works them out once (docs/performance.md). A row is rebuilt only if
     a side changes; the records are compared first, where unlike scans usually differ."""
     out = []
