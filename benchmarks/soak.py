@@ -41,10 +41,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(1, str(Path(__file__).resolve().parent))
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from kinspect.protocol.codec import Codec
+from proc_cpu import descendants, rss_kib
 from tests.support.tansu import TansuBroker, free_port
 
 TANSU_NODE_ID = 111
@@ -74,15 +76,10 @@ def proc_status(pid: int) -> tuple[int, int]:
     return rss, len(os.listdir(f"/proc/{pid}/fd"))
 
 
-def children_rss(pid: int) -> int:
+def descendants_rss(pid: int) -> int:
     """RSS bytes of the processes kinspect started (its capture writer process)."""
-    total = 0
-    for child in open(f"/proc/{pid}/task/{pid}/children").read().split():
-        try:
-            total += proc_status(int(child))[0]
-        except OSError:
-            continue  # ended meanwhile (a writer process is replaced if it dies)
-    return total
+    # rss_kib is None for a process that ended meanwhile (a writer process is replaced if it dies).
+    return sum((rss_kib(child) or 0) * 1024 for child in descendants(pid))
 
 
 def scrape(port: int) -> dict[str, float]:
@@ -245,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
             m = scrape(metrics_port)
             row = {"t": t, "rss": rss, "fds": fds, "tasks": m.get("kinspect_tasks", -1),
                    "inflight": m.get("kinspect_inflight_requests", -1), "conns": m.get("kinspect_connections_open", -1),
-                   "writer_rss": children_rss(proxy.pid), "captured": m.get("kinspect_capture_rows_accepted_total", 0),
+                   "writer_rss": descendants_rss(proxy.pid) if args.capture else 0,
+                   "captured": m.get("kinspect_capture_rows_accepted_total", 0),
                    "dropped": m.get("kinspect_capture_dropped_rows_total", 0)}
             rows.append(row)
             line = (f"{t:6.0f} {rss / 2**20:8.1f} {fds:5d} {row['tasks']:6.0f} {row['inflight']:9.0f} "

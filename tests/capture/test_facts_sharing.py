@@ -11,7 +11,8 @@ import pytest
 
 from kinspect.capture.batch import BatchBuilder
 from kinspect.capture import facts as facts_module
-from kinspect.capture.facts import FIELDS, FactsTaker, held_bytes, held_total, share_alike_sides, share_alike_sides_python
+from kinspect.capture.facts import (FIELDS, FactsTaker, held_bytes, held_total, share_alike_sides,
+                                    share_alike_sides_python)
 from kinspect.capture.writer_process import PICKLE_ROWS, batch_pieces, read_batch
 from kinspect.protocol.codec.wire_program import PURE_PYTHON_ENV
 from kinspect.observers.metrics import MetricsObserver
