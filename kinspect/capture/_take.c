@@ -184,6 +184,16 @@ static PyObject *scan_of(TakerObject *self, PyObject *event, Py_ssize_t complete
     return scan;
 }
 
+/* The bytes a SCAN tuple (8 items) holds beside base_bytes, as capture.facts.held_bytes counts them: its integer
+ * counters' bytes and topic_bytes a topic; -1 with an error set on failure. */
+static Py_ssize_t scan_held(PyObject *side, Py_ssize_t topic_bytes)
+{
+    PyObject *stats = PyTuple_GET_ITEM(side, 4), *topics = PyTuple_GET_ITEM(side, 5);
+    Py_ssize_t size = stats == Py_None ? 0 : PyBytes_CheckExact(stats) ? PyBytes_GET_SIZE(stats) : PyObject_Length(stats);
+    Py_ssize_t count = PyTuple_CheckExact(topics) ? PyTuple_GET_SIZE(topics) : PyObject_Length(topics);
+    return size < 0 || count < 0 ? -1 : size + topic_bytes * count;
+}
+
 /* A side's SCAN (new reference) and the bytes it holds beside base_bytes; NULL with an error set on failure. */
 static PyObject *side_of(TakerObject *self, PyObject *scan, long api_key, int direction, Py_ssize_t *held)
 {
@@ -201,9 +211,10 @@ static PyObject *side_of(TakerObject *self, PyObject *scan, long api_key, int di
         PyErr_SetString(PyExc_TypeError, "Taker: capture_side returned no SCAN tuple");
         return NULL;
     }
-    PyObject *stats = PyTuple_GET_ITEM(side, 4);
-    *held = self->topic_bytes * PyTuple_GET_SIZE(PyTuple_GET_ITEM(side, 5))
-            + (PyBytes_Check(stats) ? PyBytes_GET_SIZE(stats) : 0);
+    if ((*held = scan_held(side, self->topic_bytes)) < 0) {
+        Py_DECREF(side);
+        return NULL;
+    }
     if (memo) {
         Py_XSETREF(self->memo_scan[api_key][direction], Py_NewRef(scan));
         Py_XSETREF(self->memo_side[api_key][direction], Py_NewRef(side));
@@ -746,17 +757,10 @@ static PyObject *held_total(PyObject *module, PyObject *args)
                 PyErr_SetString(PyExc_IndexError, "tuple index out of range");
                 return NULL;
             }
-            PyObject *stats = PyTuple_GET_ITEM(side, 4), *topics = PyTuple_GET_ITEM(side, 5);
-            if (stats != Py_None) {
-                Py_ssize_t size = PyBytes_CheckExact(stats) ? PyBytes_GET_SIZE(stats) : PyObject_Length(stats);
-                if (size < 0)
-                    return NULL;
-                total += size;
-            }
-            Py_ssize_t count = PyTuple_CheckExact(topics) ? PyTuple_GET_SIZE(topics) : PyObject_Length(topics);
-            if (count < 0)
+            Py_ssize_t held = scan_held(side, topic);
+            if (held < 0)
                 return NULL;
-            total += (long long)topic * count;
+            total += held;
         }
     }
     return PyLong_FromLongLong(total);
