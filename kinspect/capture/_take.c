@@ -202,10 +202,18 @@ static PyObject *side_of(TakerObject *self, PyObject *scan, long api_key, int di
         *held = self->memo_held[api_key][direction];
         return Py_NewRef(self->memo_side[api_key][direction]);
     }
-    PyObject *args[2] = {scan, self->batch_fields};
-    PyObject *side = PyObject_Vectorcall(self->capture_side, args, 2, NULL);
+    /* The api's previous SCAN comes back itself when this scan's facts equal it: a producer's requests
+     * and a consumer's responses are scanned anew every time, their facts mostly alike. */
+    PyObject *previous = memo ? self->memo_side[api_key][direction] : NULL;
+    PyObject *args[3] = {scan, self->batch_fields, previous};
+    PyObject *side = PyObject_Vectorcall(self->capture_side, args, previous != NULL ? 3 : 2, NULL);
     if (side == NULL)
         return NULL;
+    if (side == previous) { /* alike: its bytes are the kept side's; later events of this scan find it at once */
+        *held = self->memo_held[api_key][direction];
+        Py_XSETREF(self->memo_scan[api_key][direction], Py_NewRef(scan));
+        return side;
+    }
     if (!PyTuple_Check(side) || PyTuple_GET_SIZE(side) != 8 || !PyTuple_Check(PyTuple_GET_ITEM(side, 5))) {
         Py_DECREF(side);
         PyErr_SetString(PyExc_TypeError, "Taker: capture_side returned no SCAN tuple");

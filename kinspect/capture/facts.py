@@ -183,11 +183,15 @@ class FactsTaker:
         self.take = (native and _native_taker(self.take_python)) or self.take_python
 
     def _side(self, key: tuple[int, int], scan) -> tuple[tuple, int]:
-        """SCAN of a scan (ScanResult.frozen(), built in C) and the bytes it holds beside BASE_BYTES."""
+        """SCAN of a scan (ScanResult.frozen(), built in C) and the bytes it holds beside BASE_BYTES: the
+        previous SCAN of the key itself when equal to it, as capture._take's side_of."""
         last = self._sides.get(key)
         if last is not None and last[0] is scan:
             return last[1], last[2]
-        side = scan.frozen()
+        side = scan.frozen(last[1] if last is not None else None)
+        if last is not None and side is last[1]:
+            self._sides[key] = (scan, side, last[2])
+            return side, last[2]
         stats = side[4]
         held = TOPIC_BYTES * len(side[5]) + (len(stats) if stats is not None else 0)
         if len(self._sides) < 4096 or key in self._sides:

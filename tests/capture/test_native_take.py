@@ -80,6 +80,30 @@ def test_a_shared_scan_gives_one_scan_tuple():
     assert dict(a[0][28][6]) == {3: 1}  # the response's error code, among its facts
 
 
+def test_scans_alike_in_their_facts_give_one_scan_tuple():
+    """A producer's requests are each scanned anew (their records differ): a scan whose facts equal its api's
+    previous SCAN gets that very SCAN, from either taker, with the same bytes held; unlike ones their own."""
+    codec = Codec()
+    fast, reference = takers(codec)
+
+    def metadata(name: str, code: int) -> Exchange:
+        frame = req(codec, 3, 12, {"Topics": [{"TopicId": uuid.UUID(int=0), "Name": name}],
+                                   "AllowAutoTopicCreation": False, "IncludeTopicAuthorizedOperations": False})
+        answer = resp(codec, 3, 12, {"Brokers": [], "Topics": [{"ErrorCode": code, "Name": name,
+                      "TopicId": uuid.UUID(int=0), "IsInternal": False, "Partitions": [], "TopicAuthorizedOperations": 0}]})
+        return exchange(codec, frame, answer)
+
+    first, alike, other_code, other_topic = metadata("t", 3), metadata("t", 3), metadata("t", 5), metadata("u", 5)
+    for take in (fast, reference):
+        taken = [take(x) for x in (first, alike, other_code, other_topic)]
+        assert first.request.scan() is not alike.request.scan()  # two scans of alike bytes
+        (a, held_a), (b, held_b), (c, held_c), (d, _) = taken
+        assert a[19] is b[19] and a[28] is b[28] and held_a == held_b == held_bytes(b)
+        assert c[19] is b[19] and c[28] is not b[28] and dict(c[28][6]) == {5: 1} and held_c == held_bytes(c)
+        assert d[19] is not c[19] and d[28] is not c[28] and d[19][5] == (('u', 0),)  # another topic
+    assert [fast(x) for x in (first, other_code)] == [reference(x) for x in (first, other_code)]
+
+
 def test_exchanges_without_facts_go_to_the_reference():
     codec = Codec()
     fast, reference = takers(codec)

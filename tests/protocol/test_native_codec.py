@@ -170,6 +170,23 @@ def _walk(a, b, where: str) -> None:
         assert a == b, f"{where}: {a!r} != {b!r}"
 
 
+class _Tuple(tuple):
+    """A tuple of another class: equal to a tuple alike, but not read in place by capture_side."""
+
+
+def _changed(part):
+    """A part of a SCAN made unequal to itself: a number moved, bytes and tuples grown, None made 0."""
+    if part is None:
+        return 0
+    if type(part) is int:
+        return part + 1
+    if type(part) is bytes:
+        return part + b"\x00" if not part else bytes([part[0] ^ 1]) + part[1:]
+    if type(part) is tuple:
+        return part[:-1] + (_changed(part[-1]),) if part else ((),)
+    return (part,)
+
+
 def scan_state(r: ScanResult) -> tuple:
     """Everything a scan leaves: the records spans, the summaries ScanResult.records makes of them, and the capture facts."""
     return (r.tag_sections, r.tag_section_bytes, list(r.empty_counter), list(r.tagged_fields),
@@ -209,6 +226,7 @@ class Harness:
                                 "scan", compiled.label)
         self.program = build_program(spec, v, flexible, target)
         self.native = _wire.compile_program(self.program)
+        self.recent_frozen: list[tuple] = []  # the capture facts of the last inputs: what a new scan is compared with
 
     def agree(self, buf: bytes, pos: int = 0, *, valid: bool = False) -> None:
         """Both paths succeed or both fail; on success, identical values, positions and scans."""
@@ -297,6 +315,26 @@ class Harness:
         lazy = self.native.scan_fresh(buf, pos, template, compiled.int_slots)
         same(lazy.frozen(), expected.frozen_python())
         same(eager.frozen(), eager.frozen_python())
+        self.agree_previous(eager)
+
+    def agree_previous(self, result: ScanResult) -> None:
+        """frozen(previous): the C hands back `previous` itself exactly where the reference does (the facts
+        equal to it), else facts equal to frozen()'s. Compared with the facts of recent inputs (mutations of
+        one encoding: alike but for a counter or a name), with these facts themselves and with each of their
+        eight parts changed, and with previous facts the comparison cannot read in place."""
+        frozen = result.frozen_python()
+        changed = [frozen[:i] + (_changed(part),) + frozen[i + 1:] for i, part in enumerate(frozen)]
+        odd = [list(frozen), _Tuple(frozen), frozen[:5] + (list(frozen[5]),) + frozen[6:],
+               frozen[:7] + (tuple(list(e) if type(e) is tuple else e for e in frozen[7]),)]
+        for previous in [*self.recent_frozen, frozen, tuple(frozen), *changed, *odd]:
+            mine, theirs = result.frozen(previous), result.frozen_python(previous)
+            assert (mine is previous) == (theirs is previous), f"{self.compiled.label}: {previous!r} against {frozen!r}"
+            if mine is previous:
+                assert mine == frozen
+            else:
+                same(mine, frozen)
+        assert sum(result.frozen(p) is p for p in changed) == 0
+        self.recent_frozen = [frozen, *self.recent_frozen[:2]]
 
     def exercise(self, data, value: dict) -> None:
         encoded = bytes(self.compiled.encode(value))

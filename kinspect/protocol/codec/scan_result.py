@@ -100,25 +100,31 @@ class ScanResult:
             raise ValueError("ScanResult.source is not set: the records spans point into no buffer")
         (_summarize_spans or _summarizer())(self.source, self.record_spans, self._summaries, done)
 
-    def frozen(self) -> tuple:
+    def frozen(self, previous: tuple | None = None) -> tuple:
         """The scan's facts as one tuple of immutable values, which the garbage collector stops tracking
         (what a capture keeps of a scan; see kinspect.capture.facts):
 
         (tag_section_bytes, tagged_fields, compact_delta, int_slots, int_stats as bytes or None,
         topic_partitions' (topic, partitions) items, error_codes' (code, count) items, and per records
         field None or its batches' (magic, record_count, compression, batch_length)); an empty
-        collection is (). Built in C where the extension is; frozen_python() is the reference.
+        collection is (). `previous` itself where the tuple would equal it (the C compares the facts
+        where they lie and builds nothing then). Built in C where the extension is; frozen_python() is
+        the reference.
         """
         global _BATCH_FIELDS
         native = _frozen_native if _frozen_native is not None else _freezer()
         if native is False:
-            return self.frozen_python()
+            return self.frozen_python(previous)
         if _BATCH_FIELDS is None:
             _BATCH_FIELDS = batch_fields()
-        return native(self, _BATCH_FIELDS)
+        return native(self, _BATCH_FIELDS, previous)
 
-    def frozen_python(self) -> tuple:
-        """frozen(), in Python."""
+    def frozen_python(self, previous: tuple | None = None) -> tuple:
+        """frozen(), in Python: built, then `previous` if equal to it."""
+        side = self._frozen_python()
+        return previous if previous is not None and side == previous else side
+
+    def _frozen_python(self) -> tuple:
         global _BATCH_FIELDS
         if _BATCH_FIELDS is None:
             _BATCH_FIELDS = batch_fields()
