@@ -3,7 +3,8 @@
     python benchmarks/bench_capture.py [--rounds N] [--repeat N]
 
 Events come from replaying every recorded connection of tests/data/traffic through a
-Session. Measured in one run, interleaved, medians (and spread: min-max) over rounds; the
+Session. Measured in one run, interleaved (the dispatch pass by pass: a round's figure is its
+median pass), medians (and spread: min-max) over rounds; the
 event loop's figures are CPU time of the measuring thread (time.thread_time, from
 /proc), which a loaded machine inflates less than wall-clock time:
   scan       µs per exchange for the shared scan of both directions (request.scan(),
@@ -140,8 +141,12 @@ def main() -> None:
         observers = {"no observer": None, "no-op": Nothing(), "capture": capture}
         timings: dict[str, list[float]] = {name: [] for name in observers}
         for _ in range(args.rounds):
-            for name, observer in observers.items():  # interleaved, so drift hits all alike
-                timings[name].append(time_events(observer, events, args.repeat))
+            passes: dict[str, list[float]] = {name: [] for name in observers}
+            for _ in range(args.repeat):  # interleaved pass by pass, so the machine's drift hits all alike
+                for name, observer in observers.items():
+                    passes[name].append(time_events(observer, events, 1))
+            for name, values in passes.items():  # a round's figure: its median pass
+                timings[name].append(statistics.median(values))
         base = statistics.median(timings["no observer"])
         print("\nevent loop (median of rounds, min-max in brackets):")
         print(f"  shared scan, both directions   {spread(scan_ns[True], 1e-3)} µs per exchange "
