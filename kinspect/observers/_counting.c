@@ -84,9 +84,112 @@ static PyObject *str_request, *str_response, *str_decode_error, *str_topic_bytes
     *str_unknown, *str_fast_scans, *str_integer_facts;
 static PyObject *zero, *one, *four, *five; /* the ints 0, 1 (a count), 4 and 5 (where a v0 / v1 header ends) */
 
-/* cell[i] += value, with Python's arithmetic (ints stay ints, a float sum a float). */
+/* ------------------------------------------------------------------ Cell
+ *
+ * Cell(size): a metric family's cell where this module is built (kinspect.observers.metric_families makes
+ * them; a list is the reference): `size` doubles, 0 at first, read and written by index as the list they
+ * stand in for ([value, created], or bucket counts, sum, created). Why: in a list each count is an int
+ * object, and each update Python's addition, a new int and the old one freed: about 130 instructions an
+ * update and some 20 updates an exchange, a tenth of a small exchange's instructions. Here add_at adds in
+ * place. Prometheus keeps samples as float64 and the collector renders float(value), so the /metrics text
+ * is the same (counts and sums are exact below 2**53). Not tracked by the garbage collector: it holds no
+ * object. */
+
+typedef struct {
+    PyObject_VAR_HEAD
+    double at[1];
+} CellObject;
+
+static PyTypeObject CellType;
+
+static PyObject *cell_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    Py_ssize_t size;
+    if (kwargs != NULL && PyDict_GET_SIZE(kwargs)) {
+        PyErr_SetString(PyExc_TypeError, "Cell(size) takes no keyword arguments");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "n:Cell", &size))
+        return NULL;
+    if (size < 0) {
+        PyErr_SetString(PyExc_ValueError, "Cell(size): size cannot be negative");
+        return NULL;
+    }
+    return type->tp_alloc(type, size); /* zeroed: every double 0.0 */
+}
+
+static Py_ssize_t cell_length(PyObject *self) { return Py_SIZE(self); }
+
+static PyObject *cell_item(PyObject *self, Py_ssize_t i)
+{
+    if (i < 0 || i >= Py_SIZE(self)) {
+        PyErr_SetString(PyExc_IndexError, "Cell index out of range");
+        return NULL;
+    }
+    return PyFloat_FromDouble(((CellObject *)self)->at[i]);
+}
+
+static int cell_ass_item(PyObject *self, Py_ssize_t i, PyObject *value)
+{
+    if (value == NULL) {
+        PyErr_SetString(PyExc_TypeError, "a Cell's items cannot be deleted");
+        return -1;
+    }
+    if (i < 0 || i >= Py_SIZE(self)) {
+        PyErr_SetString(PyExc_IndexError, "Cell assignment index out of range");
+        return -1;
+    }
+    double v = PyFloat_AsDouble(value);
+    if (v == -1.0 && PyErr_Occurred())
+        return -1;
+    ((CellObject *)self)->at[i] = v;
+    return 0;
+}
+
+static PyObject *cell_repr(PyObject *self)
+{
+    PyObject *items = PySequence_List(self);
+    if (items == NULL)
+        return NULL;
+    PyObject *out = PyUnicode_FromFormat("Cell(%R)", items);
+    Py_DECREF(items);
+    return out;
+}
+
+static PySequenceMethods cell_as_sequence = {
+    .sq_length = cell_length,
+    .sq_item = cell_item,
+    .sq_ass_item = cell_ass_item,
+};
+
+static PyTypeObject CellType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kinspect.observers._counting.Cell",
+    .tp_basicsize = offsetof(CellObject, at),
+    .tp_itemsize = sizeof(double),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Cell(size): a metric family's cell, `size` doubles read and written by index (a list is the reference).",
+    .tp_new = cell_new,
+    .tp_repr = cell_repr,
+    .tp_as_sequence = &cell_as_sequence,
+};
+
+/* cell[i] += value: in place in a Cell; in a list (the reference's cells) with Python's arithmetic (ints stay
+ * ints, a float sum a float). */
 static int add_at(PyObject *cell, Py_ssize_t i, PyObject *value)
 {
+    if (Py_IS_TYPE(cell, &CellType)) {
+        if (i < 0 || i >= Py_SIZE(cell)) {
+            PyErr_SetString(PyExc_TypeError, "Counter: a cell is shorter than its family's");
+            return -1;
+        }
+        double v = PyFloat_CheckExact(value) ? PyFloat_AS_DOUBLE(value)
+                   : PyLong_CheckExact(value) ? PyLong_AsDouble(value) : PyFloat_AsDouble(value);
+        if (v == -1.0 && PyErr_Occurred())
+            return -1;
+        ((CellObject *)cell)->at[i] += v;
+        return 0;
+    }
     if (!PyList_CheckExact(cell) || i >= PyList_GET_SIZE(cell)) {
         PyErr_SetString(PyExc_TypeError, "Counter: a cell is not a list of its family's length");
         return -1;
@@ -859,7 +962,7 @@ static int intern(PyObject **out, const char *text)
 
 PyMODINIT_FUNC PyInit__counting(void)
 {
-    if (PyType_Ready(&CounterType) < 0)
+    if (PyType_Ready(&CounterType) < 0 || PyType_Ready(&CellType) < 0)
         return NULL;
     if (intern(&str_request, "request") || intern(&str_response, "response")
         || intern(&str_decode_error, "decode_error") || intern(&str_topic_bytes, "topic_bytes")
@@ -875,7 +978,8 @@ PyMODINIT_FUNC PyInit__counting(void)
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL)
         return NULL;
-    if (PyModule_AddObjectRef(m, "Counter", (PyObject *)&CounterType) < 0) {
+    if (PyModule_AddObjectRef(m, "Counter", (PyObject *)&CounterType) < 0
+        || PyModule_AddObjectRef(m, "Cell", (PyObject *)&CellType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

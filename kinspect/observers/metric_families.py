@@ -17,6 +17,8 @@ Cells:
 - histogram: [count of bucket 0, ..., count of bucket n-1 (+Inf last), sum, created];
   a value goes to bucket `bisect_left(bounds, value)` (the first bound >= value), as
   Histogram.observe does, and bucket counts are accumulated at scrape time.
+Where the C counting is built, a cell is its Cell (kinspect/observers/_counting.c): the same
+items as doubles, which the C counting adds to in place; a list is the reference.
 """
 
 from __future__ import annotations
@@ -30,10 +32,23 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 from prometheus_client.utils import INF, floatToGoString
 
+from kinspect.protocol.codec.wire_program import optional_extension
+
 
 def _use_created() -> bool:
     """Whether prometheus_client exports _created series (see its disable_created_metrics)."""
     return getattr(_client_metrics, "_use_created", True)
+
+
+def new_cell(size: int, created: float) -> list:
+    """A cell of `size` items, 0 but the last, `created`: the C counting's Cell where built, else a list."""
+    counting = optional_extension("kinspect.observers._counting")
+    cell_class = getattr(counting, "Cell", None)
+    if cell_class is None:
+        return [0] * (size - 1) + [created]
+    cell = cell_class(size)
+    cell[size - 1] = created
+    return cell
 
 
 def _copy(series: dict) -> dict:
@@ -46,7 +61,7 @@ def _copy(series: dict) -> dict:
 
 
 class CounterFamily:
-    """A counter family: `cell(labels)` gives the [value, created] list of one label set."""
+    """A counter family: `cell(labels)` gives the [value, created] cell of one label set."""
 
     __slots__ = ("name", "documentation", "labelnames", "series")
     kind = "counter"
@@ -64,7 +79,7 @@ class CounterFamily:
     def cell(self, labels: tuple) -> list:
         cell = self.series.get(labels)
         if cell is None:
-            cell = self.series[labels] = [0, time.time()]
+            cell = self.series[labels] = new_cell(2, time.time())
         return cell
 
     def metric(self, with_samples: bool = True) -> Metric:
@@ -104,9 +119,7 @@ class HistogramFamily:
     def cell(self, labels: tuple) -> list:
         cell = self.series.get(labels)
         if cell is None:
-            cell = [0] * len(self.bounds)
-            cell += (0, time.time())
-            self.series[labels] = cell
+            cell = self.series[labels] = new_cell(len(self.bounds) + 2, time.time())
         return cell
 
     def metric(self, with_samples: bool = True) -> Metric:
@@ -145,4 +158,4 @@ class FamiliesCollector(Collector):
             yield family.metric()
 
 
-__all__ = ["CounterFamily", "FamiliesCollector", "HistogramFamily"]
+__all__ = ["CounterFamily", "FamiliesCollector", "HistogramFamily", "new_cell"]

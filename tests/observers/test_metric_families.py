@@ -91,3 +91,33 @@ def test_families_claim_their_names_in_the_registry():
         Histogram("h", "the same name again", registry=registry)
     with pytest.raises(ValueError):
         HistogramFamily("h", "unsorted", (), (2, 1))
+
+
+def test_a_cell_holds_doubles_by_index_as_the_list_it_stands_in_for():
+    """The C counting's Cell: zeros, then read and written by index (negative ones too) like a list; what a list
+    would not take it does not either, and it holds no object for the garbage collector to walk."""
+    import gc
+
+    from tests.support.native import native_module
+
+    counting, missing = native_module("kinspect.observers._counting")
+    if counting is None:
+        pytest.fail(missing)
+    cell = counting.Cell(4)
+    assert list(cell) == [0.0] * 4 and len(cell) == 4 and not gc.is_tracked(cell)
+    cell[0] += 1
+    cell[-1] = 1.5e9
+    cell[2] += 2**40
+    assert list(cell) == [1.0, 0.0, 2.0**40, 1.5e9] and cell[-4] == 1.0 and repr(cell).startswith("Cell([1.0,")
+    for bad in (lambda: cell[4], lambda: cell[-5]):
+        with pytest.raises(IndexError):
+            bad()
+    with pytest.raises(IndexError):
+        cell[4] = 1
+    with pytest.raises(TypeError):
+        cell[0] = "1"
+    with pytest.raises(TypeError):
+        del cell[0]
+    with pytest.raises(ValueError):
+        counting.Cell(-1)
+    assert list(cell) == [1.0, 0.0, 2.0**40, 1.5e9]  # nothing changed by what failed

@@ -23,6 +23,7 @@ import pytest
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from kinspect.observers import metric_families
 from kinspect.observers.metrics import MetricsObserver
 from kinspect.protocol.codec import Codec
 from kinspect.protocol.codec.wire_program import PURE_PYTHON_ENV
@@ -82,9 +83,24 @@ def feed(codec: Codec, conversations, observers, config: SessionConfig | None = 
     return count
 
 
-def counting_observer(native: bool, **settings) -> MetricsObserver:
-    """A MetricsObserver counting in C (observers._counting; built in CI: never skipped) or in Python only."""
+@pytest.fixture(params=["Cell", "list"], ids=["C-cells", "list-cells"])
+def cells(request, monkeypatch) -> str:
+    """The kind of cell the metric families make: the C counting's Cell where built (the default), or the lists
+    that are its reference (what the families make without the C extension)."""
+    if request.param == "list":
+        monkeypatch.setattr(metric_families, "optional_extension", lambda name: None)
+    return request.param if os.environ.get(PURE_PYTHON_ENV) != "1" else "list"
+
+
+def counting_observer(native: bool, cells: str = "Cell", **settings) -> MetricsObserver:
+    """A MetricsObserver counting in C (observers._counting; built in CI: never skipped) or in Python only,
+    into cells of the kind `cells` (see the fixture)."""
     observer = MetricsObserver(native=native, **settings)
+    made = type(observer._unknown_api_cell).__name__
+    if os.environ.get(PURE_PYTHON_ENV) == "1":
+        assert made == "list"
+    else:
+        assert made == cells, f"cells are {made}, not {cells}: is kinspect.observers._counting built?"
     counting = type(observer.handlers[Request]).__name__ == "builtin_function_or_method"
     if native and not counting and os.environ.get(PURE_PYTHON_ENV) != "1":
         pytest.fail("kinspect.observers._counting is not built: reinstall with a C compiler, or set "
@@ -112,9 +128,9 @@ def assert_same(reference, observer, started: float) -> str:
     {"topic_bytes": True, "max_topics": 3, "max_unknown_series": 2},
 ], ids=["defaults", "topic-bytes", "caps"])
 @pytest.mark.parametrize("native", [True, False], ids=["C-counting", "python-counting"])
-def test_recorded_traffic_gives_the_same_metrics(codec: Codec, settings: dict, native: bool):
+def test_recorded_traffic_gives_the_same_metrics(codec: Codec, settings: dict, native: bool, cells: str):
     started = time.time()
-    reference, observer = ReferenceMetricsObserver(**settings), counting_observer(native, **settings)
+    reference, observer = ReferenceMetricsObserver(**settings), counting_observer(native, cells, **settings)
     events = feed(codec, recorded(), (reference, observer))
     assert events["Request"] > 250 and events["Response"] > 250
     text = assert_same(reference, observer, started)
@@ -233,9 +249,9 @@ def synthetic(codec: Codec) -> list[list[tuple[bytes, bytes]]]:
     {"topic_bytes": True, "max_topics": 0, "max_unknown_series": 0},
 ], ids=["defaults", "caps", "zero-caps"])
 @pytest.mark.parametrize("native", [True, False], ids=["C-counting", "python-counting"])
-def test_synthetic_events_give_the_same_metrics(codec: Codec, settings: dict, native: bool):
+def test_synthetic_events_give_the_same_metrics(codec: Codec, settings: dict, native: bool, cells: str):
     started = time.time()
-    reference, observer = ReferenceMetricsObserver(**settings), counting_observer(native, **settings)
+    reference, observer = ReferenceMetricsObserver(**settings), counting_observer(native, cells, **settings)
     config = SessionConfig(max_frame_bytes=1 << 20, inspect_max_bytes=2000)
     feed(codec, synthetic(codec), (reference, observer), config)
     text = assert_same(reference, observer, started)
