@@ -64,6 +64,7 @@ enum { K_DECODE_FAILURE, K_TAGGED, K_PRODUCED, K_TOPICS, K_ERRORS, K_COUNT };
 enum { B_SIZE, B_HEADER, B_LATENCY, B_COUNT };
 
 #define PRODUCE 0
+#define PLAN_KEYS 128 /* api keys whose latest plan is remembered (Kafka's are below 100) */
 
 typedef struct {
     double *at;
@@ -78,6 +79,10 @@ typedef struct {
     PyObject *fallback[F_COUNT], *helper[K_COUNT];
     Bounds bounds[B_COUNT];
     Py_ssize_t header_v0_bucket, memo_body_bytes, memo_entries, memo_trial;
+    /* Per direction and api key below PLAN_KEYS, the plan last found for it and its version (see plan_of). */
+    PyObject *plan_memo[2][PLAN_KEYS];
+    long plan_memo_version[2][PLAN_KEYS];
+    Py_ssize_t plan_memo_size[2]; /* the plans dict's size when the memo was last valid */
 } CounterObject;
 
 static PyObject *str_request, *str_response, *str_decode_error, *str_topic_bytes, *str_records, *str_scan,
@@ -578,14 +583,43 @@ static PyObject *topic_bytes_on(CounterObject *self)
 
 /* The plan of (api key, version) in one direction's plans (borrowed); NULL without an error set when it
  * has none yet (the reference makes it) or is not a _Plan. */
-static PyObject *plan_of(CounterObject *self, PyObject *plans, PyObject *api_key, PyObject *version)
+static void forget_plans(CounterObject *self, int direction)
 {
-    PyObject *key = PyTuple_Pack(2, api_key, version);
-    if (key == NULL)
+    for (int i = 0; i < PLAN_KEYS; i++)
+        Py_CLEAR(self->plan_memo[direction][i]);
+}
+
+/* plans[(api_key, version)] if it is a plan (borrowed), else NULL (an error set only on failure). The plan
+ * last found for an api key is remembered with its version: the lookup built a tuple, hashed it and
+ * compared it with the dict's key, some 500 instructions an event. The reference only ever adds plans
+ * (MetricsObserver._plan), so the memo holds while the dict's size does; a new plan empties it. */
+static PyObject *plan_of(CounterObject *self, int direction, PyObject *plans, PyObject *api_key, PyObject *version)
+{
+    long key = PyLong_CheckExact(api_key) ? PyLong_AsLong(api_key) : -1;
+    long v = PyLong_CheckExact(version) ? PyLong_AsLong(version) : -1;
+    if ((key == -1 || v == -1) && PyErr_Occurred())
+        PyErr_Clear(); /* too large to remember: looked up */
+    int memo = key >= 0 && key < PLAN_KEYS && v >= 0 && PyDict_CheckExact(plans);
+    if (memo) {
+        if (PyDict_GET_SIZE(plans) != self->plan_memo_size[direction]) {
+            forget_plans(self, direction);
+            self->plan_memo_size[direction] = PyDict_GET_SIZE(plans);
+        } else if (self->plan_memo[direction][key] != NULL && self->plan_memo_version[direction][key] == v) {
+            return self->plan_memo[direction][key];
+        }
+    }
+    PyObject *pair = PyTuple_Pack(2, api_key, version);
+    if (pair == NULL)
         return NULL;
-    PyObject *c = PyDict_GetItemWithError(plans, key); /* borrowed */
-    Py_DECREF(key);
-    return c != NULL && Py_IS_TYPE(c, self->classes[C_PLAN]) ? c : NULL;
+    PyObject *c = PyDict_GetItemWithError(plans, pair); /* borrowed */
+    Py_DECREF(pair);
+    if (c == NULL || !Py_IS_TYPE(c, self->classes[C_PLAN]))
+        return NULL;
+    if (memo) {
+        Py_XSETREF(self->plan_memo[direction][key], Py_NewRef(c));
+        self->plan_memo_version[direction][key] = v;
+    }
+    return c;
 }
 
 /* The frame's bytes shared among the topics its scan names, when metrics.topic_bytes is on. */
@@ -654,7 +688,7 @@ static PyObject *counter_request(CounterObject *self, PyObject *e)
     if (header == NULL || !Py_IS_TYPE(header, self->classes[C_HEADER]))
         return fallback(self, F_REQUEST, e);
     PyObject *api_key = SLOT(header, self->h[H_API_KEY]);
-    PyObject *c = plan_of(self, self->req_plans, api_key, SLOT(header, self->h[H_API_VERSION]));
+    PyObject *c = plan_of(self, 0, self->req_plans, api_key, SLOT(header, self->h[H_API_VERSION]));
     if (c == NULL)
         return PyErr_Occurred() ? NULL : fallback(self, F_REQUEST, e); /* the reference makes the plan */
     int known = PyObject_IsTrue(SLOT(c, self->l[L_KNOWN])) == 1;
@@ -712,7 +746,7 @@ static PyObject *counter_response(CounterObject *self, PyObject *e)
 {
     if (!Py_IS_TYPE(e, self->classes[C_RESPONSE]))
         return fallback(self, F_RESPONSE, e);
-    PyObject *c = plan_of(self, self->resp_plans, SLOT(e, self->p[P_API_KEY]), SLOT(e, self->p[P_API_VERSION]));
+    PyObject *c = plan_of(self, 1, self->resp_plans, SLOT(e, self->p[P_API_KEY]), SLOT(e, self->p[P_API_VERSION]));
     if (c == NULL)
         return PyErr_Occurred() ? NULL : fallback(self, F_RESPONSE, e);
     long hv = long_of(SLOT(e, self->p[P_HEADER_VERSION]));
@@ -820,11 +854,16 @@ static int counter_traverse(CounterObject *self, visitproc visit, void *arg)
         Py_VISIT(self->helper[i]);
     for (int i = 0; i < C_COUNT; i++)
         Py_VISIT(self->classes[i]);
+    for (int d = 0; d < 2; d++)
+        for (int i = 0; i < PLAN_KEYS; i++)
+            Py_VISIT(self->plan_memo[d][i]);
     return 0;
 }
 
 static int counter_clear(CounterObject *self)
 {
+    forget_plans(self, 0);
+    forget_plans(self, 1);
     Py_CLEAR(self->observer);
     Py_CLEAR(self->req_plans);
     Py_CLEAR(self->resp_plans);
@@ -898,6 +937,8 @@ static PyObject *counter_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
         self->helper[i] = Py_NewRef(PyTuple_GET_ITEM(helpers, i));
     for (int i = 0; i < B_COUNT; i++)
         self->bounds[i].at = NULL;
+    memset(self->plan_memo, 0, sizeof(self->plan_memo)); /* PyObject_GC_New leaves the memory as it was */
+    self->plan_memo_size[0] = self->plan_memo_size[1] = 0;
     PyObject_GC_Track(self);
     self->req_plans = attr_dict(observer, "_req");
     self->resp_plans = self->req_plans ? attr_dict(observer, "_resp") : NULL;

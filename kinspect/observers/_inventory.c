@@ -7,7 +7,7 @@
  * events' and the records' slots and update the same dicts, lists and counters, in the same order.
  *
  * Noter(observer, classes, limits, fallbacks, magics)
- *   classes: (Request, RequestHeader, ConnectionInfo, ConnectionRecord, _Software, ScanResult);
+ *   classes: (Request, RequestHeader, ConnectionInfo, ConnectionRecord, _Software, ScanResult, Response);
  *   limits: (PRODUCE, API_VERSIONS, MAX_CLIENT_IDS, MAX_PAIRS);
  *   fallbacks: (observer._request, observer._response), called whole for what is not done here;
  *   magics: the module's _magics(e), for a Produce whose scan is not one settled records field of one batch.
@@ -33,7 +33,7 @@
 
 #include "../slot_offsets.h"
 
-enum { K_REQUEST, K_HEADER, K_CONNECTION, K_RECORD, K_SOFTWARE, K_SCAN, K_COUNT };
+enum { K_REQUEST, K_HEADER, K_CONNECTION, K_RECORD, K_SOFTWARE, K_SCAN, K_RESPONSE, K_COUNT };
 
 enum { Q_CONNECTION, Q_HEADER, Q_TIME, Q_COMPLETE, Q_SCANNED, Q_COUNT };
 static const char *const Q_NAMES[Q_COUNT] = {"connection", "header", "time", "complete", "_scanned"};
@@ -49,6 +49,8 @@ enum { W_REQUESTS, W_COUNT };
 static const char *const W_NAMES[W_COUNT] = {"requests"};
 enum { S_SPANS, S_SUMMARIES, S_ERRORS, S_COUNT };
 static const char *const S_NAMES[S_COUNT] = {"record_spans", "_summaries", "error_codes"};
+enum { P_API_KEY, P_COMPLETE, P_SCANNED, P_COUNT };
+static const char *const P_NAMES[P_COUNT] = {"api_key", "complete", "_scanned"};
 
 /* A BatchSummary's magic, a RecordsSummary's batches: by position (kinspect/protocol/records.py). */
 enum { BATCH_MAGIC = 1, SUMMARY_BATCHES = 0 };
@@ -74,7 +76,7 @@ typedef struct {
     PyObject *fallbacks[2];
     PyObject *magics_of;
     PyTypeObject *types[K_COUNT];
-    Py_ssize_t q[Q_COUNT], h[H_COUNT], c[C_COUNT], r[R_COUNT], w[W_COUNT], s[S_COUNT];
+    Py_ssize_t q[Q_COUNT], h[H_COUNT], c[C_COUNT], r[R_COUNT], w[W_COUNT], s[S_COUNT], p[P_COUNT];
     long produce, api_versions;
     Py_ssize_t max_client_ids, max_pairs;
     int named; /* the observer named its apis (its first request, in Python) */
@@ -395,7 +397,9 @@ static PyObject *noter_request(NoterObject *self, PyObject *e)
  * reference must look (no scan yet, or the error is there); -1 with an error set. */
 static int without_unsupported(NoterObject *self, PyObject *e)
 {
-    PyObject *scan = PyObject_GetAttr(e, str_scanned);
+    PyObject *scan = Py_TYPE(e) == self->types[K_RESPONSE] ? Py_XNewRef(SLOT(e, self->p[P_SCANNED])) : NULL;
+    if (scan == NULL)
+        scan = PyObject_GetAttr(e, str_scanned);
     if (scan == NULL)
         return -1;
     int rc = 0;
@@ -416,7 +420,12 @@ static PyObject *noter_response(NoterObject *self, PyObject *e)
 {
     if (!ready(self))
         return NULL;
-    PyObject *api_key = PyObject_GetAttr(e, str_api_key);
+    /* A Response's fields at their slots' offsets (by name, each cost some 290 instructions an event); by name
+     * for anything else, or a slot unset (which raises as the attribute lookup does). */
+    int slotted = Py_TYPE(e) == self->types[K_RESPONSE];
+    PyObject *api_key = slotted ? Py_XNewRef(SLOT(e, self->p[P_API_KEY])) : NULL;
+    if (api_key == NULL)
+        api_key = PyObject_GetAttr(e, str_api_key);
     if (api_key == NULL)
         return NULL;
     long api = PyLong_CheckExact(api_key) ? PyLong_AsLong(api_key) : self->api_versions;
@@ -425,7 +434,9 @@ static PyObject *noter_response(NoterObject *self, PyObject *e)
         return NULL;
     if (api != self->api_versions)
         Py_RETURN_NONE;
-    PyObject *complete = PyObject_GetAttr(e, str_complete);
+    PyObject *complete = slotted ? Py_XNewRef(SLOT(e, self->p[P_COMPLETE])) : NULL;
+    if (complete == NULL)
+        complete = PyObject_GetAttr(e, str_complete);
     if (complete == NULL)
         return NULL;
     int whole = PyObject_IsTrue(complete);
@@ -452,7 +463,7 @@ static int noter_init(NoterObject *self, PyObject *args, PyObject *kwargs)
                                      &PyTuple_Type, &limits, &PyTuple_Type, &fallbacks, &magics))
         return -1;
     if (PyTuple_GET_SIZE(classes) != K_COUNT || PyTuple_GET_SIZE(limits) != 4 || PyTuple_GET_SIZE(fallbacks) != 2) {
-        PyErr_SetString(PyExc_TypeError, "Noter: 6 classes, 4 limits and 2 fallbacks expected");
+        PyErr_SetString(PyExc_TypeError, "Noter: 7 classes, 4 limits and 2 fallbacks expected");
         return -1;
     }
     for (int i = 0; i < K_COUNT; i++) {
@@ -466,7 +477,8 @@ static int noter_init(NoterObject *self, PyObject *args, PyObject *kwargs)
         || find_offsets(t[K_CONNECTION], C_NAMES, C_COUNT, self->c) < 0
         || find_offsets(t[K_RECORD], R_NAMES, R_COUNT, self->r) < 0
         || find_offsets(t[K_SOFTWARE], W_NAMES, W_COUNT, self->w) < 0
-        || find_offsets(t[K_SCAN], S_NAMES, S_COUNT, self->s) < 0)
+        || find_offsets(t[K_SCAN], S_NAMES, S_COUNT, self->s) < 0
+        || find_offsets(t[K_RESPONSE], P_NAMES, P_COUNT, self->p) < 0)
         return -1;
     self->produce = PyLong_AsLong(PyTuple_GET_ITEM(limits, 0));
     self->api_versions = PyLong_AsLong(PyTuple_GET_ITEM(limits, 1));

@@ -222,7 +222,8 @@ def _noter(observer: InventoryObserver):
     if module is None:
         return None
     try:
-        return module.Noter(observer, (Request, RequestHeader, ConnectionInfo, ConnectionRecord, _Software, ScanResult),
+        return module.Noter(observer, (Request, RequestHeader, ConnectionInfo, ConnectionRecord, _Software, ScanResult,
+                                       Response),
                             (PRODUCE, API_VERSIONS, MAX_CLIENT_IDS, MAX_PAIRS),
                             (observer._request, observer._response), _magics)
     except TypeError:  # a class without the slots it reads: the Python notes everything

@@ -124,10 +124,30 @@ static int dispatch(PyObject *dispatcher, PyObject *events)
     return rc;
 }
 
+/* The session's client_data or broker_data (new reference). A Session keeps its C reads' methods in its
+ * instance dict (Session.__init__), where they shadow the class's functions: read there directly for
+ * exactly a Session (by name, each cost a type lookup and the descriptor checks, some 400 instructions a
+ * read); by name for anything else, or when the dict does not hold it. */
+static PyObject *session_reader(PyObject *session, int client)
+{
+    PyObject *name = client ? str_client_data : str_broker_data;
+    if (Py_IS_TYPE(session, session_type)) {
+        PyObject **dict = _PyObject_GetDictPtr(session);
+        if (dict != NULL && *dict != NULL && PyDict_CheckExact(*dict)) {
+            PyObject *found = PyDict_GetItemWithError(*dict, name); /* borrowed */
+            if (found != NULL)
+                return Py_NewRef(found);
+            if (PyErr_Occurred())
+                return NULL;
+        }
+    }
+    return PyObject_GetAttr(session, name);
+}
+
 /* The events of one read, from the session (new reference); NULL with an error set. */
 static PyObject *session_events(PyObject *session, int client, PyObject *data, PyObject *now)
 {
-    PyObject *method = PyObject_GetAttr(session, client ? str_client_data : str_broker_data);
+    PyObject *method = session_reader(session, client);
     if (method == NULL)
         return NULL;
     PyObject *args[2] = {data, now};

@@ -16,7 +16,7 @@ from kinspect.protocol.errors import DecodeError
 from kinspect.session import ConnectionInfo, Session
 from tests.observers.test_metrics_equivalence import metadata_response, recorded
 from tests.support.native import bytes_grown, native_module
-from tests.support.proxy_harness import metadata
+from tests.support.proxy_harness import metadata, request_frame
 
 _counting, _MISSING = native_module("kinspect.observers._counting")
 
@@ -154,3 +154,30 @@ def test_the_memo_is_looked_up_as_the_reference_does(codec: Codec):
                 reference.on_event(e)
         assert _memo_state(native) == _memo_state(reference), phase
     assert any(state[4] for state in _memo_state(reference)), "the trial never switched a memo off"
+
+
+def test_each_version_counts_into_its_own_plan_and_new_plans_are_seen(codec: Codec):
+    """The C counting remembers the plan it last found for an api: requests of two versions of one api,
+    interleaved, still count each into its own series, and plans the Python adds or drops are seen."""
+    observer = CountingCalls()
+    session = Session(codec, ConnectionInfo(1, "c", "b"))
+    versions = {0: 1, 1: 3, 2: 1, 3: 3, 4: 3, 5: 1} | {n: (1, 3)[n % 3 == 0] for n in range(6, 60)}
+    for cid, version in versions.items():
+        frame = request_frame(codec, 18, version, cid, {"ClientSoftwareName": "k", "ClientSoftwareVersion": "0"}
+                              if version >= 3 else {})
+        for e in session.client_data(frame, 0.0).events:
+            observer.on_event(e)
+    calls = observer.python_calls
+    assert calls == 2  # the first request of each version made its plan; the C counted the rest
+
+    def requests(version: int):
+        return observer.registry.get_sample_value("kinspect_requests_total", {"api": "ApiVersions",
+                                                                              "version": str(version)})
+
+    assert (requests(1), requests(3)) == (sum(v == 1 for v in versions.values()), sum(v == 3 for v in versions.values()))
+    last = versions[59]
+    observer._req.clear()  # plans dropped: the next request, of the version last seen, goes to the Python again
+    for e in session.client_data(request_frame(codec, 18, last, 99, {}), 0.0).events:
+        observer.on_event(e)
+    assert observer.python_calls == calls + 1
+    assert requests(last) == sum(v == last for v in versions.values()) + 1

@@ -32,7 +32,7 @@ from tests.upgrade.test_inventory import api_versions_error_35, api_versions_v3
 
 _inventory, _MISSING = native_module("kinspect.observers._inventory")
 
-CLASSES = (Request, RequestHeader, ConnectionInfo, ConnectionRecord, _Software, ScanResult)
+CLASSES = (Request, RequestHeader, ConnectionInfo, ConnectionRecord, _Software, ScanResult, Response)
 
 
 @pytest.fixture(autouse=True)
@@ -299,7 +299,7 @@ def test_a_noter_needs_the_slots_it_reads():
                          (observer._request, observer._response), _magics)
     with pytest.raises(RuntimeError, match="not initialized"):
         _inventory.Noter.__new__(_inventory.Noter).request(None)
-    with pytest.raises(TypeError, match="6 classes"):
+    with pytest.raises(TypeError, match="7 classes"):
         _inventory.Noter(observer, CLASSES[:2], (PRODUCE, API_VERSIONS, 16, 256),
                          (observer._request, observer._response), _magics)
 
