@@ -2508,13 +2508,24 @@ static PyObject *wire_capture_side(PyObject *module, PyObject *const *args, Py_s
         return NULL;
     }
     PyObject *r = args[0];
+    /* The taker passes one fields tuple every time: its indices are read once, and kept with it. */
+    static PyObject *fields_seen;
+    static Py_ssize_t fields_read[4];
     Py_ssize_t fields[4];
-    for (int i = 0; i < 4; i++) {
-        fields[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(args[1], i));
-        if (fields[i] < 0) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_ValueError, "capture_side: field indices cannot be negative");
-            return NULL;
+    if (args[1] == fields_seen) {
+        memcpy(fields, fields_read, sizeof(fields));
+    } else {
+        for (int i = 0; i < 4; i++) {
+            fields[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(args[1], i));
+            if (fields[i] < 0) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_ValueError, "capture_side: field indices cannot be negative");
+                return NULL;
+            }
+        }
+        if (PyTuple_CheckExact(args[1])) { /* a tuple cannot change: held, so that its address is not another's */
+            Py_XSETREF(fields_seen, Py_NewRef(args[1]));
+            memcpy(fields_read, fields, sizeof(fields));
         }
     }
     for (int i = 0; i < R_COUNT; i++) {
