@@ -581,17 +581,17 @@ static PyObject *topic_bytes_on(CounterObject *self)
     return yes ? Py_True : Py_False;
 }
 
-/* The plan of (api key, version) in one direction's plans (borrowed); NULL without an error set when it
- * has none yet (the reference makes it) or is not a _Plan. */
+/* Empties one direction's memo of plans (see plan_of). */
 static void forget_plans(CounterObject *self, int direction)
 {
     for (int i = 0; i < PLAN_KEYS; i++)
         Py_CLEAR(self->plan_memo[direction][i]);
 }
 
-/* plans[(api_key, version)] if it is a plan (borrowed), else NULL (an error set only on failure). The plan
- * last found for an api key is remembered with its version: the lookup built a tuple, hashed it and
- * compared it with the dict's key, some 500 instructions an event. The reference only ever adds plans
+/* The plan of (api key, version) in one direction's plans (borrowed); NULL without an error set when it
+ * has none yet (the reference makes it) or is not a _Plan, NULL with one on failure. The plan last found
+ * for an api key is remembered with its version: the lookup built a tuple, hashed it and compared it with
+ * the dict's key, some 500 instructions an event. The reference only ever adds plans
  * (MetricsObserver._plan), so the memo holds while the dict's size does; a new plan empties it. */
 static PyObject *plan_of(CounterObject *self, int direction, PyObject *plans, PyObject *api_key, PyObject *version)
 {

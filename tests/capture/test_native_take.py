@@ -89,8 +89,9 @@ def test_scans_alike_in_their_facts_give_one_scan_tuple():
     def metadata(name: str, code: int) -> Exchange:
         frame = req(codec, 3, 12, {"Topics": [{"TopicId": uuid.UUID(int=0), "Name": name}],
                                    "AllowAutoTopicCreation": False, "IncludeTopicAuthorizedOperations": False})
-        answer = resp(codec, 3, 12, {"Brokers": [], "Topics": [{"ErrorCode": code, "Name": name,
-                      "TopicId": uuid.UUID(int=0), "IsInternal": False, "Partitions": [], "TopicAuthorizedOperations": 0}]})
+        topic = {"ErrorCode": code, "Name": name, "TopicId": uuid.UUID(int=0), "IsInternal": False, "Partitions": [],
+                 "TopicAuthorizedOperations": 0}
+        answer = resp(codec, 3, 12, {"Brokers": [], "Topics": [topic]})
         return exchange(codec, frame, answer)
 
     first, alike, other_code, other_topic = metadata("t", 3), metadata("t", 3), metadata("t", 5), metadata("u", 5)

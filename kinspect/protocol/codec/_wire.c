@@ -2436,8 +2436,8 @@ static int records_equal(PyObject *summaries, Py_ssize_t count, PyObject *kept, 
                 return entry == Py_None || PyTuple_CheckExact(entry) ? 0 : 2;
             continue;
         }
-        if (!PyTuple_Check(summary) || PyTuple_GET_SIZE(summary) < 1 || !PyTuple_Check(batches = PyTuple_GET_ITEM(summary, 0))
-            || !PyTuple_CheckExact(entry))
+        if (!PyTuple_Check(summary) || PyTuple_GET_SIZE(summary) < 1
+            || !PyTuple_Check(batches = PyTuple_GET_ITEM(summary, 0)) || !PyTuple_CheckExact(entry))
             return 2; /* building says what is wrong, or the full comparison decides */
         Py_ssize_t m = PyTuple_GET_SIZE(batches);
         if (PyTuple_GET_SIZE(entry) != m)
@@ -2449,7 +2449,8 @@ static int records_equal(PyObject *summaries, Py_ssize_t count, PyObject *kept, 
             for (int k = 0; k < 4; k++) {
                 if (PyTuple_GET_SIZE(batch) <= fields[k])
                     return 2;
-                int same = PyObject_RichCompareBool(PyTuple_GET_ITEM(batch, fields[k]), PyTuple_GET_ITEM(facts, k), Py_EQ);
+                int same = PyObject_RichCompareBool(PyTuple_GET_ITEM(batch, fields[k]), PyTuple_GET_ITEM(facts, k),
+                                                    Py_EQ);
                 if (same <= 0)
                     return same;
             }
@@ -2466,9 +2467,11 @@ static int side_equals(PyObject *r, PyObject *previous, const Py_ssize_t fields[
     PyObject *tagged = RSLOT(r, R_TAGGED), *tparts = RSLOT(r, R_TPARTS), *errors = RSLOT(r, R_ERRORS);
     PyObject *spans = RSLOT(r, R_SPANS), *stats = RSLOT(r, R_INT_STATS), *summaries = RSLOT(r, R_SUMMARIES);
     PyObject *kept_stats = PyTuple_GET_ITEM(previous, 4);
+    PyObject *kept_records = PyTuple_GET_ITEM(previous, 7);
     /* as building: () without spans, else an entry per summary */
-    int same = PyList_GET_SIZE(spans) ? records_equal(summaries, PyList_GET_SIZE(summaries), PyTuple_GET_ITEM(previous, 7), fields)
-                 : (PyTuple_CheckExact(PyTuple_GET_ITEM(previous, 7)) ? PyTuple_GET_SIZE(PyTuple_GET_ITEM(previous, 7)) == 0 : 2);
+    int same = PyList_GET_SIZE(spans) ? records_equal(summaries, PyList_GET_SIZE(summaries), kept_records, fields)
+               : PyTuple_CheckExact(kept_records) ? PyTuple_GET_SIZE(kept_records) == 0
+                                                  : 2;
     if (same != 1)
         return same;
     if (stats == Py_None) {
@@ -2480,7 +2483,8 @@ static int side_equals(PyObject *r, PyObject *previous, const Py_ssize_t fields[
         Py_buffer view;
         if (PyObject_GetBuffer(stats, &view, PyBUF_SIMPLE) < 0)
             return -1;
-        same = view.len == PyBytes_GET_SIZE(kept_stats) && memcmp(view.buf, PyBytes_AS_STRING(kept_stats), view.len) == 0;
+        same = view.len == PyBytes_GET_SIZE(kept_stats)
+               && memcmp(view.buf, PyBytes_AS_STRING(kept_stats), view.len) == 0;
         PyBuffer_Release(&view);
         if (!same)
             return 0;
@@ -2501,8 +2505,8 @@ static int side_equals(PyObject *r, PyObject *previous, const Py_ssize_t fields[
 
 static PyObject *wire_capture_side(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs < 2 || nargs > 3 || ResultType == NULL || !PyObject_TypeCheck(args[0], ResultType) || !PyTuple_Check(args[1])
-        || PyTuple_GET_SIZE(args[1]) != 4) {
+    if (nargs < 2 || nargs > 3 || ResultType == NULL || !PyObject_TypeCheck(args[0], ResultType)
+        || !PyTuple_Check(args[1]) || PyTuple_GET_SIZE(args[1]) != 4) {
         PyErr_SetString(PyExc_TypeError, "capture_side(result, fields, previous=None): a ScanResult "
                                          "(SCAN_RESULT_FAST_PATH), 4 field indices and a SCAN or None");
         return NULL;
@@ -2557,7 +2561,8 @@ static PyObject *wire_capture_side(PyObject *module, PyObject *const *args, Py_s
     PyObject *previous = nargs > 2 ? args[2] : Py_None;
     int general = 0; /* compare a built SCAN with previous: only building can tell */
     if (previous != Py_None) {
-        int same = PyTuple_CheckExact(previous) && PyTuple_GET_SIZE(previous) == 8 ? side_equals(r, previous, fields) : 2;
+        int same = PyTuple_CheckExact(previous) && PyTuple_GET_SIZE(previous) == 8 ? side_equals(r, previous, fields)
+                                                                                   : 2;
         if (same < 0)
             return NULL;
         if (same == 1)
