@@ -21,7 +21,8 @@
  *
  * share_alike_sides and held_total: what the writer thread does to each row of a batch it takes
  * (capture.facts.share_alike_sides_python and held_bytes are their references). In Python they were
- * most of the thread's time on a producer's requests: a loop and a 29-field tuple rebuilt per row. */
+ * most of the thread's time on a producer's requests: a loop and a 29-field tuple rebuilt per row. Since the
+ * taker shares a side alike its api's previous SCAN, what the thread still shares is sides alike across apis. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
