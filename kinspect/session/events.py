@@ -140,9 +140,10 @@ class Request(_Lazy):
             return scanned
         # The first ask: _once's steps, inline. The frame is not held in a local: a DecodeError's
         # traceback (cached on the event) would keep a large request's reads alive past release_frame.
-        if scanned is None and self.complete and type(self.frame) is bytes:
-            # Codec.scan_request's C scan, called directly once it made it (a small frame); a failure is left
-            # to scan_request below, which scans again and raises the DecodeError that says where.
+        if scanned is None and self.complete and (type(self.frame) is bytes or type(self.frame) is FramePieces):
+            # Codec.scan_request's C scan, called directly once it made it (a small frame, or a large Produce
+            # in its reads, which the C scan reads in place); a failure is left to scan_request below, which
+            # scans again and raises the DecodeError that says where.
             header = self.header
             codec = self.codec
             fast = codec.fast_scans.get((header.api_key, header.api_version, True))

@@ -182,3 +182,24 @@ def test_a_request_whole_in_one_read_is_a_view_of_it():
     assert type(alone) is FramePieces and alone[0].obj is one
     (copied,) = [f[2] for f in stream.feed(bytearray(one))[1]]  # the caller may reuse a bytearray
     assert type(copied) is bytes and copied == large
+
+
+def test_a_produce_in_pieces_is_scanned_by_the_c_scan_at_once(monkeypatch):
+    """Once the codec made Produce's C scan, a request in pieces is scanned by it directly (the
+    metrics ask every large Produce for its scan), with the facts Codec.scan_request gives."""
+    data = _produce(9, 1)
+    (first,) = _requests(data, 64 * 1024)
+    first.scan()  # the codec makes the scan of Produce v9 requests, and notes it
+    (pieces,) = _requests(data, 64 * 1024)
+    assert type(pieces.frame) is FramePieces and len(pieces.frame) > 1
+    scan_request = CODEC.scan_request
+    expected = scan_request(pieces.frame, pieces.header)
+    asked = []
+    monkeypatch.setattr(CODEC, "scan_request", lambda *args: asked.append(args) or scan_request(*args))
+    scanned = pieces.scan()
+    assert scanned.to_dict() == expected.to_dict() and len(scanned.records[0].batches) == 3
+    assert scanned.records == expected.records
+    if native_available():
+        assert asked == [] and scanned.source is pieces.frame  # the C scan, reading the pieces in place
+    else:
+        assert len(asked) == 1  # the pure-Python codec has no C scan to call
