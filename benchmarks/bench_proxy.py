@@ -757,7 +757,31 @@ def cpu_per_mb_report(results: dict[str, list[dict]], paths: list[str]) -> tuple
         if is_kinspect(p) and None not in ratios:
             verdict = "MET" if max(ratios) <= CPU_PER_MB_TARGET else "MISSED"
             lines.append(f"  {p}: CPU per MB at most {CPU_PER_MB_TARGET}x haproxy's: {verdict}")
+            parts = []
+            for phase in ("produce", "consume"):
+                per_rep = bulk_ratios_per_rep(results.get(p, []), results.get("haproxy", []), phase)
+                summary[p][phase]["ratio_to_haproxy_per_rep"] = per_rep
+                if per_rep:
+                    parts.append(f"{phase} {min(per_rep):.2f}x to {max(per_rep):.2f}x (median "
+                                 f"{statistics.median(per_rep):.2f}x, within {CPU_PER_MB_TARGET}x in "
+                                 f"{sum(r <= CPU_PER_MB_TARGET for r in per_rep)} of {len(per_rep)})")
+            if parts:
+                lines.append("    each repetition against haproxy's beside it: " + "; ".join(parts))
     return lines, summary
+
+
+def bulk_ratios_per_rep(mine: list[dict], haproxy: list[dict], phase: str) -> list[float]:
+    """Per repetition, this path's CPU per MB in a bulk phase over haproxy's in the same repetition (paired, as
+    serial_ratios_per_rep pairs the small requests: both share the load of that moment)."""
+    by_rep = {ref.get("rep"): ref for ref in haproxy}
+    out = []
+    for cell in mine:
+        ref = by_rep.get(cell.get("rep"))
+        value = cell.get(phase, {}).get("proxy_cpu_ms_per_mb")
+        base = None if ref is None else ref.get(phase, {}).get("proxy_cpu_ms_per_mb")
+        if value is not None and base:
+            out.append(value / base)
+    return out
 
 
 def user_sys(fig: dict) -> str:

@@ -156,6 +156,27 @@ def test_small_request_ratios_pair_each_repetition_with_haproxys_run_beside_it()
     assert ratios == pytest.approx([2 ** 0.5, (1.5 * 2.25) ** 0.5])  # geometric means; repetition 1 left out
 
 
+def test_bulk_cpu_ratios_pair_each_repetition_with_haproxys_run_beside_it():
+    spec = importlib.util.spec_from_file_location("bench_proxy_module", BENCH / "bench_proxy.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    def cell(rep: int, produce: float | None) -> dict:
+        return {"rep": rep, "produce": {"proxy_cpu_ms_per_mb": produce}, "consume": {"proxy_cpu_ms_per_mb": None}}
+
+    haproxy = [cell(0, 0.5), cell(2, 0.4), cell(3, 0.6)]  # its repetition 1 failed
+    mine = [cell(0, 0.6), cell(1, 9.9), cell(2, 0.6), cell(3, None)]  # repetition 3 without a CPU figure
+    assert bench.bulk_ratios_per_rep(mine, haproxy, "produce") == pytest.approx([1.2, 1.5])
+    assert bench.bulk_ratios_per_rep(mine, haproxy, "consume") == []
+    for c in haproxy + mine:
+        c["consume"]["proxy_cpu_ms_per_mb"] = 0.5
+    results = {"haproxy": haproxy, "kinspect-passthrough": mine}
+    lines, summary = bench.cpu_per_mb_report(results, ["kinspect-passthrough", "haproxy"])
+    assert summary["kinspect-passthrough"]["produce"]["ratio_to_haproxy_per_rep"] == pytest.approx([1.2, 1.5])
+    assert any("produce 1.20x to 1.50x (median 1.35x, within 1.2x in 1 of 2); consume 1.00x to 1.00x" in line
+               for line in lines), lines
+
+
 def test_the_sign_test_of_paired_rounds():
     spec = importlib.util.spec_from_file_location("bench_ab_module", BENCH / "bench_ab.py")
     bench = importlib.util.module_from_spec(spec)
