@@ -1,4 +1,4 @@
-/* A relay's small read in C: Relay.client_read / broker_read and InspectionQueue.add (the reference).
+/* A relay's read in C: Relay.client_read / broker_read and InspectionQueue.add (the reference).
  *
  * Why C: every read of every connection runs this, and a small request one at a time is two reads.
  * In-process, warm, the Python of those two methods cost about 0.9 us a read against 0.17 for the
@@ -7,13 +7,16 @@
  *
  * configure(Relay, _Side, InspectionQueue, Session, pass_min_bytes): the classes (their slots' offsets), once.
  * Reader(relay, from_client): the callable a _Side hands its reads to (its data_received). A read is
- *   done here when it is the common case: bytes under pass_min_bytes, a Relay (the class itself) whose
+ *   done here when it is the common case: bytes, a Relay (the class itself) whose
  *   broker connection is up, reads queued for a batch in an InspectionQueue, and for broker reads no
  *   transform. Then, in the Python's order: the direction's byte count, the write to the other side
  *   (unless its transport is missing or closing), and, while the direction is framed, the read queued
  *   with the relay's clock, the batch flushed when full or its timer started (queue._start_timer).
- *   Anything else (a large read the session may pass over, the early bytes before the broker
- *   connection, rewrite mode, a stand-in relay or queue) is the Python method's, called whole. */
+ *   A read of pass_min_bytes or more is first offered to the session to pass over when no read waits
+ *   in the queue (session.pass_client / pass_broker), as the Python does: a bulk producer's and a
+ *   consumer's reads are mostly such, and each cost three Python calls more on the Python path.
+ *   Anything else (the early bytes before the broker connection, rewrite mode, a stand-in relay or
+ *   queue) is the Python method's, called whole. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -37,7 +40,7 @@ static Py_ssize_t r[R_COUNT], s[S_COUNT], q[Q_COUNT], f[F_COUNT];
 static PyTypeObject *relay_type, *side_type, *queue_type, *session_type;
 static Py_ssize_t pass_min_bytes;
 static PyObject *str_client_read, *str_broker_read, *str_client_framed, *str_broker_framed, *str_is_closing,
-    *str_write, *str_flush, *str_start_timer;
+    *str_write, *str_flush, *str_start_timer, *str_pass_client, *str_pass_broker;
 
 /* obj.name(*args) (new reference; NULL with an error set). */
 static inline PyObject *call(PyObject *obj, PyObject *name, PyObject *arg)
@@ -95,7 +98,7 @@ static int forward_read(PyObject *relay, int client, PyObject *data)
     PyObject *early = SLOT(relay, r[R_EARLY]), *queue = SLOT(relay, r[R_QUEUE]);
     PyObject *peer = SLOT(relay, r[client ? R_BROKER : R_CLIENT]), *session = SLOT(relay, r[R_SESSION]);
     PyObject *clock = SLOT(relay, r[R_CLOCK]), *transforms = SLOT(relay, r[R_TRANSFORMS]);
-    if (n >= pass_min_bytes || early != Py_None || queue == NULL || Py_TYPE(queue) != queue_type || peer == NULL
+    if (early != Py_None || queue == NULL || Py_TYPE(queue) != queue_type || peer == NULL
         || Py_TYPE(peer) != side_type || SLOT(peer, s[S_TRANSPORT]) == NULL || session == NULL || clock == NULL
         || (!client && transforms != Py_False))
         return 0;
@@ -134,6 +137,24 @@ static int forward_read(PyObject *relay, int client, PyObject *data)
     if (framed <= 0) {
         rc = framed < 0 ? -1 : 1;
         goto done;
+    }
+    if (n >= pass_min_bytes) { /* `not queue and session.pass_client(len(data))`: passed over, nothing queued */
+        PyObject *waiting = SLOT(queue, q[Q_READS]);
+        if (waiting == NULL || !PyList_CheckExact(waiting)) {
+            PyErr_SetString(PyExc_TypeError, "_forward: the queue's reads are not a list");
+            goto done;
+        }
+        if (PyList_GET_SIZE(waiting) == 0) {
+            PyObject *size = PyLong_FromSsize_t(n);
+            PyObject *passed = size == NULL ? NULL : call(session, client ? str_pass_client : str_pass_broker, size);
+            Py_XDECREF(size);
+            int yes = passed == NULL ? -1 : PyObject_IsTrue(passed);
+            Py_XDECREF(passed);
+            if (yes != 0) {
+                rc = yes < 0 ? -1 : 1;
+                goto done;
+            }
+        }
     }
     /* queue.add(relay, from_client, data, relay._clock()) */
     if ((now = clock == monotonic ? monotonic_now() : PyObject_CallNoArgs(clock)) == NULL)
@@ -314,7 +335,7 @@ static PyMethodDef module_methods[] = {
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "kinspect.proxy._forward",
-    "A relay's small read in C (kinspect.proxy.relay's client_read and broker_read are the reference).", -1,
+    "A relay's read in C (kinspect.proxy.relay's client_read and broker_read are the reference).", -1,
     module_methods};
 
 static int intern(PyObject **out, const char *text)
@@ -328,7 +349,8 @@ PyMODINIT_FUNC PyInit__forward(void)
     if (intern(&str_client_read, "client_read") || intern(&str_broker_read, "broker_read")
         || intern(&str_client_framed, "client_framed") || intern(&str_broker_framed, "broker_framed")
         || intern(&str_is_closing, "is_closing") || intern(&str_write, "write") || intern(&str_flush, "flush")
-        || intern(&str_start_timer, "_start_timer"))
+        || intern(&str_start_timer, "_start_timer") || intern(&str_pass_client, "pass_client")
+        || intern(&str_pass_broker, "pass_broker"))
         return NULL;
     if (PyType_Ready(&ReaderType) < 0)
         return NULL;

@@ -128,7 +128,7 @@ class Relay:
     # Every read of every connection comes to one of these two: written for that (one counter,
     # one write, then the read is inspected: queued for a batch, or at once in rewrite mode; a large
     # read inside a frame read by its head only is passed over). kinspect/proxy/_forward.c does the
-    # same for a small queued read, and calls these for the rest: change both.
+    # same for a read of bytes queued for a batch, and calls these for the rest: change both.
     def client_read(self, data: bytes) -> None:
         self.client_bytes += len(data)
         if self._early is not None:

@@ -11,6 +11,7 @@ those of relays that hand every read to the session.
 from __future__ import annotations
 
 import asyncio
+import random
 
 import pytest
 from prometheus_client import generate_latest
@@ -58,9 +59,19 @@ def _reads(frame: bytes, size: int) -> list[bytes]:
     return [frame[i:i + size] for i in range(0, len(frame), size)]
 
 
-async def _run(batch_delay_ms: float, read_size: int) -> tuple[list, list, str, int]:
+def _cut(stream: bytes, rng: random.Random) -> list[bytes]:
+    """A stream in reads of 16 KiB to 400 KB, across frame ends: a read may end a frame and begin the next."""
+    reads, at = [], 0
+    while at < len(stream):
+        size = rng.randint(16 * 1024, 400_000)
+        reads.append(stream[at:at + size])
+        at += size
+    return reads
+
+
+async def _run(batch_delay_ms: float, read_size: int | random.Random, native: bool = True) -> tuple[list, list, str, int]:
     """One relay given the conversation, each frame in reads of read_size; (events, bytes forwarded each way,
-    /metrics, reads passed over)."""
+    /metrics, reads passed over). native: its reads through the C Reader where built (else the Python methods)."""
     config = load_config(None, {"proxy.upstream": "127.0.0.1:1", "inspect.batch_delay_ms": batch_delay_ms,
                                 "inspect.inspect_max_bytes": LIMIT})
     log = EventLog()
@@ -77,15 +88,21 @@ async def _run(batch_delay_ms: float, read_size: int) -> tuple[list, list, str, 
             return done
 
         setattr(session, name, counting)
-    relay = Relay(server, session, server.dispatcher, [])
+    relay = Relay(server, session, server.dispatcher, [], native=native)
     relay.client.transport, relay.broker.transport = RecordingTransport(), RecordingTransport()
     # A read's time is the bytes read so far: the same in both runs, however often the clock is asked.
     relay._early, relay._clock = None, lambda: float(relay.client_bytes + relay.broker_bytes)
-    for request, response in zip(*CONVERSATION):
-        for read in _reads(request, read_size):
+    if isinstance(read_size, random.Random):  # the requests pipelined, then the responses, cut anywhere
+        for read in _cut(b"".join(CONVERSATION[0]), read_size):
             relay.client.data_received(read)
-        for read in _reads(response, read_size):
+        for read in _cut(b"".join(CONVERSATION[1]), read_size):
             relay.broker.data_received(read)
+    else:
+        for request, response in zip(*CONVERSATION):
+            for read in _reads(request, read_size):
+                relay.client.data_received(read)
+            for read in _reads(response, read_size):
+                relay.broker.data_received(read)
     relay.close()
     metrics = [line for line in traffic_lines(generate_latest(app.metrics.registry).decode())
                if line.startswith("kinspect_")]
@@ -93,19 +110,52 @@ async def _run(batch_delay_ms: float, read_size: int) -> tuple[list, list, str, 
             "\n".join(metrics), passed[0])
 
 
+@pytest.fixture
+def every_read_to_the_session(monkeypatch):
+    """A function that makes the relays hand every read to the session, the C Reader's too (PASS_MIN_BYTES
+    is read by it when configured); set back after the test."""
+    forward = relay_module._FORWARD
+    classes = (Relay, relay_module._Side, relay_module.InspectionQueue, relay_module.Session)
+    configured = relay_module.PASS_MIN_BYTES  # monkeypatch sets it back only after this fixture's end
+
+    def never_pass() -> None:
+        monkeypatch.setattr(relay_module, "PASS_MIN_BYTES", 1 << 62)
+        if forward and forward[0] is not None:
+            forward[0].configure(*classes, 1 << 62)
+
+    yield never_pass
+    if forward and forward[0] is not None:
+        forward[0].configure(*classes, configured)
+
+
 @pytest.mark.parametrize("batch_delay_ms", [0, 2.0])
 @pytest.mark.parametrize("read_size", [65536, 300_000, 1 << 20])
-def test_reads_passed_over_change_no_event_byte_or_metric(monkeypatch, batch_delay_ms, read_size):
+def test_reads_passed_over_change_no_event_byte_or_metric(every_read_to_the_session, batch_delay_ms, read_size):
     passing = asyncio.run(_run(batch_delay_ms, read_size))
-    monkeypatch.setattr(relay_module, "PASS_MIN_BYTES", 1 << 62)  # every read to the session
+    passing_python = asyncio.run(_run(batch_delay_ms, read_size, native=False))  # the C Reader's reference
+    every_read_to_the_session()
     reading = asyncio.run(_run(batch_delay_ms, read_size))
     assert reading[3] == 0
     if read_size < 1 << 20:  # reads inside the large frames, after their first
         assert passing[3] > 0
+    assert passing == passing_python
     assert passing[0] == reading[0]
     assert [e[0] for e in passing[0]].count("Exchange") == 6
     assert passing[1] == reading[1]
     assert passing[2] == reading[2] and "kinspect_requests_total" in passing[2]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_reads_cut_across_frames_are_passed_over_alike_in_c_and_python(every_read_to_the_session, seed):
+    """Reads that end one frame and begin the next wait in the queue: a read after them is not passed over
+    (the stream is not there yet), by the C Reader as by the Python."""
+    passing = asyncio.run(_run(2.0, random.Random(seed)))
+    passing_python = asyncio.run(_run(2.0, random.Random(seed), native=False))
+    every_read_to_the_session()
+    reading = asyncio.run(_run(2.0, random.Random(seed)))
+    assert passing[3] > 0 and reading[3] == 0
+    assert passing == passing_python
+    assert passing[:3] == reading[:3] and [e[0] for e in passing[0]].count("Exchange") == 6
 
 
 def test_pass_over_moves_the_stream_as_feed_does_and_only_inside_a_frame_read_by_its_head():
