@@ -1,6 +1,7 @@
 """Bulk throughput in paired rounds: each round produces and consumes through every path, one right after another.
 
 Usage: python benchmarks/bench_bulk_ab.py [--rounds N] [--records N] [--record-size BYTES] [--paths ...]
+                                         [--baseline TREE]
 
 bench_proxy.py runs a path's bulk phases once a repetition, on a fresh broker, a whole cell (about half a
 minute) after direct's, and the machine's load moves in between: direct's own throughput spreads by 40-60%
@@ -10,7 +11,16 @@ and then consumes it through every path in turn, the order rotating from round t
 seconds from direct's, so each round gives a ratio to direct that carries less of the drift. The output:
 each path's median MB/s, the median of its ratios to direct (with their range and the rounds at or above
 97%), the proxy's own CPU ms per MB (/proc), and each kinspect path against haproxy: the median of the
-rounds' ratios, in how many it was the faster, and the sign test's two-sided p-value.
+rounds' ratios, in how many it was the faster, and the sign test's two-sided p-value; the same for the
+CPU per MB (the rounds it cost less). The CPU per MB of one phase moves by 20-40% from round to round, and
+pairs of paths by less: 40 rounds tell a difference of 5% (docs/performance.md, "fourteenth").
+
+--baseline TREE adds, for each kinspect path, the same path run from another kinspect source tree (its C
+extensions built in place), and compares the two round by round: a change's effect, in the same rounds.
+
+Tansu keeps every topic in memory, so each path's broker holds rounds x records x record size bytes by
+the end (60 rounds of 100 MB through four paths filled this 24 GB machine); a run that would need more
+than half the memory available stops before it starts, and says so.
 """
 
 from __future__ import annotations
@@ -34,8 +44,35 @@ TARGET = 0.97  # of direct's throughput (issue 12)
 WARM_TOPIC = "bench-warm"
 
 
-def run(paths: list[str], rounds: int, records: int, size: int) -> str:
-    """Print what runs, run the rounds, and return the report."""
+def memory_available() -> int | None:
+    """MemAvailable from /proc/meminfo, in bytes (None where there is none)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def memory_check(paths: list[str], rounds: int, records: int, size: int, available: int | None) -> str | None:
+    """Why the run would not fit in memory (each path's Tansu keeps every round's topic), or None."""
+    needed = len(paths) * rounds * records * size
+    if available is not None and needed > available / 2:
+        return (f"the brokers would hold {needed / 1e9:.1f} GB by the end (Tansu keeps every topic in memory: "
+                f"{len(paths)} paths x {rounds} rounds x {records} records x {size} B), more than half the "
+                f"{available / 1e9:.1f} GB available; fewer --rounds or --records")
+    return None
+
+
+def run(paths: list[str], rounds: int, records: int, size: int, baseline: Path | None = None) -> str:
+    """Print what runs, run the rounds, and return the report. With a baseline tree, each kinspect path is also
+    run from it (path@baseline)."""
+    if baseline is not None:
+        paths = paths + [p + bench_proxy.BASELINE for p in paths if bench_proxy.is_kinspect(p)]
+    too_much = memory_check(paths, rounds, records, size, memory_available())
+    if too_much:
+        raise bench_proxy.BenchError(too_much)
     procs = bench_proxy.Processes()
     print(f"paired bulk rounds: {rounds} rounds, each {records} x {size} B produced and then consumed through "
           f"{', '.join(paths)} in turn (order rotating); load {' '.join(loadavg())}", flush=True)
@@ -43,7 +80,8 @@ def run(paths: list[str], rounds: int, records: int, size: int) -> str:
     ms_mb = {(p, w): [] for p in paths for w in ("produce", "consume")}
     try:
         with tempfile.TemporaryDirectory(prefix="kinspect-bulk-ab-") as workdir:
-            stacks = {p: bench_proxy.Stack(p, procs, Path(workdir), "bulk", None).start() for p in paths}
+            stacks = {p: bench_proxy.Stack(p, procs, Path(workdir), "bulk", None, baseline=baseline).start()
+                      for p in paths}
             for stack in stacks.values():
                 bench_proxy.create_topics(stack.broker.bootstrap, [WARM_TOPIC] + [f"r{r}" for r in range(rounds)])
             for r in range(rounds):
@@ -68,7 +106,7 @@ def run(paths: list[str], rounds: int, records: int, size: int) -> str:
 
 
 def report(paths: list[str], mb_s: dict, ms_mb: dict) -> str:
-    lines = [f"{'path':22s} {'workload':8s} {'MB/s':>7s}  {'/ direct: median (min-max)':28s} "
+    lines = [f"{'path':30s} {'workload':8s} {'MB/s':>7s}  {'/ direct: median (min-max)':28s} "
              f"{'rounds >= 97%':>13s}  {'CPU ms/MB':>9s}"]
     for workload in ("produce", "consume"):
         direct = mb_s.get(("direct", workload))
@@ -81,16 +119,20 @@ def report(paths: list[str], mb_s: dict, ms_mb: dict) -> str:
                 share = f"{sum(x >= TARGET for x in ratios)} of {len(ratios)}"
             cpu = [c for c in ms_mb[(p, workload)] if c is not None]  # none for direct: no proxy
             cpu_text = f"{statistics.median(cpu):9.2f}" if cpu else f"{'-':>9s}"
-            lines.append(f"{p:22s} {workload:8s} {statistics.median(values):7.1f}  {ratio:28s} {share:>13s}  {cpu_text}")
-    if "haproxy" in paths:
-        for p in paths:
-            if p in ("direct", "haproxy"):
-                continue
-            for workload in ("produce", "consume"):
-                ratios = [v / h for v, h in zip(mb_s[(p, workload)], mb_s[("haproxy", workload)])]
-                faster, differ = sum(x > 1 for x in ratios), sum(x != 1 for x in ratios)
-                lines.append(f"{p} / haproxy, {workload}: median {statistics.median(ratios):.1%}, faster in {faster} "
-                             f"of {differ} rounds (sign test, two-sided: p = {sign_test_p(faster, differ):.2f})")
+            lines.append(f"{p:30s} {workload:8s} {statistics.median(values):7.1f}  {ratio:28s} {share:>13s}  {cpu_text}")
+    pairs = [(p, "haproxy") for p in paths if "haproxy" in paths and p not in ("direct", "haproxy")]
+    pairs += [(p, p + bench_proxy.BASELINE) for p in paths if p + bench_proxy.BASELINE in paths]
+    for p, ref in pairs:
+        for workload in ("produce", "consume"):
+            ratios = [v / h for v, h in zip(mb_s[(p, workload)], mb_s[(ref, workload)])]
+            faster, differ = sum(x > 1 for x in ratios), sum(x != 1 for x in ratios)
+            lines.append(f"{p} / {ref}, {workload}: median {statistics.median(ratios):.1%}, faster in {faster} "
+                         f"of {differ} rounds (sign test, two-sided: p = {sign_test_p(faster, differ):.2f})")
+            cpu = [c / h for c, h in zip(ms_mb[(p, workload)], ms_mb[(ref, workload)]) if c is not None and h]
+            if cpu:
+                lower, differ = sum(x < 1 for x in cpu), sum(x != 1 for x in cpu)
+                lines.append(f"    CPU per MB: median {statistics.median(cpu):.3f}x, lower in {lower} of {differ} "
+                             f"rounds (p = {sign_test_p(lower, differ):.3f})")
     lines.append(f"load {' '.join(loadavg())}")
     return "\n".join(lines)
 
@@ -120,11 +162,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--records", type=int, default=50_000, help="records a phase (default 50000)")
     p.add_argument("--record-size", type=int, default=1024, help="bytes a record (default 1024)")
     p.add_argument("--paths", default=",".join(PATHS), help=f"paths, direct first (default {','.join(PATHS)})")
+    p.add_argument("--baseline", metavar="TREE", help="also run each kinspect path from this kinspect source tree")
     args = p.parse_args(argv)
     paths = chosen_paths(p, args.paths)
     if args.rounds < 1 or args.records < 1 or args.record_size < 1:
         p.error("--rounds, --records and --record-size at least 1")
-    return print_report("bench_bulk_ab.py", lambda: run(paths, args.rounds, args.records, args.record_size))
+    baseline = Path(args.baseline).resolve() if args.baseline else None
+    if baseline is not None and not (baseline / "kinspect" / "__init__.py").is_file():
+        p.error(f"--baseline {args.baseline}: no kinspect package there")
+    return print_report("bench_bulk_ab.py", lambda: run(paths, args.rounds, args.records, args.record_size, baseline))
 
 
 if __name__ == "__main__":

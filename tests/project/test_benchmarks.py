@@ -225,3 +225,35 @@ def test_paired_bulk_rounds_are_reported_against_direct_and_haproxy():
     # against haproxy by round: 98/90, 150/210, 99/95: faster in two of three; equal consumes are no round
     assert "kinspect-passthrough / haproxy, produce: median 104.2%, faster in 2 of 3 rounds" in out, out
     assert "kinspect-passthrough / haproxy, consume: median 100.0%, faster in 0 of 0 rounds" in out, out
+
+
+def test_paired_bulk_rounds_compare_cpu_per_mb_and_a_baseline_tree_round_by_round():
+    """bench_bulk_ab.py: the CPU per MB against haproxy's and, with --baseline, against the same path run from
+    the other tree, by round; a run whose topics would not fit in memory stops before it starts."""
+    spec = importlib.util.spec_from_file_location("bench_bulk_ab", BENCH / "bench_bulk_ab.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    new, old = "kinspect-passthrough", "kinspect-passthrough@baseline"
+    paths = ["direct", new, "haproxy", old]
+    mb_s = {(p, w): [100.0, 100.0, 100.0] for p in paths for w in ("produce", "consume")}
+    ms_mb = {(p, w): [None] * 3 for p in ("direct",) for w in ("produce", "consume")}
+    ms_mb.update({(new, "produce"): [0.6, 0.66, 0.5], ("haproxy", "produce"): [0.5, 0.5, 0.5],
+                  (old, "produce"): [0.7, 0.6, 0.6]})
+    ms_mb.update({(p, "consume"): [0.4, 0.4, 0.4] for p in (new, "haproxy", old)})
+    out = module.report(paths, mb_s, ms_mb)
+    lines = out.splitlines()
+    # against haproxy by round: 1.2, 1.32, 1.0 -> median 1.2, lower in none (the equal round is no round)
+    at = lines.index("kinspect-passthrough / haproxy, produce: median 100.0%, faster in 0 of 0 rounds "
+                     "(sign test, two-sided: p = 1.00)")
+    assert lines[at + 1] == "    CPU per MB: median 1.200x, lower in 0 of 2 rounds (p = 0.500)", out
+    # against its baseline by round: 0.857, 1.1, 0.833 -> median 0.857, lower in two of three
+    at = lines.index("kinspect-passthrough / kinspect-passthrough@baseline, produce: median 100.0%, faster in 0 "
+                     "of 0 rounds (sign test, two-sided: p = 1.00)")
+    assert lines[at + 1] == "    CPU per MB: median 0.857x, lower in 2 of 3 rounds (p = 1.000)", out
+    # the baseline tree against haproxy too: 1.4, 1.2, 1.2
+    at = lines.index("kinspect-passthrough@baseline / haproxy, produce: median 100.0%, faster in 0 of 0 rounds "
+                     "(sign test, two-sided: p = 1.00)")
+    assert lines[at + 1] == "    CPU per MB: median 1.200x, lower in 0 of 3 rounds (p = 0.250)", out
+    assert module.memory_check(paths, 60, 100_000, 1024, 24 * 10**9) is not None  # 24.6 GB of topics
+    assert module.memory_check(paths, 40, 50_000, 1024, 24 * 10**9) is None  # 8.2 GB
+    assert module.memory_check(paths, 60, 100_000, 1024, None) is None  # no /proc/meminfo: nothing to say
