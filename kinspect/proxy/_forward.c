@@ -14,7 +14,9 @@
  *   with the relay's clock, the batch flushed when full or its timer started (queue._start_timer).
  *   A read of pass_min_bytes or more is first offered to the session to pass over when no read waits
  *   in the queue (session.pass_client / pass_broker), as the Python does: a bulk producer's and a
- *   consumer's reads are mostly such, and each cost three Python calls more on the Python path.
+ *   consumer's reads are mostly such, and each cost three Python calls more on the Python path (in a
+ *   model of a bulk producer, 15% of the proxy's user-space instructions a megabyte; live, under the
+ *   noise of 40 paired rounds).
  *   Anything else (the early bytes before the broker connection, rewrite mode, a stand-in relay or
  *   queue) is the Python method's, called whole. */
 
