@@ -770,15 +770,23 @@ def cpu_per_mb_report(results: dict[str, list[dict]], paths: list[str]) -> tuple
     return lines, summary
 
 
-def bulk_ratios_per_rep(mine: list[dict], haproxy: list[dict], phase: str) -> list[float]:
-    """Per repetition, this path's CPU per MB in a bulk phase over haproxy's in the same repetition (paired, as
-    serial_ratios_per_rep pairs the small requests: both share the load of that moment)."""
+def paired_by_rep(mine: list[dict], haproxy: list[dict]):
+    """(this path's cell, haproxy's cell of the same repetition) for each repetition both have: the runs are
+    interleaved, so each pair shares the machine's load of that moment, which the medians of the two paths
+    over all repetitions do not."""
     by_rep = {ref.get("rep"): ref for ref in haproxy}
-    out = []
     for cell in mine:
         ref = by_rep.get(cell.get("rep"))
+        if ref is not None:  # haproxy's cell of this repetition did not fail
+            yield cell, ref
+
+
+def bulk_ratios_per_rep(mine: list[dict], haproxy: list[dict], phase: str) -> list[float]:
+    """Per repetition, this path's CPU per MB in a bulk phase over haproxy's in the same repetition."""
+    out = []
+    for cell, ref in paired_by_rep(mine, haproxy):
         value = cell.get(phase, {}).get("proxy_cpu_ms_per_mb")
-        base = None if ref is None else ref.get(phase, {}).get("proxy_cpu_ms_per_mb")
+        base = ref.get(phase, {}).get("proxy_cpu_ms_per_mb")
         if value is not None and base:
             out.append(value / base)
     return out
@@ -868,14 +876,9 @@ def small_report(results: dict[str, list[dict]], paths: list[str], settings: dic
 
 def serial_ratios_per_rep(mine: list[dict], haproxy: list[dict], phases: list[str]) -> list[float]:
     """Per repetition, the geometric mean over the one-at-a-time workloads of this path's CPU per request
-    over haproxy's in the same repetition: the runs are interleaved, so each pair shares the machine's
-    load of that moment, which the medians of the two paths over all repetitions do not."""
+    over haproxy's in the same repetition (paired_by_rep)."""
     out = []
-    by_rep = {ref.get("rep"): ref for ref in haproxy}
-    for cell in mine:
-        ref = by_rep.get(cell.get("rep"))
-        if ref is None:  # haproxy's cell of this repetition failed
-            continue
+    for cell, ref in paired_by_rep(mine, haproxy):
         ratios = [cell["small"][ph]["cpu_us_per_req"] / ref["small"][ph]["cpu_us_per_req"] for ph in phases
                   if ph in cell.get("small", {}) and ph in ref.get("small", {})
                   and cell["small"][ph].get("cpu_us_per_req") and ref["small"][ph].get("cpu_us_per_req")]
