@@ -21,10 +21,15 @@ event loop's figures are CPU time of the measuring thread (time.thread_time, fro
              record batch, BATCH_ROWS at a time), and the whole writer (batches and a zstd
              Parquet file) by wall clock and by the process's CPU time (rows per CPU
              second: what one free core sustains; the main thread only waits meanwhile).
+  process    the same through the writer process (the proxy's default): rows per second by
+             wall clock from the first row offered to the last written, and CPU µs per row of
+             the writer thread (which shares alike sides and encodes each batch for the pipe,
+             capture.facts_wire) and of the writer process (decoding, building, writing),
+             each from /proc, the process's start-up and warm-up left out (as a proxy's).
   GIL wait   while the writer thread works, the main thread sleeps 1 ms at a time and
              measures how late each wake-up is: what an event loop waking for a socket
              waits for the GIL (median, p99, max, in ms), with the rows built in the
-             thread and with the thread only pickling them for the writer process (the
+             thread and with the thread only encoding them for the writer process (the
              proxy's default); beside them the same with no writer, interleaved: what the
              machine's own scheduling adds; and with this process and a busy writer
              process on one core, the writer process at the proxy's priority and at its
@@ -47,6 +52,7 @@ sys.path.insert(0, str(ROOT))
 from kinspect.capture.batch import BatchBuilder
 from kinspect.capture.facts import FactsTaker
 from kinspect.capture.observer import CaptureObserver
+from kinspect.capture.warm_up import warm_facts
 from kinspect.capture.writer import BATCH_ROWS, CaptureWriter
 from kinspect.protocol.codec import Codec
 from kinspect.proxy.observers import Dispatcher
@@ -170,6 +176,7 @@ def main() -> None:
         offered = [take(x) for x in exchanges]
         builder = BatchBuilder(0.0, codec.registry)
         build_rates, writer_rates, writer_cpu, waits, idle, process_waits = [], [], [], [], [], []
+        through_process: list[tuple[float, float, float]] = []
         for r in range(args.rounds):
             facts = [f for f, _ in offered] * 8
             started = time.thread_time()
@@ -188,6 +195,8 @@ def main() -> None:
             writer_cpu.append(writer.rows_written / (time.process_time() - cpu))
             assert writer.rows_written == args.copies * len(exchanges) and writer.rows_dropped == 0
             assert writer.row_errors == writer.write_errors == 0
+            through_process.append(process_writer(Path(tmp) / f"process{r}", builder, offered, 5 * args.copies,
+                                                  warm_facts(codec)))
             waits.append(gil_waits(Path(tmp) / f"gil{r}", builder, offered, args.copies))
             idle.append(sleep_lateness(len(waits[-1])))
             process_waits.append(gil_waits(Path(tmp) / f"gil-process{r}", builder, offered, args.copies, True))
@@ -199,6 +208,9 @@ def main() -> None:
               f"({BATCH_ROWS} rows a batch)")
         print(f"  whole writer to Parquet {spread(writer_cpu, 1, '{:,.0f}')} rows per CPU second, "
               f"{spread(writer_rates, 1, '{:,.0f}')} rows/s wall clock (target >= 30,000 rows/s)")
+        print(f"  through the writer process {spread([p[0] for p in through_process], 1, '{:,.0f}')} rows/s wall "
+              f"clock; CPU per row: writer thread {spread([p[1] for p in through_process], 1, '{:.2f}')} µs, writer "
+              f"process {spread([p[2] for p in through_process], 1, '{:.1f}')} µs")
         for label, values in (("while the writer works", late),
                               ("while the writer thread feeds the writer process (the proxy's default)", late_process),
                               ("with no writer (the machine)", alone)):
@@ -246,6 +258,44 @@ def shared_core_lateness(directory: Path, builder, offered, rounds: int) -> dict
     return {nice: sorted(values) for nice, values in out.items()}
 
 
+def process_writer(directory: Path, builder, offered, copies: int, warm: tuple) -> tuple[float, float, float]:
+    """(rows/s, writer thread CPU µs a row, writer process CPU µs a row) of `copies` of the facts written
+    through a started writer process: offered at once, timed until the file is finished and the process ended."""
+    import resource
+
+    # Started as the proxy starts it: it returns once the process is ready, pyarrow warmed up on `warm` (one
+    # exchange's facts), so that neither its start-up nor pyarrow's first use is counted.
+    writer = CaptureWriter(directory, builder, row_group_rows=10_000, queue_rows=10_000_000, queue_bytes=1 << 40,
+                           process=True, warm_facts=warm).start()
+    thread, pid = writer._thread.native_id, writer._out.proc.pid
+    rows = copies * len(offered)
+    start_up = task_cpu(pid)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    thread_cpu = task_cpu(os.getpid(), thread)
+    started = time.perf_counter()
+    for _ in range(copies):
+        for f, held in offered:
+            writer.offer(f, held)
+    # every row handed to the process but a part batch, which would wait BATCH_SECONDS (close sends it at once)
+    while writer.queue_depth >= BATCH_ROWS or writer._out._sent + writer.queue_depth < rows:
+        time.sleep(0.002)
+    thread_cpu = task_cpu(os.getpid(), thread) - thread_cpu
+    writer.close()  # the process writes the rest and ends
+    elapsed = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    process_cpu = after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime - start_up
+    assert writer.rows_written == rows, (writer.rows_written, writer.row_errors, writer.write_errors)
+    return rows / elapsed, thread_cpu / rows * 1e6, process_cpu / rows * 1e6
+
+
+def task_cpu(pid: int, tid: int | None = None) -> float:
+    """CPU seconds (user + system) of a process, or of one of its threads, from /proc."""
+    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
+    with open(path) as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def sleep_lateness(count: int) -> list[float]:
     """Lateness (s) of `count` 1 ms sleeps with nothing else running in this process."""
     late = []
@@ -258,7 +308,7 @@ def sleep_lateness(count: int) -> list[float]:
 
 def gil_waits(directory: Path, builder, offered, copies: int, process: bool = False) -> list[float]:
     """Lateness (s) of 1 ms sleeps on this thread while a started writer works through `copies` of
-    the facts: building the rows itself, or (`process`) pickling them for the writer process."""
+    the facts: building the rows itself, or (`process`) encoding them for the writer process."""
     writer = CaptureWriter(directory, builder, row_group_rows=10_000, queue_rows=10_000_000, queue_bytes=1 << 40,
                            process=process)
     if process:

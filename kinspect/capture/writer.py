@@ -7,10 +7,10 @@ them), the new one is dropped and counted. The thread takes the facts a batch at
 and written (capture.sink: record batches, row groups, files rotated by size and age):
 - in this process (`process=False`): the thread builds and writes them itself, holding
   the GIL while it builds, so the event loop waits for it at each wake-up;
-- in a process of its own (`process=True`, the proxy's default): the thread only pickles
-  each batch, a slice at a time (the GIL is held for a whole pickle.dumps), and writes it to
-  the writer process's pipe (capture.writer_process), which builds and writes the files and
-  reports its counters back.
+- in a process of its own (`process=True`, the proxy's default): the thread only encodes
+  each batch with the GIL released (capture.facts_wire; pickled a slice at a time where it
+  cannot be) and writes it to the writer process's pipe (capture.writer_process), which
+  builds and writes the files and reports its counters back.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ IDLE_WAIT = 1.0
 # would add up to that to each wake-up of the loop, and a forwarded frame needs one or two. At
 # 0.1 ms the wait stays well inside the 0.5 ms p99 budget; the cost is a GIL handoff per wake-up
 # of the loop while the writer works, the same at any interval. Lowered, never raised, on start,
-# whether the rows are built here or in the writer process (whose batches this thread pickles).
+# whether the rows are built here or in the writer process (for which this thread shares alike sides, and
+# pickles a batch the encoder declines).
 SWITCH_INTERVAL = 0.0001
 # Exchanges per record batch. Each batch costs a fixed ~40 pyarrow calls (one per column, a
 # dozen kernels for integer_fields), so tiny batches cost more per row; but each pa.array call

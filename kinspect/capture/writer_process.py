@@ -1,18 +1,19 @@
 """The capture writer's own process, both ends of its pipe: facts in, Parquet files out, its counters back.
 
 Rows are built and written in a process of their own so that building them never holds
-the proxy's GIL: the proxy's writer thread only pickles each batch of facts (about 1.5 µs
-a row) and writes it to the pipe. Built in a thread of the proxy, the same rows cost the
-event loop a GIL hand-over at each wake-up, and their building twice to three times what
-it costs alone.
+the proxy's GIL: the proxy's writer thread only encodes each batch of facts, with the GIL
+released (capture.facts_wire), and writes it to the pipe. Built in a thread of the proxy,
+the same rows cost the event loop a GIL hand-over at each wake-up, and their building twice
+to three times what it costs alone.
 
-Messages both ways are a 4-byte big-endian length and a pickle. In (the process's stdin):
-the settings, then one batch of EXCHANGE tuples per message, as the pickles of its slices
-of at most PICKLE_ROWS one after another (`batch_pieces`, `read_batch`); the end of the
-input means finish. Out (its stdout): after each batch, each file and at the end, the counters
-(rows_written, row_errors, write_errors, files_written) with the files finished since the
-last report; the first report, all zeros, says it is ready (pyarrow imported and warmed
-up), and the proxy serves only then. The process ignores SIGINT (a terminal's Ctrl-C
+Messages both ways are a 4-byte big-endian length and a payload. In (the process's stdin):
+the settings (a pickle), then one batch of EXCHANGE tuples per message: encoded
+(facts_wire.MAGIC first), or where the encoder declines it or is not built, the pickles of
+its slices of at most PICKLE_ROWS one after another (`send_batch`, `read_batch`); the end of
+the input means finish. Out (its stdout, pickles): after each batch, each file and at the end,
+the counters (rows_written, row_errors, write_errors, files_written) with the files finished
+since the last report; the first report, all zeros, says it is ready (pyarrow imported and
+warmed up), and the proxy serves only then. The process ignores SIGINT (a terminal's Ctrl-C
 reaches the whole process group; the proxy decides when the capture ends) and finishes
 its file when its input ends, whether the proxy closed it or died.
 """
@@ -35,6 +36,7 @@ import time
 from pathlib import Path
 
 from kinspect.capture.facts import share_alike_sides
+from kinspect.capture.facts_wire import MAGIC, decode, write_batch
 from kinspect.capture.writer import BATCH_ROWS
 
 log = logging.getLogger("kinspect.capture")
@@ -42,9 +44,10 @@ log = logging.getLogger("kinspect.capture")
 _LENGTH = struct.Struct(">I")
 _IOV_MAX = 1024  # buffers one writev takes (Linux's IOV_MAX)
 TICK_SECONDS = 0.5  # how often an idle writer process looks at its open file's age
-# Exchanges pickled at a time. pickle.dumps holds the GIL for its whole call, whatever the switch
-# interval: a 512-row batch of the recorded traffic took 1.5 ms (about 1 KB and 3 µs a row on
-# this 2-core machine), an event loop stall at every batch, where a slice of 64 takes 0.14 ms.
+# Exchanges pickled at a time, where a batch cannot be encoded off the GIL (facts_wire). pickle.dumps holds
+# the GIL for its whole call, whatever the switch interval: a 512-row batch of the recorded traffic took
+# 1.5 ms (about 1 KB and 3 µs a row on this 2-core machine), an event loop stall at every batch, where a
+# slice of 64 takes 0.14 ms.
 PICKLE_ROWS = 64
 # The process runs this much nicer than the proxy: on a sidecar's few cores, a batch being built
 # and compressed must not take a core from the forwarding (a waking event loop preempts it); it
@@ -84,16 +87,28 @@ def write_pieces(fd: int, pieces: list[bytes]) -> None:
             views[0] = views[0][written:]
 
 
-def batch_pieces(facts: list) -> list[bytes]:
-    """A batch's payload: its slices of PICKLE_ROWS pickled one at a time (the event loop gets
-    the GIL between them), for `read_batch` to join again; alike sides shared first, so that a
-    slice's pickle holds them once."""
+def send_batch(fd: int, facts: list) -> None:
+    """A batch as one message, alike sides shared first (so that the payload holds each once): encoded with
+    the GIL released (facts_wire), else pickled a slice at a time (`batch_pieces`)."""
     facts = share_alike_sides(facts)
+    if not write_batch(fd, facts):
+        write_pieces(fd, pickled_slices(facts))
+
+
+def batch_pieces(facts: list) -> list[bytes]:
+    """A batch's payload pickled: alike sides shared, then its slices of PICKLE_ROWS pickled one at a time (the
+    event loop gets the GIL between them), for `read_batch` to join again."""
+    return pickled_slices(share_alike_sides(facts))
+
+
+def pickled_slices(facts: list) -> list[bytes]:
     return [pickle.dumps(facts[i:i + PICKLE_ROWS], protocol=5) for i in range(0, len(facts), PICKLE_ROWS)]
 
 
 def read_batch(payload: bytes) -> list:
-    """A batch's exchanges from the pickles of its slices (`batch_pieces`), in order."""
+    """A batch's exchanges from its payload: encoded (facts_wire), or the pickles of its slices (`batch_pieces`)."""
+    if payload[:4] == MAGIC:
+        return decode(payload)
     stream, facts = io.BytesIO(payload), []
     while stream.tell() < len(payload):
         facts += pickle.load(stream)
@@ -194,7 +209,7 @@ class WriterProcess:
             if self.proc is None:
                 break
             try:
-                write_pieces(self.proc.stdin.fileno(), batch_pieces(facts))
+                send_batch(self.proc.stdin.fileno(), facts)
                 self._sent += len(facts)
                 return
             except OSError:
