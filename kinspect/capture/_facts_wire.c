@@ -123,30 +123,34 @@ static int memo(Encoder *e, PyObject *v, uint32_t *number, int *found) {
     return ENC_OK;
 }
 
-/* An exact int's value, read from its digits; 0 where it is beyond 64 bits (or laid out otherwise). */
+/* The value of n 30-bit digits (least significant first) and a sign; 0 where beyond 64 bits. */
+static int int64_of_digits(const digit *d, size_t n, int negative, int64_t *out) {
+    if (n > 3 || (n == 3 && d[2] >> (64 - 2 * PyLong_SHIFT))) return 0; /* more than 64 bits of magnitude */
+    uint64_t mag = 0;
+    for (size_t i = n; i-- > 0;) mag = (mag << PyLong_SHIFT) | d[i];
+    if (mag > (uint64_t)INT64_MAX + (negative ? 1 : 0)) return 0;
+    *out = negative ? (int64_t)(0 - mag) : (int64_t)mag;
+    return 1;
+}
+
+/* An exact int's value, read from its fields; 0 where it is beyond 64 bits (or laid out in a way not known here). */
 static int int64_of(PyObject *v, int64_t *out) {
 #if PY_VERSION_HEX < 0x030C0000
-    Py_ssize_t size = ((PyVarObject *)v)->ob_size;
-    Py_ssize_t n = size < 0 ? -size : size;
-    if (n > 3) return 0;
-    const digit *d = ((PyLongObject *)v)->ob_digit;
-    if (n == 3 && d[2] >> (64 - 2 * PyLong_SHIFT)) return 0; /* more than 64 bits of magnitude */
-    uint64_t mag = 0;
-    for (Py_ssize_t i = n - 1; i >= 0; i--) mag = (mag << PyLong_SHIFT) | d[i];
-    if (size >= 0) {
-        if (mag > (uint64_t)INT64_MAX) return 0;
-        *out = (int64_t)mag;
-    } else {
-        if (mag > (uint64_t)INT64_MAX + 1) return 0;
-        *out = (int64_t)(0 - mag);
-    }
-    return 1;
+    Py_ssize_t size = ((PyVarObject *)v)->ob_size; /* its sign is the int's */
+    return int64_of_digits(((PyLongObject *)v)->ob_digit, (size_t)(size < 0 ? -size : size), size < 0, out);
 #else
-    /* 3.12 changed the layout; its unstable API reads a value that fits one digit without a call.
-     * Larger ones decline (the batch is pickled). */
-    if (!PyUnstable_Long_IsCompact((PyLongObject *)v)) return 0;
-    *out = (int64_t)PyUnstable_Long_CompactValue((PyLongObject *)v);
-    return 1;
+    const PyLongObject *l = (const PyLongObject *)v;
+    if (PyUnstable_Long_IsCompact(l)) {
+        *out = (int64_t)PyUnstable_Long_CompactValue(l);
+        return 1;
+    }
+#if PY_VERSION_HEX < 0x030F0000
+    /* 3.12-3.14: lv_tag holds the digit count above bit 3 and the sign in bits 0-1 (2: negative) */
+    uintptr_t tag = l->long_value.lv_tag;
+    return int64_of_digits(l->long_value.ob_digit, (size_t)(tag >> 3), (tag & 3) == 2, out);
+#else
+    return 0;
+#endif
 #endif
 }
 

@@ -90,6 +90,17 @@ def test_every_kind_of_value_encodes_alike_and_round_trips(native):
     assert repr(native.decode(native.encode(nan))) == "[nan]"
 
 
+def test_ints_of_every_width_encode_alike(native):
+    """An int's digits are read without the GIL (one, two or three 30-bit digits make 64 bits): every width, both
+    signs, and the limits."""
+    rng = random.Random(11)
+    ints = [0, 1, -1, (1 << 30) - 1, 1 << 30, -(1 << 30), (1 << 60) - 1, 1 << 60, -(1 << 60), (1 << 63) - 1, -(1 << 63)]
+    ints += [rng.randrange(-(1 << bits), 1 << bits) for bits in range(1, 64) for _ in range(20)]
+    rows = [tuple(ints[i:i + 10]) for i in range(0, len(ints), 10)]
+    payload = encode_python(rows)
+    assert native.encode(rows) == payload and native.decode(payload) == rows
+
+
 @pytest.mark.parametrize("value", [1 << 63, -(1 << 63) - 1, 1 << 200, [1], {"a": 1}, {1}, bytearray(b"x"),
                                    type("Text", (str,), {})("a str subclass"), type("Pair", (tuple,), {})((1,)),
                                    1j, object()],
