@@ -189,7 +189,7 @@ class BatchBuilder:
         What follows from an exchange's two SIDEs alone (the bodies' tagged fields, error codes, topics,
         record summaries, integer groups) is worked out again only when a row's sides are not the
         previous row's: exchanges whose bodies were seen before share their SCAN objects (the metrics'
-        memo, capture.facts), and a pickled slice keeps them shared, so a run of alike exchanges pays
+        memo, capture.facts), and the batch's message keeps them shared, so a run of alike exchanges pays
         it once. Each row then adds what its own header and sizes say. Each row's derived values are
         one tuple (a tuple is built in one step, where a list append is a method call per value);
         the batch's are transposed by zip at the end."""

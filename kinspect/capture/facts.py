@@ -93,7 +93,7 @@ def share_alike_sides_python(facts: list) -> list:
     producer's requests, scanned anew each time, came with SCANs of their own before it, each pickled,
     unpickled and worked out anew by the row builder (capture.batch), 10-15 µs a row of the small-request
     benchmark's produce in-process. What is left here is sides alike across apis, mostly requests without
-    facts (123 of 774 rows of the recorded traffic): shared, one pickle holds a side once and the builder
+    facts (123 of 774 rows of the recorded traffic): shared, a batch's message holds a side once and the builder
     works it out once (docs/performance.md). Rows whose sides are the previous row's objects cost an
     identity check. A row is rebuilt only if a side changes; the records are compared first, where unlike
     scans usually differ."""

@@ -58,7 +58,7 @@ NICENESS = 10
 # context switches a batch -> 1).
 PIPE_BYTES = 1 << 20
 # Objects made between two young collections of the process's garbage collector (CPython's default 700).
-# A batch unpickles about 30 tuples a row and keeps them until its rows are built: collections every 700
+# A batch decodes into about 30 tuples a row and keeps them until its rows are built: collections every 700
 # walked them again and again as they were promoted, and pyarrow's and numpy's thousands of objects at
 # each full one (0.5-5 µs a row live, 3 µs a row of the recorded traffic in-process). The rows' objects
 # form no cycles and die with their batch, so a collection seldom finds anything.
