@@ -47,25 +47,19 @@ static int reserve(Encoder *e, size_t more) {
     return ENC_OK;
 }
 
-static int put_tag_u32(Encoder *e, char tag, size_t n) {
-    if (n > UINT32_MAX) return ENC_DECLINE;
-    int rc = reserve(e, 5);
+/* A tag and `width` bytes of x, little-endian. */
+static int put_tag(Encoder *e, char tag, uint64_t x, int width) {
+    int rc = reserve(e, 1 + (size_t)width);
     if (rc) return rc;
     unsigned char *p = e->data + e->len;
     p[0] = (unsigned char)tag;
-    for (int i = 0; i < 4; i++) p[1 + i] = (unsigned char)(n >> (8 * i));
-    e->len += 5;
+    for (int i = 0; i < width; i++) p[1 + i] = (unsigned char)(x >> (8 * i));
+    e->len += 1 + (size_t)width;
     return ENC_OK;
 }
 
-static int put_tag_u64(Encoder *e, char tag, uint64_t x) {
-    int rc = reserve(e, 9);
-    if (rc) return rc;
-    unsigned char *p = e->data + e->len;
-    p[0] = (unsigned char)tag;
-    for (int i = 0; i < 8; i++) p[1 + i] = (unsigned char)(x >> (8 * i));
-    e->len += 9;
-    return ENC_OK;
+static int put_tag_u32(Encoder *e, char tag, size_t n) {
+    return n > UINT32_MAX ? ENC_DECLINE : put_tag(e, tag, n, 4);
 }
 
 static int put_bytes(Encoder *e, const void *src, size_t n) {
@@ -163,13 +157,13 @@ static int encode_value(Encoder *e, PyObject *v, int depth) {
     if (type == &PyLong_Type) {
         int64_t x;
         if (!int64_of(v, &x)) return ENC_DECLINE;
-        return put_tag_u64(e, 'i', (uint64_t)x);
+        return put_tag(e, 'i', (uint64_t)x, 8);
     }
     if (type == &PyFloat_Type) {
         double d = PyFloat_AS_DOUBLE(v);
         uint64_t bits;
         memcpy(&bits, &d, 8);
-        return put_tag_u64(e, 'd', bits);
+        return put_tag(e, 'd', bits, 8);
     }
     if (type != &PyTuple_Type && type != &PyUnicode_Type && type != &PyBytes_Type) return ENC_DECLINE;
     if (type == &PyUnicode_Type && !PyUnicode_IS_COMPACT(v)) return ENC_DECLINE; /* before it is numbered */
