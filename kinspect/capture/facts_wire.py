@@ -2,8 +2,8 @@
 
 Why not pickle: pickle.dumps holds the GIL for its whole call, about 1 µs a row of the recorded
 traffic. The event loop that wakes meanwhile waits for the writer thread: at 10,000 exchanges a
-second, a thread sleeping 1 ms in the proxy woke 0.39 ms late at p99 instead of 0.19-0.27
-(docs/performance.md). The facts are immutable tuples of None, bools, ints, floats, strs and bytes
+second, a thread sleeping 1 ms in the proxy woke 0.41 ms late at p99 instead of 0.22-0.23
+(docs/performance.md, "fifteenth"). The facts are immutable tuples of None, bools, ints, floats, strs and bytes
 that the writer thread's batch keeps alive, so the C encoder (kinspect.capture._facts_wire) reads
 them with the GIL released; the event loop may change only their reference counts, which it never
 reads. This module is its reference (encode_python, byte for byte) and the decoder's.

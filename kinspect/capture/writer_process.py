@@ -89,24 +89,20 @@ def write_pieces(fd: int, pieces: list[bytes]) -> None:
 
 def send_batch(fd: int, facts: list) -> None:
     """A batch as one message, alike sides shared first (so that the payload holds each once): encoded with
-    the GIL released (facts_wire), else pickled a slice at a time (`batch_pieces`)."""
+    the GIL released (facts_wire), else pickled a slice at a time (`pickled_slices`)."""
     facts = share_alike_sides(facts)
     if not write_batch(fd, facts):
         write_pieces(fd, pickled_slices(facts))
 
 
-def batch_pieces(facts: list) -> list[bytes]:
-    """A batch's payload pickled: alike sides shared, then its slices of PICKLE_ROWS pickled one at a time (the
-    event loop gets the GIL between them), for `read_batch` to join again."""
-    return pickled_slices(share_alike_sides(facts))
-
-
 def pickled_slices(facts: list) -> list[bytes]:
+    """A batch's payload pickled: its slices of PICKLE_ROWS pickled one at a time (the event loop gets the GIL
+    between them), for `read_batch` to join again."""
     return [pickle.dumps(facts[i:i + PICKLE_ROWS], protocol=5) for i in range(0, len(facts), PICKLE_ROWS)]
 
 
 def read_batch(payload: bytes) -> list:
-    """A batch's exchanges from its payload: encoded (facts_wire), or the pickles of its slices (`batch_pieces`)."""
+    """A batch's exchanges from its payload: encoded (facts_wire), or the pickles of its slices (`pickled_slices`)."""
     if payload[:4] == MAGIC:
         return decode(payload)
     stream, facts = io.BytesIO(payload), []

@@ -13,7 +13,8 @@ from kinspect.capture.batch import BatchBuilder
 from kinspect.capture import facts as facts_module
 from kinspect.capture.facts import (FIELDS, FactsTaker, held_bytes, held_total, share_alike_sides,
                                     share_alike_sides_python)
-from kinspect.capture.writer_process import PICKLE_ROWS, batch_pieces, read_batch
+from kinspect.capture.facts_wire import encode_python
+from kinspect.capture.writer_process import PICKLE_ROWS, pickled_slices, read_batch
 from kinspect.protocol.codec.wire_program import PURE_PYTHON_ENV
 from kinspect.observers.metrics import MetricsObserver
 from kinspect.protocol.codec import Codec
@@ -112,17 +113,20 @@ def test_alike_sides_are_shared_and_nothing_else_changes(codec: Codec, share):
     assert sharing > 100
 
 
-def test_alike_sides_cross_the_pipe_once_and_build_the_same_rows(codec: Codec):
-    """A producer's alike requests, each with scans of its own: a slice's pickle holds their sides once, and the
-    writer process builds the rows the sides unshared give."""
+@pytest.mark.parametrize("encoding", ["encoded", "pickled"])
+def test_alike_sides_cross_the_pipe_once_and_build_the_same_rows(codec: Codec, encoding):
+    """A producer's alike requests, each with scans of its own: the batch's message holds their sides once (encoded,
+    as the writer thread sends it; pickled a slice at a time, where the encoder declines), and the writer process
+    builds the rows the sides unshared give."""
     facts = [f for f, _ in recorded_facts(codec)]
     produce = [f for f in facts if f[FIELDS.index("api_name")] == "Produce" and type(f[REQ]) is tuple]
     assert produce
     rows = [with_side(with_side(f, REQ, copied(f[REQ])), RESP, copied(f[RESP])) for f in produce for _ in range(40)]
     unshared = sum(len(pickle.dumps(rows[i:i + PICKLE_ROWS], protocol=5)) for i in range(0, len(rows), PICKLE_ROWS))
-    pieces = batch_pieces(rows)
-    assert sum(map(len, pieces)) < unshared / 3
-    got = read_batch(b"".join(pieces))
+    shared = share_alike_sides(rows)
+    payload = encode_python(shared) if encoding == "encoded" else b"".join(pickled_slices(shared))
+    assert len(payload) < unshared / 3
+    got = read_batch(payload)
     assert got == rows
     assert got[1][REQ] is got[2][REQ]
     builder = BatchBuilder(0.0, codec.registry)

@@ -17,6 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from kinspect.capture.batch import BatchBuilder
+from kinspect.capture.facts import share_alike_sides
+from kinspect.capture.facts_wire import encode_python
 from kinspect.capture.observer import CaptureObserver
 from kinspect.capture.writer import CaptureWriter
 from kinspect.capture.writer_process import WriterProcess
@@ -155,7 +157,7 @@ def test_a_batch_crosses_the_pipe_pickled_a_slice_at_a_time(codec: Codec):
 
     facts = [f for f, _ in recorded_facts(codec)] * 3
     rows = 2 * writer_process.PICKLE_ROWS + 2  # two whole slices and a part
-    pieces = writer_process.batch_pieces(facts[:rows])
+    pieces = writer_process.pickled_slices(facts[:rows])
     assert len(pieces) == 3  # each pickle.dumps holds the GIL for a slice only
     read_fd, write_fd = os.pipe()
     got = []
@@ -164,8 +166,8 @@ def test_a_batch_crosses_the_pipe_pickled_a_slice_at_a_time(codec: Codec):
     reader.start()  # the pipe holds 64 KiB: the writes below wait for this reader
     try:
         writer_process.write_pieces(write_fd, pieces)
-        writer_process.write_pieces(write_fd, writer_process.batch_pieces(facts))
-        writer_process.write_pieces(write_fd, writer_process.batch_pieces([]))
+        writer_process.write_pieces(write_fd, writer_process.pickled_slices(facts))
+        writer_process.write_pieces(write_fd, writer_process.pickled_slices([]))
         reader.join(30)
     finally:
         os.close(write_fd)
@@ -216,7 +218,7 @@ def test_the_writer_process_collector_leaves_a_batch_alone(codec: Codec):
     from kinspect.capture import writer_process
 
     facts = [f for f, _ in recorded_facts(codec)]
-    payload = b"".join(writer_process.batch_pieces((facts * 4)[:512]))
+    payload = encode_python(share_alike_sides((facts * 4)[:512]))  # as the writer thread sends it
     builder = BatchBuilder(0.0)
     builder.build(facts[:8])
     collections: list[int] = []
