@@ -57,6 +57,7 @@ from kinspect.capture.writer import BATCH_ROWS, CaptureWriter
 from kinspect.protocol.codec import Codec
 from kinspect.proxy.observers import Dispatcher
 from kinspect.session import ConnectionInfo, Exchange, Session
+from proc_cpu import cpu_seconds, thread_seconds
 
 TRAFFIC = ROOT / "tests" / "data" / "traffic"
 
@@ -269,9 +270,9 @@ def process_writer(directory: Path, builder, offered, copies: int, warm: tuple) 
                            process=True, warm_facts=warm).start()
     thread, pid = writer._thread.native_id, writer._out.proc.pid
     rows = copies * len(offered)
-    start_up = task_cpu(pid)
+    start_up = cpu_seconds(pid)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    thread_cpu = task_cpu(os.getpid(), thread)
+    thread_cpu = thread_seconds(os.getpid(), thread)
     started = time.perf_counter()
     for _ in range(copies):
         for f, held in offered:
@@ -279,21 +280,13 @@ def process_writer(directory: Path, builder, offered, copies: int, warm: tuple) 
     # every row handed to the process but a part batch, which would wait BATCH_SECONDS (close sends it at once)
     while writer.queue_depth >= BATCH_ROWS or writer._out._sent + writer.queue_depth < rows:
         time.sleep(0.002)
-    thread_cpu = task_cpu(os.getpid(), thread) - thread_cpu
+    thread_cpu = thread_seconds(os.getpid(), thread) - thread_cpu
     writer.close()  # the process writes the rest and ends
     elapsed = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     process_cpu = after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime - start_up
     assert writer.rows_written == rows, (writer.rows_written, writer.row_errors, writer.write_errors)
     return rows / elapsed, thread_cpu / rows * 1e6, process_cpu / rows * 1e6
-
-
-def task_cpu(pid: int, tid: int | None = None) -> float:
-    """CPU seconds (user + system) of a process, or of one of its threads, from /proc."""
-    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
-    with open(path) as f:
-        fields = f.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def sleep_lateness(count: int) -> list[float]:

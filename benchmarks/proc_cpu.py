@@ -80,6 +80,12 @@ def user_system_seconds(pid: int | None) -> tuple[float, float] | None:
     return user / CLK_TCK, system / CLK_TCK
 
 
+def thread_seconds(pid: int, tid: int) -> float:
+    """Time on a CPU of one thread of a process, in ns resolution (/proc/<pid>/task/<tid>/schedstat)."""
+    with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+        return int(f.read().split()[0]) / 1e9
+
+
 def run_seconds(pid: int | None) -> float | None:
     """Time on a CPU of the live threads of the process and of its descendants, in ns resolution
     (/proc/<pid>/task/*/schedstat): a process's writer process counts as the process's own CPU.

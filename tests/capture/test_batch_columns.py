@@ -25,8 +25,7 @@ import pytest
 from kinspect.capture import columns as columns_module
 from kinspect.capture.batch import BatchBuilder
 from kinspect.capture.columns import _LAYOUT, IntegerFieldColumns, native_cut
-from kinspect.capture.facts import FIELDS, FactsTaker
-from kinspect.capture.facts import share_alike_sides
+from kinspect.capture.facts import FIELDS, FactsTaker, share_alike_sides
 from kinspect.capture.writer_process import pickled_slices
 from kinspect.protocol.codec import Codec
 from kinspect.protocol.codec.codegen import SLOT_OCCURRENCES, SLOT_STRIDE, SLOT_UHIST, SLOT_ZHIST
@@ -278,7 +277,8 @@ def test_slices_unpickled_one_at_a_time_number_each_slot_table_once(codec, recor
                                                                                        f[AT["response_side"]]))
                 if type(side) is tuple and side[4] is not None}
     assert len(distinct) > 10
-    copies = [row for _ in range(4) for piece in pickled_slices(share_alike_sides(recorded)) for row in pickle.loads(piece)]
+    pieces = pickled_slices(share_alike_sides(recorded))
+    copies = [row for _ in range(4) for piece in pieces for row in pickle.loads(piece)]
     first = next(i for i, f in enumerate(recorded) if type(f[AT["request_side"]]) is tuple and f[AT["request_side"]][3])
     assert copies[first][AT["request_side"]][3] is not recorded[first][AT["request_side"]][3]  # copies indeed
     same_batches(ours, theirs, copies, 512)
