@@ -201,9 +201,10 @@ class Relay:
             return
         if forward is None:
             self._write(client, data)
-        else:
-            for chunk in forward:
-                self._write(client, chunk)
+        elif forward and client is not None and not client.is_closing():
+            # One call for a held frame's new size prefix and its pieces: uvloop sends them in one writev, where a
+            # write each went out in a send each and a reader could see the prefix alone.
+            client.writelines(forward)
         self._count_failures()
         if events:
             self.dispatcher.dispatch(events)

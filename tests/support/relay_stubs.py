@@ -24,6 +24,10 @@ class RecordingTransport:
     def write(self, data) -> None:
         self.sent.append(bytes(data))
 
+    def writelines(self, chunks) -> None:
+        for chunk in chunks:
+            self.write(chunk)
+
     def is_closing(self) -> bool:
         return False
 
