@@ -1,6 +1,6 @@
 """Builds the optional C extensions (the decoder/scanner _wire, the session's one-frame reads _one_frame, the
 metrics' counting _counting, the inspection queue's batch _batch, the relay's receiving end _receive,
-the capture's fact taker and queue front _take, column cutter _columns and encoder of facts for the
+the capture's fact taker and queue front _take, column cutter _columns, derived columns _derive and encoder of facts for the
 writer process _facts_wire, the analyze job's grouping kernels _grouping); everything else is in pyproject.toml."""
 
 from setuptools import Extension, setup
@@ -16,6 +16,7 @@ EXTENSIONS = (
     ("kinspect.proxy._forward", True),
     ("kinspect.capture._take", True),
     ("kinspect.capture._columns", False),
+    ("kinspect.capture._derive", False),
     ("kinspect.capture._facts_wire", False),
     ("kinspect.analyze._grouping", False),
 )

@@ -3,8 +3,8 @@
 The writer never makes a row object: a batch of EXCHANGE tuples is transposed (zip) into
 one tuple per field; integer columns and times become numpy arrays in one call each (a
 tenth of pa.array's time on Python ints), and one loop over the two sides of each
-exchange makes one tuple of the row's derived values (tag bytes, tagged fields, error
-codes, topics, records, compact sizes), transposed by zip too. capture.columns cuts the
+exchange makes the row's derived values (tag bytes, tagged fields, error codes, topics,
+records, compact sizes; in C where built, capture._derive). capture.columns cuts the
 integer_fields figures out of the scans' counters (in C where it is built). Nothing of a
 record's key, value or headers was ever read (records are summarized from their batch
 headers), and no bytes field reaches a row. tests/support/per_row_batch.py keeps the
@@ -17,6 +17,7 @@ from kinspect.capture.columns import IntegerFieldColumns
 from kinspect.capture.facts import FIELDS
 from kinspect.capture.schema import COLUMN_NAMES, SCHEMA_VERSION, arrow_schema
 from kinspect.protocol.codec import response_header_version
+from kinspect.protocol.codec.wire_program import optional_extension
 from kinspect.protocol.error_codes import error_name
 from kinspect.protocol.specs.api_keys import PRODUCE
 
@@ -84,7 +85,8 @@ class BatchBuilder:
 
     `wall_offset` maps the events' monotonic times to UTC; `registry` (the events' codec's,
     SpecRegistry.default() if None) says which request versions are flexible. `native`: the
-    integer_fields figures are cut in C where it is built (capture.columns), else by numpy.
+    integer_fields figures are cut in C where it is built (capture.columns), else by numpy, and the
+    derived columns are worked out in C where built (capture._derive), else in Python.
     """
 
     def __init__(self, wall_offset: float, registry=None, versions: dict | None = None, native: bool = True) -> None:
@@ -106,6 +108,10 @@ class BatchBuilder:
         self._types: dict = {}
         self._integer_fields = IntegerFieldColumns(native)  # its label tables grow with the apis seen
         self._utf8_sizes: dict = {}  # client id -> its UTF-8 bytes
+        # The derived columns' loop in C where built (`native`); the caches it keeps of two pure functions.
+        self._derive = getattr(optional_extension("kinspect.capture._derive") if native else None, "derive", None)
+        self._error_names: dict = {}  # error code -> error_name(code)
+        self._header_versions: dict = {}  # api key -> response_header_version(api_key, True)
 
     def _arrow(self):
         import numpy as np
@@ -184,7 +190,22 @@ class BatchBuilder:
         return size
 
     def _derived(self, facts: list[tuple]) -> dict:
-        """The columns computed from both sides of each exchange, one loop over the batch.
+        """The columns computed from both sides of each exchange: in C where built (capture._derive), else
+        _derived_python, its reference."""
+        derive = self._derive
+        if derive is None or type(facts) is not list:
+            return self._derived_python(facts)
+        integer_fields = self._integer_fields
+        derived, counters, tables = derive(facts, *integer_fields.tables, integer_fields.table_number, self._utf8_sizes,
+                                           self._utf8_size, self._error_names, error_name, self._header_versions,
+                                           response_header_version, PRODUCE, _LOG_OVERHEAD)
+        columns = dict(zip(_DERIVED, derived))
+        columns["integer_fields"] = (counters, tables, columns.pop("integer_groups"))
+        return columns
+
+    def _derived_python(self, facts: list[tuple]) -> dict:
+        """The columns computed from both sides of each exchange, one loop over the batch (the reference of
+        capture._derive: change both).
 
         What follows from an exchange's two SIDEs alone (the bodies' tagged fields, error codes, topics,
         record summaries, integer groups) is worked out again only when a row's sides are not the

@@ -45,7 +45,7 @@ TOPIC = "container-demo"
 RECORDS = 20
 C_EXTENSIONS = ("kinspect.protocol.codec._wire", "kinspect.session._one_frame", "kinspect.observers._counting", "kinspect.observers._inventory",
                 "kinspect.proxy._batch", "kinspect.proxy._receive", "kinspect.proxy._forward",
-                "kinspect.capture._take", "kinspect.capture._columns", "kinspect.capture._facts_wire",
+                "kinspect.capture._take", "kinspect.capture._columns", "kinspect.capture._derive", "kinspect.capture._facts_wire",
                 "kinspect.analyze._grouping")
 RUNTIME_PACKAGES = ("uvloop", "prometheus_client", "structlog", "pyarrow", "numpy")  # the core and the proxy extra
 ABSENT_PACKAGES = ("pyspark", "pytest", "pip")  # no pipeline extra, no test tools, no installer

@@ -83,7 +83,7 @@ def test_build_makes_an_sdist_and_a_wheel_with_the_c_codec(dist):
         metadata = whl.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     for extension in ("kinspect/protocol/codec/_wire.", "kinspect/session/_one_frame.", "kinspect/observers/_counting.", "kinspect/observers/_inventory.",
                       "kinspect/proxy/_batch.", "kinspect/proxy/_receive.", "kinspect/proxy/_forward.",
-                      "kinspect/capture/_take.", "kinspect/capture/_columns.", "kinspect/capture/_facts_wire.",
+                      "kinspect/capture/_take.", "kinspect/capture/_columns.", "kinspect/capture/_derive.", "kinspect/capture/_facts_wire.",
                       "kinspect/analyze/_grouping."):
         assert any(n.startswith(extension) and n.endswith(".so") for n in names), (extension, sorted(names)[:20])
     assert {"kinspect/cli/main.py", "kinspect/specs/index.json", "kinspect/specs/LICENSE"} <= names
@@ -107,7 +107,7 @@ def test_build_makes_an_sdist_and_a_wheel_with_the_c_codec(dist):
     assert {"kinspect/protocol/codec/_wire.c", "kinspect/session/_one_frame.c", "kinspect/observers/_counting.c", "kinspect/observers/_inventory.c",
             "kinspect/proxy/_batch.c", "kinspect/proxy/_receive.c", "kinspect/proxy/_forward.c",
             "kinspect/slot_offsets.h", "kinspect/capture/_take.c",
-            "kinspect/capture/_columns.c", "kinspect/capture/_facts_wire.c", "kinspect/analyze/_grouping.c", "setup.py", "pyproject.toml", "specs/index.json", "README.md"} <= members
+            "kinspect/capture/_columns.c", "kinspect/capture/_derive.c", "kinspect/capture/_facts_wire.c", "kinspect/analyze/_grouping.c", "setup.py", "pyproject.toml", "specs/index.json", "README.md"} <= members
 
 
 def test_wheel_install_runs_the_base_commands_and_hints_the_extras(dist, tmp_path):
@@ -178,6 +178,7 @@ def test_pip_install_dot_without_a_compiler(tmp_path):
     assert not list((site / "kinspect" / "proxy").glob("_forward*.so")), "the C reader was built after all"
     assert not list((site / "kinspect" / "capture").glob("_take*.so")), "the C fact taker was built after all"
     assert not list((site / "kinspect" / "capture").glob("_columns*.so")), "the C column cutter was built after all"
+    assert not list((site / "kinspect" / "capture").glob("_derive*.so")), "the C derived columns were built after all"
     assert not list((site / "kinspect" / "capture").glob("_facts_wire*.so")), "the C facts encoder was built after all"
     assert not list((site / "kinspect" / "analyze").glob("_grouping*.so")), "the C grouping kernels were built after all"
     decoded = run(["kinspect", "decode", REQUESTS, RESPONSES, "-o", tmp_path / "out.jsonl"], env=env, cwd=tmp_path)
