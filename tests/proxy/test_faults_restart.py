@@ -156,6 +156,9 @@ def test_broker_restart_during_produce_and_consume(tmp_path, codec: Codec, idemp
                              "enable.idempotence": idempotence, "compression.type": "none",
                              "message.timeout.ms": 60000, "reconnect.backoff.ms": 100,
                              "reconnect.backoff.max.ms": 500, "retry.backoff.ms": 100,
+                             # The topic is created by the test alone (2 partitions), before and after the restart:
+                             # librdkafka's producer would otherwise ask the new broker to create it as well.
+                             "allow.auto.create.topics": False,
                              "error_cb": lambda err: fatal.append(str(err)) if err.fatal() else None})
         consumer = Consumer({"bootstrap.servers": rig.bootstrap, "group.id": "restart", "enable.auto.commit": False,
                              "auto.offset.reset": "earliest", "fetch.wait.max.ms": 200,
