@@ -21,8 +21,8 @@ ARG PYTHON_IMAGE=python:3.11-slim
 
 # ------------------------------------------------------------------------------ builder
 # Builds kinspect's wheel (with its C extensions, kinspect/protocol/codec/_wire.c, kinspect/session/_one_frame.c,
-# kinspect/observers/_counting.c and _inventory.c, kinspect/proxy/_batch.c, _receive.c and _forward.c, kinspect/capture/_take.c, _columns.c, _derive.c and _facts_wire.c,
-# kinspect/analyze/_grouping.c) and installs it with
+# kinspect/observers/_counting.c and _inventory.c, kinspect/proxy/_batch.c, _receive.c and _forward.c,
+# kinspect/capture/_take.c, _columns.c, _derive.c and _facts_wire.c, kinspect/analyze/_grouping.c) and installs it with
 # the `proxy` extra into /opt/venv, which is all the runtime stage takes from here.
 FROM ${PYTHON_IMAGE} AS builder
 
