@@ -59,18 +59,36 @@ _NUMPY = {
 }
 
 
-def _integers(pa, np, values, dtype: str, arrow_type):
+_WIDTHS = {"int8": 1, "int16": 2, "int32": 4, "int64": 8}
+
+
+def _from_buffers(pa, arrow_type, n: int, data: bytes, validity: bytes | None, nulls: int):
+    """An Arrow array of n values of a fixed-width type, from the buffers capture._columns made."""
+    return pa.Array.from_buffers(arrow_type, n, [None if validity is None else pa.py_buffer(validity),
+                                                 pa.py_buffer(data)], null_count=nulls)
+
+
+def _integers(pa, np, values, dtype: str, arrow_type, native=None):
     """An integer column of `values` (a tuple of ints, None for null: pa.array's nulls, in a column that
-    has none too, as the per-row builder gave them)."""
+    has none too, as the per-row builder gave them). `native`: capture._columns.integers, which makes the
+    column's buffers in one pass where every value is an int that fits (else numpy decides, the reference)."""
+    if native is not None:
+        made = native(values, _WIDTHS[dtype])
+        if made is not None:
+            return _from_buffers(pa, arrow_type, len(values), *made)
     try:
         return pa.array(np.array(values, dtype))
     except TypeError:  # a None (numpy has no null): pa.array, as fast as numpy with its checks on a few
         return pa.array(values, type=arrow_type)
 
 
-def _times(pa, np, values, offset: float, arrow_type):
+def _times(pa, np, values, offset: float, arrow_type, native=None):
     """Seconds (monotonic, or a latency) plus offset, to integer microseconds (None stays null), rounded
     as round() does: half to even, on the same float64 products as round((t + offset) * 1_000_000)."""
+    if native is not None:  # capture._columns.micros: the same operations in one pass, where every value is a float
+        made = native(values, offset)
+        if made is not None:
+            return _from_buffers(pa, arrow_type, len(values), *made)
     seconds = np.array(values, np.float64)  # None -> NaN (no time is ever NaN)
     missing = np.isnan(seconds)
     micros = np.rint((seconds + offset) * 1_000_000)
@@ -110,6 +128,10 @@ class BatchBuilder:
         self._utf8_sizes: dict = {}  # client id -> its UTF-8 bytes
         # The derived columns' loop in C where built (`native`); the caches it keeps of two pure functions.
         self._derive = getattr(optional_extension("kinspect.capture._derive") if native else None, "derive", None)
+        # Integer and time columns' Arrow buffers in C where built (`native`), else numpy's conversion.
+        columns_module = optional_extension("kinspect.capture._columns") if native else None
+        self._native_integers = getattr(columns_module, "integers", None)
+        self._native_micros = getattr(columns_module, "micros", None)
         self._error_names: dict = {}  # error code -> error_name(code)
         self._header_versions: dict = {}  # api key -> response_header_version(api_key, True)
 
@@ -136,9 +158,10 @@ class BatchBuilder:
         columns.update(self._derived(facts))
         arrays = {"schema_version": pa.array(np.full(n, SCHEMA_VERSION, np.int16))}
         offset = self.wall_offset
-        arrays["request_time"] = _times(pa, np, fields[_AT["request_time"]], offset, types["request_time"])
-        arrays["response_time"] = _times(pa, np, fields[_AT["response_time"]], offset, types["response_time"])
-        arrays["latency_us"] = _times(pa, np, fields[_AT["latency"]], 0.0, types["latency_us"])
+        micros = self._native_micros
+        arrays["request_time"] = _times(pa, np, fields[_AT["request_time"]], offset, types["request_time"], micros)
+        arrays["response_time"] = _times(pa, np, fields[_AT["response_time"]], offset, types["response_time"], micros)
+        arrays["latency_us"] = _times(pa, np, fields[_AT["latency"]], 0.0, types["latency_us"], micros)
         keys = list(zip(fields[_AT["api_key"]], fields[_AT["request_version"]]))
         flexible = list(map(self._flexible.get, keys))
         if None in flexible:  # a version not looked up yet
@@ -156,7 +179,7 @@ class BatchBuilder:
             if dtype is None:
                 arrays[name] = pa.array(values, type=types[name])
             else:
-                arrays[name] = _integers(pa, np, values, dtype, types[name])
+                arrays[name] = _integers(pa, np, values, dtype, types[name], self._native_integers)
         return pa.RecordBatch.from_arrays([arrays[name] for name in COLUMN_NAMES], schema=self.schema)
 
     def versions_table(self) -> dict:
