@@ -164,12 +164,92 @@ fail:
     return NULL;
 }
 
-/* integers(values, width): an integer column's Arrow buffers, or None where the numpy path must decide.
+/* A fixed-width column's Arrow buffers from a list or tuple of values and Nones: (data, validity, null count),
+ * data the values as `width`-byte little-endian ints (0 where None), validity Arrow's bitmap (bit i set where
+ * values[i] is not None, the bits past the last value cleared as Arrow clears them; None when nothing is
+ * null). convert(item, context, &value) gives each value: 1 made, 0 declined (then the whole column is:
+ * None is returned, for numpy's path to decide), -1 an error. */
+typedef int (*convert_fn)(PyObject *item, const void *context, int64_t *value);
+
+static PyObject *fixed_width(PyObject *seq, int width, convert_fn convert, const void *context) {
+#if PY_BIG_ENDIAN
+    Py_RETURN_NONE; /* Arrow's buffers are little-endian: numpy's path converts */
+#endif
+    PyObject *fast = PySequence_Fast(seq, "values must be a list or tuple");
+    if (fast == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast), nulls = 0;
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    PyObject *data = PyBytes_FromStringAndSize(NULL, n * width), *validity = NULL, *result = NULL;
+    if (data == NULL)
+        goto done;
+    char *out = PyBytes_AS_STRING(data);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t v = 0;
+        if (items[i] == Py_None) {
+            if (validity == NULL) { /* the first null: every value before it was valid */
+                if ((validity = PyBytes_FromStringAndSize(NULL, (n + 7) / 8)) == NULL)
+                    goto done;
+                memset(PyBytes_AS_STRING(validity), 0xff, (n + 7) / 8);
+            }
+            PyBytes_AS_STRING(validity)[i / 8] &= (char)~(1u << (i % 8));
+            nulls++;
+        } else {
+            int made = convert(items[i], context, &v);
+            if (made <= 0) {
+                if (made == 0)
+                    result = Py_NewRef(Py_None);
+                goto done;
+            }
+        }
+        switch (width) {
+        case 1: { int8_t w = (int8_t)v; memcpy(out + i, &w, 1); break; }
+        case 2: { int16_t w = (int16_t)v; memcpy(out + 2 * i, &w, 2); break; }
+        case 4: { int32_t w = (int32_t)v; memcpy(out + 4 * i, &w, 4); break; }
+        default: memcpy(out + 8 * i, &v, 8); break;
+        }
+    }
+    if (n % 8 && validity != NULL)
+        PyBytes_AS_STRING(validity)[n / 8] &= (char)((1u << (n % 8)) - 1);
+    result = Py_BuildValue("(OOn)", data, validity != NULL ? validity : Py_None, nulls);
+done:
+    Py_DECREF(fast);
+    Py_XDECREF(data);
+    Py_XDECREF(validity);
+    return result;
+}
+
+/* An exact int within [bounds[0], bounds[1]]. */
+static int int_in_range(PyObject *item, const void *context, int64_t *value) {
+    const long long *bounds = context;
+    int overflow = 0;
+    if (!PyLong_CheckExact(item))
+        return 0;
+    long long v = PyLong_AsLongLongAndOverflow(item, &overflow);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow || v < bounds[0] || v > bounds[1])
+        return 0;
+    *value = v;
+    return 1;
+}
+
+/* rint((seconds + offset) * 1e6) of an exact, finite float: a sum and a product, each rounded to float64 as
+ * numpy's are, then half to even as np.rint (the default rounding mode). */
+static int microseconds(PyObject *item, const void *context, int64_t *value) {
+    if (!PyFloat_CheckExact(item))
+        return 0;
+    double rounded = nearbyint((PyFloat_AS_DOUBLE(item) + *(const double *)context) * 1000000.0);
+    if (!isfinite(rounded) || rounded < -9.2e18 || rounded > 9.2e18)
+        return 0;
+    *value = (int64_t)rounded;
+    return 1;
+}
+
+/* integers(values, width): an integer column's Arrow buffers (fixed_width), or None where numpy must decide.
  *
- * values: a list or tuple of ints and Nones; width: 1, 2, 4 or 8 bytes. -> (data, validity, null count):
- * data, the values as little-endian signed ints of `width` bytes (0 where None); validity, Arrow's bitmap
- * (bit i set where values[i] is not None; None when nothing is null). None when a value is not an exact
- * int, or does not fit: numpy's conversion then raises or converts as before (capture.batch._integers).
+ * values: ints and Nones; width: 1, 2, 4 or 8 bytes. None when a value is not an exact int, or does not
+ * fit: numpy's conversion then raises or converts as before (capture.batch._integers).
  *
  * Why: np.array on a tuple of Python ints cost about 90 ns a value, and a column with a null in it was
  * converted twice (numpy raised, pa.array started again); the capture's writer process converts 18
@@ -183,129 +263,20 @@ static PyObject *integers(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "integers: width must be 1, 2, 4 or 8");
         return NULL;
     }
-#if PY_BIG_ENDIAN
-    Py_RETURN_NONE; /* Arrow's buffers are little-endian: numpy's path converts */
-#endif
-    PyObject *fast = PySequence_Fast(seq, "integers: values must be a list or tuple");
-    if (fast == NULL)
-        return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast), nulls = 0;
-    PyObject **items = PySequence_Fast_ITEMS(fast);
-    PyObject *data = PyBytes_FromStringAndSize(NULL, n * width), *validity = NULL;
-    if (data == NULL) {
-        Py_DECREF(fast);
-        return NULL;
-    }
-    char *out = PyBytes_AS_STRING(data);
-    long long low = width == 8 ? LLONG_MIN : -(1LL << (8 * width - 1)), high = width == 8 ? LLONG_MAX : (1LL << (8 * width - 1)) - 1;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = items[i];
-        long long v = 0;
-        if (item == Py_None) {
-            if (validity == NULL) { /* the first null: every value before it was valid */
-                if ((validity = PyBytes_FromStringAndSize(NULL, (n + 7) / 8)) == NULL)
-                    goto fail;
-                memset(PyBytes_AS_STRING(validity), 0xff, (n + 7) / 8);
-            }
-            PyBytes_AS_STRING(validity)[i / 8] &= (char)~(1u << (i % 8));
-            nulls++;
-        } else {
-            int overflow = 0;
-            if (!PyLong_CheckExact(item))
-                goto decline;
-            v = PyLong_AsLongLongAndOverflow(item, &overflow);
-            if (overflow || v < low || v > high)
-                goto decline;
-            if (v == -1 && PyErr_Occurred())
-                goto fail;
-        }
-        switch (width) {
-        case 1: { int8_t w = (int8_t)v; memcpy(out + i, &w, 1); break; }
-        case 2: { int16_t w = (int16_t)v; memcpy(out + 2 * i, &w, 2); break; }
-        case 4: { int32_t w = (int32_t)v; memcpy(out + 4 * i, &w, 4); break; }
-        default: { int64_t w = (int64_t)v; memcpy(out + 8 * i, &w, 8); break; }
-        }
-    }
-    if (n % 8 && validity != NULL) /* bits past the last value: cleared, as Arrow writes them */
-        PyBytes_AS_STRING(validity)[n / 8] &= (char)((1u << (n % 8)) - 1);
-    Py_DECREF(fast);
-    PyObject *result = Py_BuildValue("(NOn)", data, validity != NULL ? validity : Py_None, nulls);
-    Py_XDECREF(validity);
-    return result;
-decline:
-    Py_DECREF(fast);
-    Py_DECREF(data);
-    Py_XDECREF(validity);
-    Py_RETURN_NONE;
-fail:
-    Py_DECREF(fast);
-    Py_DECREF(data);
-    Py_XDECREF(validity);
-    return NULL;
+    long long bounds[2] = {width == 8 ? LLONG_MIN : -(1LL << (8 * width - 1)),
+                           width == 8 ? LLONG_MAX : (1LL << (8 * width - 1)) - 1};
+    return fixed_width(seq, width, int_in_range, bounds);
 }
 
-/* micros(values, offset): a time column's Arrow buffers (int64 microseconds), or None where numpy must decide.
- *
- * values: a list or tuple of floats (seconds) and Nones. -> (data, validity, null count) as integers() gives
- * them, each value rint((value + offset) * 1e6): the same float64 operations as capture.batch._times' numpy
- * path, rounded half to even as np.rint (the default rounding mode). None when a value is not an exact
- * float, or not finite, or its microseconds do not fit an int64. */
+/* micros(values, offset): a time column's Arrow buffers in int64 microseconds (fixed_width), or None where
+ * numpy must decide: values are floats (seconds) and Nones, as capture.batch._times' numpy path converts
+ * them; None when a value is not an exact float, not finite, or its microseconds do not fit an int64. */
 static PyObject *micros(PyObject *self, PyObject *args) {
     PyObject *seq;
     double offset;
     if (!PyArg_ParseTuple(args, "Od", &seq, &offset))
         return NULL;
-#if PY_BIG_ENDIAN
-    Py_RETURN_NONE;
-#endif
-    PyObject *fast = PySequence_Fast(seq, "micros: values must be a list or tuple");
-    if (fast == NULL)
-        return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast), nulls = 0;
-    PyObject **items = PySequence_Fast_ITEMS(fast);
-    PyObject *data = PyBytes_FromStringAndSize(NULL, n * 8), *validity = NULL;
-    if (data == NULL) {
-        Py_DECREF(fast);
-        return NULL;
-    }
-    char *out = PyBytes_AS_STRING(data);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = items[i];
-        int64_t v = 0;
-        if (item == Py_None) {
-            if (validity == NULL) {
-                if ((validity = PyBytes_FromStringAndSize(NULL, (n + 7) / 8)) == NULL)
-                    goto fail;
-                memset(PyBytes_AS_STRING(validity), 0xff, (n + 7) / 8);
-            }
-            PyBytes_AS_STRING(validity)[i / 8] &= (char)~(1u << (i % 8));
-            nulls++;
-        } else {
-            if (!PyFloat_CheckExact(item))
-                goto decline;
-            double rounded = nearbyint((PyFloat_AS_DOUBLE(item) + offset) * 1000000.0); /* a sum, a product, each rounded */
-            if (!isfinite(rounded) || rounded < -9.2e18 || rounded > 9.2e18)
-                goto decline;
-            v = (int64_t)rounded;
-        }
-        memcpy(out + 8 * i, &v, 8);
-    }
-    if (n % 8 && validity != NULL)
-        PyBytes_AS_STRING(validity)[n / 8] &= (char)((1u << (n % 8)) - 1);
-    Py_DECREF(fast);
-    PyObject *result = Py_BuildValue("(NOn)", data, validity != NULL ? validity : Py_None, nulls);
-    Py_XDECREF(validity);
-    return result;
-decline:
-    Py_DECREF(fast);
-    Py_DECREF(data);
-    Py_XDECREF(validity);
-    Py_RETURN_NONE;
-fail:
-    Py_DECREF(fast);
-    Py_DECREF(data);
-    Py_XDECREF(validity);
-    return NULL;
+    return fixed_width(seq, 8, microseconds, &offset);
 }
 
 static PyMethodDef methods[] = {

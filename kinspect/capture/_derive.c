@@ -105,6 +105,17 @@ static int unpack(PyObject *item, Py_ssize_t count, PyObject **out, PyObject **k
     return 0;
 }
 
+/* The next item of an iterator unpacked into `count` values (unpack): 1, or 0 at its end, -1 on failure. */
+static int next_unpacked(PyObject *iter, Py_ssize_t count, PyObject **out, PyObject **keep)
+{
+    PyObject *item = PyIter_Next(iter);
+    if (item == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    int rc = unpack(item, count, out, keep);
+    Py_DECREF(item);
+    return rc < 0 ? -1 : 1;
+}
+
 /* tuple([(location, p, t, n, s, n is not None) for p, t, n, s in body_tags]) */
 static PyObject *body_tagged(PyObject *body_tags, PyObject *location)
 {
@@ -329,19 +340,15 @@ static int summarize(Sides *s, PyObject *summaries, PyObject *log_overhead)
     }
     long batches = 0;
     while ((summary = PyIter_Next(outer)) != NULL) {
-        PyObject *inner = summary == Py_None ? NULL : PyObject_GetIter(summary), *batch;
+        PyObject *inner = summary == Py_None ? NULL : PyObject_GetIter(summary);
         Py_DECREF(summary);
         if (inner == NULL) {
             if (PyErr_Occurred())
                 break;
             continue;
         }
-        while ((batch = PyIter_Next(inner)) != NULL) {
-            PyObject *v[4], *keep;
-            int rc = unpack(batch, 4, v, &keep);
-            Py_DECREF(batch);
-            if (rc < 0)
-                break;
+        PyObject *v[4], *keep;
+        while (next_unpacked(inner, 4, v, &keep) > 0) {
             batches++;
             PyObject *count = v[1];
             int negative = PyObject_RichCompareBool(count, zero, Py_LT);
@@ -411,18 +418,14 @@ fail:
  * (new reference: a sorted tuple of (topic, partitions) items). */
 static PyObject *merge_topics(PyObject *topics, PyObject *more)
 {
-    PyObject *merged = PyDict_New(), *iter = NULL, *item;
+    PyObject *merged = PyDict_New(), *iter = NULL;
     if (merged == NULL || PyDict_MergeFromSeq2(merged, topics, 1) < 0 || (iter = PyObject_GetIter(more)) == NULL)
         goto fail;
     PyObject *minus_one = PyLong_FromLong(-1);
     if (minus_one == NULL)
         goto fail;
-    while ((item = PyIter_Next(iter)) != NULL) {
-        PyObject *v[2], *keep;
-        int rc = unpack(item, 2, v, &keep);
-        Py_DECREF(item);
-        if (rc < 0)
-            break;
+    PyObject *v[2], *keep;
+    while (next_unpacked(iter, 2, v, &keep) > 0) {
         PyObject *had = PyDict_GetItemWithError(merged, v[0]);
         int less = had == NULL && PyErr_Occurred() ? -1 : PyObject_RichCompareBool(had != NULL ? had : minus_one, v[1], Py_LT);
         if (less > 0 && PyDict_SetItem(merged, v[0], v[1]) < 0)
@@ -437,12 +440,8 @@ static PyObject *merge_topics(PyObject *topics, PyObject *more)
         goto fail;
     PyObject *items = PyDict_Items(merged);
     Py_DECREF(merged);
-    if (items == NULL || PyList_Sort(items) < 0) {
-        Py_XDECREF(items);
-        return NULL;
-    }
-    PyObject *out = PyList_AsTuple(items);
-    Py_DECREF(items);
+    PyObject *out = items == NULL ? NULL : sorted_tuple(items);
+    Py_XDECREF(items);
     return out;
 fail:
     Py_XDECREF(iter);
@@ -603,6 +602,19 @@ static PyObject *request_compact(PyObject *size, PyObject *delta, PyObject *clie
     return out;
 }
 
+/* `if term: total += term` (term NULL: nothing); -1 on failure. */
+static int add_truthy(PyObject **total, PyObject *term)
+{
+    int truthy = term == NULL ? 0 : PyObject_IsTrue(term);
+    if (truthy <= 0)
+        return truthy;
+    PyObject *sum = add(*total, term);
+    if (sum == NULL)
+        return -1;
+    Py_SETREF(*total, sum);
+    return 0;
+}
+
 static Py_ssize_t truth_size(PyObject *tags, int *truthy)
 {
     *truthy = tags == Py_None ? 0 : PyObject_IsTrue(tags);
@@ -661,15 +673,8 @@ static int add_row(Sides *s, Context *c, PyObject *row, PyObject **columns, Py_s
     if (s->req_stats != NULL && (PyList_Append(tables, s->req_table) < 0 || PyList_Append(counters, s->req_stats) < 0))
         goto fail;
     if (with_response) {
-        int truthy = s->resp_tag_bytes == NULL ? 0 : PyObject_IsTrue(s->resp_tag_bytes);
-        if (truthy < 0)
+        if (add_truthy(&response_tag_bytes, s->resp_tag_bytes) < 0)
             goto fail;
-        if (truthy) {
-            PyObject *sum = add(response_tag_bytes, s->resp_tag_bytes);
-            if (sum == NULL)
-                goto fail;
-            Py_SETREF(response_tag_bytes, sum);
-        }
         if (s->resp_delta != NULL) { /* v0 -> v1 at the flexible version: +1 tag byte */
             int more = PyObject_RichCompareBool(s->flexible_header, PyTuple_GET_ITEM(row, F_RESPONSE_HEADER_VERSION), Py_GT);
             PyObject *sum = more < 0 ? NULL : add(response_size, s->resp_delta);
@@ -683,15 +688,8 @@ static int add_row(Sides *s, Context *c, PyObject *row, PyObject **columns, Py_s
             && (PyList_Append(tables, s->resp_table) < 0 || PyList_Append(counters, s->resp_stats) < 0))
             goto fail;
     }
-    int truthy = s->req_tag_bytes == NULL ? 0 : PyObject_IsTrue(s->req_tag_bytes);
-    if (truthy < 0)
+    if (add_truthy(&header_tag_bytes, s->req_tag_bytes) < 0)
         goto fail;
-    if (truthy) {
-        PyObject *sum = add(header_tag_bytes, s->req_tag_bytes);
-        if (sum == NULL)
-            goto fail;
-        Py_SETREF(header_tag_bytes, sum);
-    }
     PyObject *values[C_COUNT] = {
         Py_NewRef(s->req_error != NULL ? s->req_error : Py_None), Py_NewRef(s->resp_error != NULL ? s->resp_error : Py_None),
         header_tag_bytes, response_tag_bytes, req_compact, resp_compact, tagged, Py_NewRef(s->codes),

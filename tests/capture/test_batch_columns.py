@@ -25,16 +25,14 @@ import pytest
 from kinspect.capture import columns as columns_module
 from kinspect.capture.batch import BatchBuilder
 from kinspect.capture.columns import _LAYOUT, IntegerFieldColumns, native_cut
-from kinspect.capture.facts import FIELDS, FactsTaker, share_alike_sides
+from kinspect.capture.facts import FIELDS, share_alike_sides
 from kinspect.capture.writer_process import pickled_slices
 from kinspect.protocol.codec import Codec
 from kinspect.protocol.codec.codegen import SLOT_OCCURRENCES, SLOT_STRIDE, SLOT_UHIST, SLOT_ZHIST
 from kinspect.protocol.codec.wire_program import PURE_PYTHON_ENV
-from kinspect.session import ConnectionInfo, Exchange, Session
-from tests.support.paths import TRAFFIC
+from tests.support.capture_facts import AT, recorded_facts, with_fields, with_side
 from tests.support.per_row_batch import BatchBuilder as PerRowBuilder
 
-AT = {name: i for i, name in enumerate(FIELDS)}
 PURE = os.environ.get(PURE_PYTHON_ENV) == "1"
 # The C cutter where it can be used; the tests of it fail (never skip) when it is not built: CI builds it.
 NATIVE = [False] if PURE else [False, True]
@@ -47,19 +45,7 @@ def codec() -> Codec:
 
 @pytest.fixture(scope="module")
 def recorded(codec) -> list[tuple]:
-    """The EXCHANGE tuples of every recorded conversation (node ids on some connections, not on others)."""
-    take = FactsTaker(codec).take
-    facts = []
-    for n, requests in enumerate(sorted(TRAFFIC.glob("*/*.requests.bin"))):
-        responses = requests.with_name(requests.name.replace("requests", "responses"))
-        session = Session(codec, ConnectionInfo(n, f"127.0.0.1:{4000 + n}", "127.0.0.1:9092",
-                                                node_id=n if n % 2 else None))
-        events = session.client_data(requests.read_bytes(), 1.0 + n).events
-        events += session.broker_data(responses.read_bytes(), 1.5 + n).events
-        events += session.close(2.0 + n)
-        facts += [take(e)[0] for e in events if type(e) is Exchange]
-    assert len(facts) > 200
-    return facts
+    return recorded_facts(codec)
 
 
 def builders(codec, native: bool, offset: float = 1_700_000_000.25) -> tuple:
@@ -90,21 +76,6 @@ def same_batches(ours: BatchBuilder, theirs: PerRowBuilder, facts: list[tuple], 
         mine[-1].validate(full=True)
     if write:
         assert parquet(mine) == parquet(reference)
-
-
-def with_fields(facts: tuple, **values) -> tuple:
-    out = list(facts)
-    for name, value in values.items():
-        out[AT[name]] = value
-    return tuple(out)
-
-
-def with_side(side: tuple, **values) -> tuple:
-    names = ("tag_bytes", "tagged", "delta", "slots", "stats", "topics", "codes", "records")
-    out = list(side)
-    for name, value in values.items():
-        out[names.index(name)] = value
-    return tuple(out)
 
 
 def counters(rows: list[list[int]]) -> bytes:

@@ -15,13 +15,11 @@ import random
 import pytest
 
 from kinspect.capture.batch import _DERIVED, BatchBuilder
-from kinspect.capture.facts import FIELDS, FactsTaker, share_alike_sides
+from kinspect.capture.facts import share_alike_sides
 from kinspect.protocol.codec import Codec
 from kinspect.protocol.codec.wire_program import PURE_PYTHON_ENV
-from kinspect.session import ConnectionInfo, Exchange, Session
-from tests.support.paths import TRAFFIC
+from tests.support.capture_facts import AT, recorded_facts, with_fields, with_side
 
-AT = {name: i for i, name in enumerate(FIELDS)}
 # CI builds the extension: these tests fail (never skip) where it is missing, unless pure Python is chosen.
 pytestmark = pytest.mark.skipif(os.environ.get(PURE_PYTHON_ENV) == "1",
                                 reason="KINSPECT_PURE_PYTHON=1: no C to compare with the Python")
@@ -36,16 +34,7 @@ def codec() -> Codec:
 
 @pytest.fixture(scope="module")
 def recorded(codec) -> list[tuple]:
-    take = FactsTaker(codec).take
-    facts = []
-    for n, requests in enumerate(sorted(TRAFFIC.glob("*/*.requests.bin"))):
-        responses = requests.with_name(requests.name.replace("requests", "responses"))
-        session = Session(codec, ConnectionInfo(n, f"127.0.0.1:{4000 + n}", "127.0.0.1:9092"))
-        events = session.client_data(requests.read_bytes(), 1.0 + n).events
-        events += session.broker_data(responses.read_bytes(), 1.5 + n).events
-        events += session.close(2.0 + n)
-        facts += [take(e)[0] for e in events if type(e) is Exchange]
-    return facts
+    return recorded_facts(codec)
 
 
 def _builders(codec) -> tuple[BatchBuilder, BatchBuilder]:
@@ -74,21 +63,6 @@ def test_recorded_traffic(codec, recorded, size, shared):
         _same(native, reference, share_alike_sides(batch) if shared else batch)
 
 
-def _with(row: tuple, **changes) -> tuple:
-    out = list(row)
-    for name, value in changes.items():
-        out[AT[name]] = value
-    return tuple(out)
-
-
-def _side(side: tuple, **changes) -> tuple:
-    names = ("tag_bytes", "body_tags", "delta", "slots", "stats", "topics", "codes", "summaries")
-    out = list(side)
-    for name, value in changes.items():
-        out[names.index(name)] = value
-    return tuple(out)
-
-
 def _made_up(recorded: list[tuple], rng: random.Random, count: int) -> list[tuple]:
     """Rows of the recorded ones with sides and fields changed at random, runs of one side among them."""
     both = [r for r in recorded if type(r[AT["request_side"]]) is tuple and type(r[AT["response_side"]]) is tuple]
@@ -104,35 +78,35 @@ def _made_up(recorded: list[tuple], rng: random.Random, count: int) -> list[tupl
             req = "truncated request"
         elif kind == 1:
             resp = None
-            base = _with(base, response_size=None, response_header_tag_bytes=None, response_header_tags=None)
+            base = with_fields(base, response_size=None, response_header_tag_bytes=None, response_header_tags=None)
         elif kind == 2:
             resp = "the response did not decode"
         elif kind == 3:  # several batches, None among them, negative counts, several compressions
-            req = _side(req, summaries=(((2, 5, "zstd", 900), (2, -1, "none", 70)), None,
+            req = with_side(req, records=(((2, 5, "zstd", 900), (2, -1, "none", 70)), None,
                                         ((1, 3, "gzip", 40), (2, 4, "zstd", 100))))
         elif kind == 4:  # one batch of a negative count
-            req = _side(req, summaries=(((2, -3, "lz4", 10),),))
+            req = with_side(req, records=(((2, -3, "lz4", 10),),))
         elif kind == 5:  # topics named by both directions, with different partition counts
-            req = _side(req, topics=(("b", 2), ("a", 1)))
-            resp = _side(resp, topics=(("a", 3), ("c", 1), ("b", 1)))
+            req = with_side(req, topics=(("b", 2), ("a", 1)))
+            resp = with_side(resp, topics=(("a", 3), ("c", 1), ("b", 1)))
         elif kind == 6:  # only the response names topics; error codes out of order, one unknown
-            req = _side(req, topics=())
-            resp = _side(resp, topics=(("z", 1), ("y", 2)), codes=((3, 2), (-1, 1), (0, 5), (9999, 1)))
+            req = with_side(req, topics=())
+            resp = with_side(resp, topics=(("z", 1), ("y", 2)), codes=((3, 2), (-1, 1), (0, 5), (9999, 1)))
         elif kind == 7:  # body and header tags
-            req = _side(req, tag_bytes=5, body_tags=(("Topics.x", 3, "Name", 4), ("", 9, None, 2)))
-            resp = _side(resp, tag_bytes=2, body_tags=(("", 0, "ClusterId", 7),))
-            base = _with(base, request_header_tags=((3, 4), (1, 0)), response_header_tags=((0, 2),))
+            req = with_side(req, tag_bytes=5, tagged=(("Topics.x", 3, "Name", 4), ("", 9, None, 2)))
+            resp = with_side(resp, tag_bytes=2, tagged=(("", 0, "ClusterId", 7),))
+            base = with_fields(base, request_header_tags=((3, 4), (1, 0)), response_header_tags=((0, 2),))
         elif kind == 8:  # ints beyond 64 bits where sizes are summed
-            req = _side(req, delta=big, tag_bytes=big)
-            resp = _side(resp, delta=-big)
-            base = _with(base, request_size=big, response_header_tag_bytes=big)
+            req = with_side(req, delta=big, tag_bytes=big)
+            resp = with_side(resp, delta=-big)
+            base = with_fields(base, request_size=big, response_header_tag_bytes=big)
         elif kind == 9:  # records in the response (a Fetch's) joined to the request's
-            resp = _side(resp, summaries=(((2, 7, "snappy", 300),), ((0, 1, "none", 20),)))
+            resp = with_side(resp, records=(((2, 7, "snappy", 300),), ((0, 1, "none", 20),)))
         elif kind == 10:  # no integer counters in either direction
-            req, resp = _side(req, stats=None), _side(resp, stats=None)
-        row = _with(base, request_side=req, response_side=resp, client_id=rng.choice([None, "c", "é-client", ""]))
+            req, resp = with_side(req, stats=None), with_side(resp, stats=None)
+        row = with_fields(base, request_side=req, response_side=resp, client_id=rng.choice([None, "c", "é-client", ""]))
         if kind == 11:  # the same sides under another api: worked out again (a Produce's magics, say)
-            rows += [row, _with(row, api_key=1 if row[AT["api_key"]] == 0 else 0)]
+            rows += [row, with_fields(row, api_key=1 if row[AT["api_key"]] == 0 else 0)]
         rows += [row] * rng.choice([1, 1, 1, 3])
     return rows
 
@@ -151,12 +125,12 @@ def test_malformed_facts_raise_in_both(codec, recorded, broken):
     if broken == "short row":
         row = row[:-1]
     elif broken == "short side":
-        row = _with(row, response_side=row[AT["response_side"]][:7])
+        row = with_fields(row, response_side=row[AT["response_side"]][:7])
     elif broken == "a tag of three":
-        row = _with(row, request_header_tags=((1, 2, 3),))
+        row = with_fields(row, request_header_tags=((1, 2, 3),))
     else:
-        row = _with(row, request_side=_side(row[AT["request_side"]], topics=(("a", 1),)),
-                    response_side=_side(row[AT["response_side"]], topics=(("a",),)))
+        row = with_fields(row, request_side=with_side(row[AT["request_side"]], topics=(("a", 1),)),
+                    response_side=with_side(row[AT["response_side"]], topics=(("a",),)))
     native, reference = _builders(codec)
     with pytest.raises((ValueError, TypeError)):
         reference._derived([row])
