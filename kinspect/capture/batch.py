@@ -1,8 +1,9 @@
 """Capture rows as Arrow record batches, built column by column from a batch of exchange facts (capture.facts).
 
 The writer never makes a row object: a batch of EXCHANGE tuples is transposed (zip) into
-one tuple per field; integer columns and times become numpy arrays in one call each (a
-tenth of pa.array's time on Python ints), and one loop over the two sides of each
+one tuple per field; integer columns and times become Arrow buffers in one C pass each
+(capture._columns, where built; else numpy arrays in one call each, a tenth of pa.array's
+time on Python ints), and one loop over the two sides of each
 exchange makes the row's derived values (tag bytes, tagged fields, error codes, topics,
 records, compact sizes; in C where built, capture._derive). capture.columns cuts the
 integer_fields figures out of the scans' counters (in C where it is built). Nothing of a
@@ -126,14 +127,14 @@ class BatchBuilder:
         self._types: dict = {}
         self._integer_fields = IntegerFieldColumns(native)  # its label tables grow with the apis seen
         self._utf8_sizes: dict = {}  # client id -> its UTF-8 bytes
-        # The derived columns' loop in C where built (`native`); the caches it keeps of two pure functions.
+        # The derived columns' loop in C where built (`native`), and the caches it keeps of two pure functions.
         self._derive = getattr(optional_extension("kinspect.capture._derive") if native else None, "derive", None)
+        self._error_names: dict = {}  # error code -> error_name(code)
+        self._header_versions: dict = {}  # api key -> response_header_version(api_key, True)
         # Integer and time columns' Arrow buffers in C where built (`native`), else numpy's conversion.
         columns_module = optional_extension("kinspect.capture._columns") if native else None
         self._native_integers = getattr(columns_module, "integers", None)
         self._native_micros = getattr(columns_module, "micros", None)
-        self._error_names: dict = {}  # error code -> error_name(code)
-        self._header_versions: dict = {}  # api key -> response_header_version(api_key, True)
 
     def _arrow(self):
         import numpy as np

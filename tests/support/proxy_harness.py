@@ -520,15 +520,13 @@ def _check_cut_short(sent: list[bytes], sent_rest: bytes, got: list[bytes], got_
     assert len(got) <= len(sent), f"{len(sent)} response frames from the broker, {len(got)} to the client"
     if not got_rest:
         return
-    if len(got) == len(sent):
-        assert sent_rest.startswith(got_rest), "different trailing bytes"
-        return
-    following = sent[len(got)]
-    api = asked.get(struct.unpack_from(">i", following, 0)[0])
-    if api is not None and (api[0] == API_VERSIONS_KEY or carries_addresses(*api)):
-        # kinspect writes a rewritten response at once, but the relay may have read only its start
-        assert got_rest[4:8] == following[: len(got_rest[4:8])], "a cut response with another correlation id"
-        return
+    if len(got) < len(sent):
+        following = sent[len(got)]
+        api = asked.get(struct.unpack_from(">i", following, 0)[0])
+        if api is not None and (api[0] == API_VERSIONS_KEY or carries_addresses(*api)):
+            # kinspect writes a rewritten response at once, but the relay may have read only its start
+            assert got_rest[4:8] == following[: len(got_rest[4:8])], "a cut response with another correlation id"
+            return
     remaining = b"".join(_PREFIX.pack(len(frame)) + frame for frame in sent[len(got):]) + sent_rest
     assert remaining.startswith(got_rest), f"different trailing bytes after response frame {len(got)} of {len(sent)}"
 
