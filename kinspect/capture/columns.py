@@ -49,9 +49,9 @@ class IntegerFieldColumns:
         # One dict per location: id(slots) -> (slots, table number), the per-row lookup. The entry holds
         # slots, so no other object can get its id while it is there: the id alone identifies the table.
         self.tables: tuple[dict, dict] = ({}, {})
-        # One dict per location: slots -> table number, by content. A writer process decodes each batch
-        # (or pickled slice of one) into its own copies of the codec's slot tables: numbered by id alone, every copy was a
-        # new table, kept for good (tens of bytes a row of a busy proxy's capture, without end).
+        # One dict per location: slots -> table number, by content. A writer process decodes each batch (or
+        # pickled slice of one) into its own copies of the codec's slot tables: numbered by id alone, every copy
+        # was a new table, kept for good (tens of bytes a row of a busy proxy's capture, without end).
         self._numbers: tuple[dict, dict] = ({}, {})
         self._table_labels: list[bytes] = []  # table number -> its slots' label numbers (int32 bytes)
         self._arrays = None  # the numpy path's (label numbers of all tables, each table's start, size)

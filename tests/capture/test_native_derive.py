@@ -104,7 +104,8 @@ def _made_up(recorded: list[tuple], rng: random.Random, count: int) -> list[tupl
             resp = with_side(resp, records=(((2, 7, "snappy", 300),), ((0, 1, "none", 20),)))
         elif kind == 10:  # no integer counters in either direction
             req, resp = with_side(req, stats=None), with_side(resp, stats=None)
-        row = with_fields(base, request_side=req, response_side=resp, client_id=rng.choice([None, "c", "é-client", ""]))
+        client_id = rng.choice([None, "c", "é-client", ""])
+        row = with_fields(base, request_side=req, response_side=resp, client_id=client_id)
         if kind == 11:  # the same sides under another api: worked out again (a Produce's magics, say)
             rows += [row, with_fields(row, api_key=1 if row[AT["api_key"]] == 0 else 0)]
         rows += [row] * rng.choice([1, 1, 1, 3])

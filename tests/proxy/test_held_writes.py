@@ -11,7 +11,7 @@ from kinspect.app import build_app
 from kinspect.config import load_config
 from kinspect.proxy.relay import Relay
 from kinspect.session import ConnectionInfo, Session
-from tests.support.proxy_harness import _check_cut_short, frames_of, metadata
+from tests.support.proxy_harness import check_cut_short, frames_of, metadata
 from tests.support.relay_stubs import RecordingTransport
 
 BROKER = {"NodeId": 1, "Host": "broker-1.internal", "Port": 9092, "Rack": None}
@@ -86,7 +86,7 @@ def test_a_stream_cut_short_passes(delivered):
     }[delivered]
     sent, sent_rest = frames_of(sent_stream + unfinished)
     got, got_rest = frames_of(client_stream)
-    _check_cut_short(sent, sent_rest, got, got_rest, asked)
+    check_cut_short(sent, sent_rest, got, got_rest, asked)
 
 
 @pytest.mark.parametrize("delivered, why", [
@@ -101,8 +101,9 @@ def test_a_changed_stream_fails(delivered, why):
     sent_stream = _stream(frames)
     if delivered == "a cut held response of another correlation id":
         sent_stream = _stream(frames + [_frame(3, b"m" * 40)])
+    first = _stream(frames[:1])
     client_stream = {
-        "other bytes after the first": _stream(frames[:1]) + sent_stream[len(_stream(frames[:1])):][:10].replace(b"b", b"x"),
+        "other bytes after the first": first + sent_stream[len(first):][:10].replace(b"b", b"x"),
         "a frame more than the broker sent": _stream(frames + [_frame(3, b"d")]),
         "another unfinished frame": sent_stream + struct.pack(">i", 50) + b"zz",
         "a cut held response of another correlation id": _stream(frames) + struct.pack(">i", 45) + struct.pack(">i", 4),
@@ -110,4 +111,4 @@ def test_a_changed_stream_fails(delivered, why):
     sent, sent_rest = frames_of(sent_stream)
     got, got_rest = frames_of(client_stream)
     with pytest.raises(AssertionError, match=why):
-        _check_cut_short(sent, sent_rest, got, got_rest, asked)
+        check_cut_short(sent, sent_rest, got, got_rest, asked)

@@ -471,7 +471,7 @@ def _compare_responses(codec: Codec, f: Recorded, b: Recorded, kinspect_address:
         report.apis[(api_key, version)] += 1
     sent, sent_rest = frames_of(b.responses)  # broker -> kinspect
     got, got_rest = frames_of(f.responses)  # kinspect -> client
-    _check_cut_short(sent, sent_rest, got, got_rest, asked)
+    check_cut_short(sent, sent_rest, got, got_rest, asked)
     for original, delivered in zip(sent, got):
         report.frames += 1
         correlation_id = struct.unpack_from(">i", original, 0)[0]
@@ -509,7 +509,7 @@ def _compare_responses(codec: Codec, f: Recorded, b: Recorded, kinspect_address:
     return report
 
 
-def _check_cut_short(sent: list[bytes], sent_rest: bytes, got: list[bytes], got_rest: bytes, asked: dict) -> None:
+def check_cut_short(sent: list[bytes], sent_rest: bytes, got: list[bytes], got_rest: bytes, asked: dict) -> None:
     """The client's responses may end early, never differ: its last bytes start what the broker sent next.
 
     A connection's end can cut the response stream on either leg. The broker may leave a response unfinished
