@@ -43,7 +43,7 @@ def field_value(f: FieldSpec, version: int, flexible: bool, depth: int) -> st.Se
             elem = struct_value(f.struct, version, flexible, depth + 1)
         else:
             elem = scalar(f, f.element_type, version)
-        value = st.lists(elem, max_size=3 if depth < 3 else 1)
+        value = st.lists(elem, max_size=2 if depth < 3 else 1)
     elif f.struct is not None:
         value = struct_value(f.struct, version, flexible, depth + 1)
     else:

@@ -317,7 +317,7 @@ def test_connect_timeout_closes_the_client_logs_and_counts(codec: Codec, caplog)
 
 
 def test_metrics_endpoint_hammered_while_traffic_flows(codec: Codec):
-    """8 threads x 50 GETs of /metrics while confluent-kafka produces (for as long as the scraping lasts)
+    """8 threads x 25 GETs of /metrics while confluent-kafka produces (for as long as the scraping lasts)
     and consumes through kinspect: every scrape is a 200 that parses, and the records arrive complete
     and in order."""
     from confluent_kafka import Consumer, Producer, TopicPartition
@@ -370,7 +370,7 @@ def test_metrics_endpoint_hammered_while_traffic_flows(codec: Codec):
 
             def scraper(_: int) -> list[tuple[int, int, float]]:
                 out = []
-                for _ in range(50):
+                for _ in range(25):
                     with urllib.request.urlopen(url, timeout=10) as response:
                         body = response.read().decode()
                         families = {f.name for f in text_string_to_metric_families(body)}
@@ -384,7 +384,7 @@ def test_metrics_endpoint_hammered_while_traffic_flows(codec: Codec):
             scraping_done.set()
             worker.join(100)
             assert traffic_done.is_set()
-            assert len(results) == 400
+            assert len(results) == 200
             assert all(status == 200 for status, _, _ in results)
             assert min(count for _, count, _ in results) >= 20  # whole expositions, never a truncated one
             assert len(produced) >= 1000 and consumed == produced
