@@ -16,7 +16,10 @@ event loop's figures are CPU time of the measuring thread (time.thread_time, fro
              with none, with a no-op observer of every event, and with CaptureObserver (its
              handler for an Exchange takes the facts and queues them); "per exchange" is the
              capture's cost over no observer at all divided by the exchanges: the event loop's
-             share beyond the scan, the call included.
+             share beyond the scan, the call included. Beside it, the capture's handler (the
+             queue's front) called from C, as the proxy's C dispatcher (kinspect/proxy/_batch.c)
+             calls it, a C builtin's call subtracted: the same share without the Python
+             dispatcher's own step.
   writer     rows per second in the writer thread: BatchBuilder.build (facts to an Arrow
              record batch, BATCH_ROWS at a time), and the whole writer (batches and a zstd
              Parquet file) by wall clock and by the process's CPU time (rows per CPU
@@ -44,6 +47,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import deque
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -108,6 +112,22 @@ def time_events(observer, events, repeat: int) -> float:
     return total / (repeat * len(events))
 
 
+def time_front(capture: CaptureObserver, exchanges: list) -> float:
+    """ns per exchange of the capture's queue front (its handler of an Exchange) called from C, a call of a C
+    builtin of one argument subtracted: the event loop's share as kinspect/proxy/_batch.c makes the call."""
+    front, drain = capture.handlers[Exchange], deque(maxlen=0).extend
+    started = time.thread_time_ns()
+    drain(map(front, exchanges))
+    spent = time.thread_time_ns() - started
+    started = time.thread_time_ns()
+    drain(map(id, exchanges))
+    spent -= time.thread_time_ns() - started
+    assert len(capture.writer._queue) == len(exchanges)  # every exchange taken and queued
+    capture.writer._queue.clear()
+    capture.writer.front.offered_bytes = capture.writer.front.taken_bytes = 0
+    return spent / len(exchanges)
+
+
 def spread(values: list[float], scale: float = 1.0, fmt: str = "{:.3f}") -> str:
     return f"{fmt.format(statistics.median(values) * scale)} ({fmt.format(min(values) * scale)}-" \
            f"{fmt.format(max(values) * scale)})"
@@ -147,13 +167,17 @@ def main() -> None:
         capture = CaptureObserver(tmp, codec, queue_rows=10_000_000, queue_bytes=1 << 40)  # not started: offers only
         observers = {"no observer": None, "no-op": Nothing(), "capture": capture}
         timings: dict[str, list[float]] = {name: [] for name in observers}
+        from_c: list[float] = []  # the front's own call, as the C dispatcher makes it
         for _ in range(args.rounds):
             passes: dict[str, list[float]] = {name: [] for name in observers}
+            fronts: list[float] = []
             for _ in range(args.repeat):  # interleaved pass by pass, so the machine's drift hits all alike
                 for name, observer in observers.items():
                     passes[name].append(time_events(observer, events, 1))
+                fronts.append(time_front(capture, exchanges))
             for name, values in passes.items():  # a round's figure: its median pass
                 timings[name].append(statistics.median(values))
+            from_c.append(statistics.median(fronts))
         base = statistics.median(timings["no observer"])
         print("\nevent loop (median of rounds, min-max in brackets):")
         print(f"  shared scan, both directions   {spread(scan_ns[True], 1e-3)} µs per exchange "
@@ -171,6 +195,8 @@ def main() -> None:
             print(f"  {name:24s} {med / 1000:.3f} µs  ({med / base:.2f}x no observer){tail}")
         share = statistics.median(extras["capture"])
         print(f"  capture's share beyond the scan: {share / 1000:.3f} µs per exchange (target < 1 µs)")
+        print(f"  the same, the queue's front called from C as the proxy's C dispatcher calls it (the Python "
+              f"dispatcher's own step left out): {spread(from_c, 1e-3)} µs per exchange")
 
         # ---------------------------------------------------------------- the writer thread
         take = FactsTaker(codec).take
