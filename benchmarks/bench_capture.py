@@ -124,7 +124,7 @@ def time_front(capture: CaptureObserver, exchanges: list) -> float:
     spent -= time.thread_time_ns() - started
     assert len(capture.writer._queue) == len(exchanges)  # every exchange taken and queued
     capture.writer._queue.clear()
-    capture.writer.front.offered_bytes = capture.writer.front.taken_bytes = 0
+    front.offered_bytes = front.taken_bytes = 0
     return spent / len(exchanges)
 
 

@@ -138,7 +138,7 @@ def _same(a, b) -> bool:
         try:  # equal pickles: equal structures of equal types (the walk below decides anything else)
             if _pickled(a) == _pickled(b):
                 return True
-        except (pickle.PicklingError, TypeError, ValueError):  # memoryviews, recursion: walked below
+        except Exception:  # not picklable (a memoryview, a cycle, a local class): the walk below decides
             pass
     if kind is dict:
         return list(a) == list(b) and all(map(_same, a.values(), b.values()))
