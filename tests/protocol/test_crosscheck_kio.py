@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import io
 import re
 import types
@@ -82,6 +83,7 @@ def _id(case) -> str:
     return f"{name}-{direction}-v{version}"
 
 
+@functools.lru_cache(maxsize=None)  # pkgutil's resolve_name imports and walks the path on every call
 def _kio_class(name: str, version: int, direction: str) -> type:
     return resolve_name(schema_name_map[name][version][_DIRECTIONS[direction]])
 
@@ -89,6 +91,7 @@ def _kio_class(name: str, version: int, direction: str) -> type:
 # ------------------------------------------------------------------ pairing the two models
 
 
+@functools.lru_cache(maxsize=None)  # two regular expressions a name, asked for hundreds of thousands of times a run
 def _snake(name: str) -> str:
     s = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name)
     return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", s).lower()
@@ -99,14 +102,26 @@ def _names_match(spec_name: str, kio_name: str) -> bool:
     return kio_name in (snake, snake + "_", snake.removesuffix("_ms"))
 
 
-def _pairs(spec: StructSpec, kio_cls: type, version: int) -> list[tuple[FieldSpec, dataclasses.Field]]:
+# (id of the spec, kio class, version) -> (the spec, its pairs): the pairing of a struct at a version never
+# changes, and every value of it pairs its fields again (64,000 times in a run of the module).
+_PAIRED: dict[tuple[int, type, int], tuple[StructSpec, tuple]] = {}
+
+
+def _pairs(spec: StructSpec, kio_cls: type, version: int) -> tuple[tuple[FieldSpec, dataclasses.Field], ...]:
     """The fields of one struct at one version, paired with kio's (both follow the spec's order)."""
+    known = _PAIRED.get((id(spec), kio_cls, version))
+    if known is None or known[0] is not spec:
+        known = _PAIRED[(id(spec), kio_cls, version)] = (spec, _pair(spec, kio_cls, version))
+    return known[1]
+
+
+def _pair(spec: StructSpec, kio_cls: type, version: int) -> tuple[tuple[FieldSpec, dataclasses.Field], ...]:
     ours = [f for f in spec.fields if version in f.versions]
     theirs = dataclasses.fields(kio_cls)
     assert len(ours) == len(theirs), (spec.name, [f.name for f in ours], [f.name for f in theirs])
     for f, kf in zip(ours, theirs):
         assert _names_match(f.name, kf.name), (spec.name, f.name, kf.name)
-    return list(zip(ours, theirs))
+    return tuple(zip(ours, theirs))
 
 
 def _entity_type(kf: dataclasses.Field) -> type:
