@@ -219,9 +219,10 @@ def test_other_threads_run_while_the_c_encoder_works(native, batch):
     assert encoded[0] is not None and ended - started > 0.01
     inside = [t for t in notes if started < t < ended]
     # the part of the call this thread ran through: gaps under 1 ms between its notes (the machine's other
-    # processes may take its core now and then, never most of the time)
+    # processes may take its core now and then). Measured: 54% on a quiet machine, 19% in a full suite run on
+    # two busy cores (which failed the 20% this asked before); with the GIL held (pickle.dumps) 0.6%.
     ran = sum(b - a for a, b in zip(inside, inside[1:]) if b - a < 0.001)
-    assert ran > 0.2 * (ended - started), \
+    assert ran > 0.05 * (ended - started), \
         f"this thread ran {ran * 1e3:.1f} ms of the {(ended - started) * 1e3:.1f} ms the batch took to encode"
 
 
