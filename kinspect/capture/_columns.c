@@ -1,6 +1,7 @@
 /* The figures of a capture batch's integer_fields column, cut out of its scans' counters in one pass
- * (kinspect.capture.columns.IntegerFieldColumns.column_numpy is the reference); and integers(), the
- * Arrow buffers of a batch's integer columns (capture.batch._integers' numpy path is the reference).
+ * (kinspect.capture.columns.IntegerFieldColumns.column_numpy is the reference); and integers() and micros(),
+ * the Arrow buffers of a batch's integer and time columns (capture.batch._integers' and _times' numpy paths
+ * are the references).
  *
  * Why C: numpy needs a dozen passes over a batch's counters (about 4,000 slots of 25 int64 for
  * 512 rows of recorded traffic) to join them, keep the present slots and trim their histograms,
