@@ -3,19 +3,20 @@
  * the Arrow buffers of a batch's integer and time columns (capture.batch._integers' and _times' numpy paths
  * are the references).
  *
- * Why C: numpy needs a dozen passes over a batch's counters (about 4,000 slots of 25 int64 for
+ * Why C: numpy needs a dozen passes over a batch's counters (about 4,000 slots of 25 int32 for
  * 512 rows of recorded traffic) to join them, keep the present slots and trim their histograms,
  * most of them over rows of 10 buckets, where its per-row overhead dominates; here it is one loop.
  *
  * cut(counters, labels, per_row, stride, occurrences, count, fixed, uvarint, zigzag, uhist, zhist, buckets)
- *   counters: list of bytes, each scan's int64 counters (native byte order), `stride` per slot;
+ *   counters: list of bytes, each scan's int32 counters (native byte order, codegen.COUNTER_TYPECODE),
+ *   `stride` per slot;
  *   labels: list of bytes, per scan the int32 label number of each of its slots;
  *   per_row: list or tuple of ints, how many scans each row has (they sum to len(counters));
  *   the rest: offsets of the counters in a slot (capture.columns reads them from codegen).
  * -> (row_offsets, labels, count, fixed, uvarint, zigzag, uhist_offsets, uhist_values, zhist_offsets, zhist_values),
  *   bytes of int32 or int64 (fixed, uvarint, zigzag) values: per present slot (occurrences > 0), in
  *   order, its label and figures; a histogram without its trailing zero counts; row_offsets: present
- *   slots before each row and after the last. Integers narrowed to int32 wrap as numpy's astype does. */
+ *   slots before each row and after the last. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -25,9 +26,9 @@
 
 enum { OUT_ROWS, OUT_LABELS, OUT_COUNT, OUT_FIXED, OUT_UVARINT, OUT_ZIGZAG, OUT_UOFF, OUT_UVAL, OUT_ZOFF, OUT_ZVAL, OUT_N };
 
-static int64_t load64(const char *p) {
-    int64_t v;
-    memcpy(&v, p, 8);
+static int64_t load32(const char *p) { /* a counter */
+    int32_t v;
+    memcpy(&v, p, 4);
     return v;
 }
 
@@ -41,10 +42,10 @@ static void store64(char *p, int64_t v) { memcpy(p, &v, 8); }
 /* Appends one histogram of `buckets` counts at `h`, without its trailing zeros, to values at *n. */
 static int32_t trim(const char *h, Py_ssize_t buckets, char *values, Py_ssize_t *n) {
     Py_ssize_t keep = buckets;
-    while (keep > 0 && load64(h + 8 * (keep - 1)) == 0)
+    while (keep > 0 && load32(h + 4 * (keep - 1)) == 0)
         keep--;
     for (Py_ssize_t i = 0; i < keep; i++)
-        store32(values + 4 * (*n)++, load64(h + 8 * i));
+        store32(values + 4 * (*n)++, load32(h + 4 * i));
     return (int32_t)keep;
 }
 
@@ -75,7 +76,7 @@ static PyObject *cut(PyObject *self, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "%zd label tables for %zd scans' counters", PyList_GET_SIZE(labels), scans);
         goto fail;
     }
-    Py_ssize_t slot_bytes = 8 * stride, slots = 0, per_row_total = 0;
+    Py_ssize_t slot_bytes = 4 * stride, slots = 0, per_row_total = 0;
     for (Py_ssize_t i = 0; i < scans; i++) {
         PyObject *c = PyList_GET_ITEM(counters, i), *l = PyList_GET_ITEM(labels, i);
         if (!PyBytes_Check(c) || !PyBytes_Check(l)) {
@@ -129,15 +130,15 @@ static PyObject *cut(PyObject *self, PyObject *args) {
             const char *slot = PyBytes_AS_STRING(c), *label = PyBytes_AS_STRING(PyList_GET_ITEM(labels, scan));
             Py_ssize_t n = PyBytes_GET_SIZE(c) / slot_bytes;
             for (Py_ssize_t s = 0; s < n; s++, slot += slot_bytes, label += 4) {
-                if (load64(slot + 8 * at_occ) <= 0)
+                if (load32(slot + 4 * at_occ) <= 0)
                     continue; /* the field was not there (an empty array counts) */
                 memcpy(o[OUT_LABELS] + 4 * kept, label, 4);
-                store32(o[OUT_COUNT] + 4 * kept, load64(slot + 8 * at_count));
-                store64(o[OUT_FIXED] + 8 * kept, load64(slot + 8 * at_fixed));
-                store64(o[OUT_UVARINT] + 8 * kept, load64(slot + 8 * at_uvarint));
-                store64(o[OUT_ZIGZAG] + 8 * kept, load64(slot + 8 * at_zigzag));
-                trim(slot + 8 * at_uhist, buckets, o[OUT_UVAL], &nu);
-                trim(slot + 8 * at_zhist, buckets, o[OUT_ZVAL], &nz);
+                store32(o[OUT_COUNT] + 4 * kept, load32(slot + 4 * at_count));
+                store64(o[OUT_FIXED] + 8 * kept, load32(slot + 4 * at_fixed));
+                store64(o[OUT_UVARINT] + 8 * kept, load32(slot + 4 * at_uvarint));
+                store64(o[OUT_ZIGZAG] + 8 * kept, load32(slot + 4 * at_zigzag));
+                trim(slot + 4 * at_uhist, buckets, o[OUT_UVAL], &nu);
+                trim(slot + 4 * at_zhist, buckets, o[OUT_ZVAL], &nz);
                 kept++;
                 store32(o[OUT_UOFF] + 4 * kept, nu);
                 store32(o[OUT_ZOFF] + 4 * kept, nz);

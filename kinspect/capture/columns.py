@@ -3,7 +3,7 @@
 Each scan's counters arrive as bytes and its slot table (int_slots) as a table number
 (IntegerFieldColumns.table_number). The C cutter reads them in one pass; the numpy path,
 its reference (and the path where the extension is not built, or KINSPECT_PURE_PYTHON=1),
-joins the counters into one int64 buffer that numpy reads in place.
+joins the counters into one int32 buffer (codegen.COUNTER_TYPECODE) that numpy reads in place.
 """
 
 from __future__ import annotations
@@ -11,13 +11,14 @@ from __future__ import annotations
 import io
 from array import array
 
-from kinspect.protocol.codec.codegen import (SLOT_COUNT, SLOT_FIXED, SLOT_OCCURRENCES, SLOT_STRIDE, SLOT_UHIST, SLOT_UVARINT,
-                                             SLOT_ZHIST, SLOT_ZIGZAG)
+from kinspect.protocol.codec.codegen import (COUNTER_BYTES, SLOT_COUNT, SLOT_FIXED, SLOT_OCCURRENCES, SLOT_STRIDE, SLOT_UHIST,
+                                             SLOT_UVARINT, SLOT_ZHIST, SLOT_ZIGZAG)
 from kinspect.protocol.codec.wire_program import optional_extension
 
 HISTOGRAM_BUCKETS = 10  # a varint of a 64-bit value takes 1 to 10 bytes
 LOCATIONS = ("request", "response")  # location numbers of table_number
-_SLOT_BYTES = SLOT_STRIDE * 8
+_SLOT_BYTES = SLOT_STRIDE * COUNTER_BYTES
+assert COUNTER_BYTES == 4  # the numpy path and capture._columns read them as int32
 _KEEP_BUFFER = 16 << 20  # a batch's counters beyond this many bytes get a buffer of their own, not kept
 # Slot tables looked up by id at most: a batch's slices bring a copy each of the few tables of their apis
 # (each held by its entry, a few KB), so the cache holds several batches' worth.
@@ -140,7 +141,7 @@ class IntegerFieldColumns:
         view = buffer.getbuffer()
         counts = None
         try:
-            counts = np.frombuffer(view, np.int64, size // 8).reshape(-1, SLOT_STRIDE)
+            counts = np.frombuffer(view, np.int32, size // COUNTER_BYTES).reshape(-1, SLOT_STRIDE)
             numbers = np.array(tables, np.int64)
             sizes = table_sizes[numbers]
             # Slots before each scan, and before each row's first scan.
@@ -168,8 +169,8 @@ class IntegerFieldColumns:
         first = SLOT_COUNT  # figures' column 0
         hists = figures[:, SLOT_UHIST - first:SLOT_ZHIST - first + HISTOGRAM_BUCKETS]
         return (before[row_ends], labels[kept], figures[:, SLOT_COUNT - first].astype(np.int32),
-                figures[:, SLOT_FIXED - first].copy(), figures[:, SLOT_UVARINT - first].copy(),
-                figures[:, SLOT_ZIGZAG - first].copy(), *_trimmed(np, hists[:, :HISTOGRAM_BUCKETS]),
+                figures[:, SLOT_FIXED - first].astype(np.int64), figures[:, SLOT_UVARINT - first].astype(np.int64),
+                figures[:, SLOT_ZIGZAG - first].astype(np.int64), *_trimmed(np, hists[:, :HISTOGRAM_BUCKETS]),
                 *_trimmed(np, hists[:, HISTOGRAM_BUCKETS:]))
 
 

@@ -25,7 +25,7 @@ specs alone, such as whether the version is flexible). Its fields, by index (FIE
     RECORDS = per records field, None (not a record set) or a tuple of its batches'
             (magic, record count, compression, batch length)
            tuples only (topic_partitions and error_codes as their dicts' (key, value)
-           items), and int_stats as the bytes of the scan's array('q') (None without
+           items), and int_stats as the bytes of the scan's array('i') (None without
            integer fields): the ScanResult and its lists stay on the event loop and die
            with the event.
 
@@ -119,7 +119,7 @@ def share_alike_sides_python(facts: list) -> list:
     return out
 
 
-# Bytes one exchange's facts hold in the queue, beside its integer counters (8 bytes each)
+# Bytes one exchange's facts hold in the queue, beside its integer counters (4 bytes each)
 # and topics: a fixed estimate of the tuples, the ScanResult objects and their lists.
 BASE_BYTES = 1024
 TOPIC_BYTES = 120

@@ -80,7 +80,7 @@ def same_batches(ours: BatchBuilder, theirs: PerRowBuilder, facts: list[tuple], 
 
 def counters(rows: list[list[int]]) -> bytes:
     """A scan's int_stats: one slot of SLOT_STRIDE counters per row (missing counters are 0)."""
-    return array("q", [v for row in rows for v in (row + [0] * SLOT_STRIDE)[:SLOT_STRIDE]]).tobytes()
+    return array("i", [v for row in rows for v in (row + [0] * SLOT_STRIDE)[:SLOT_STRIDE]]).tobytes()
 
 
 def slot(occurrences: int, uhist: list[int], zhist: list[int], count: int = 3, fixed=(8, 5, 4)) -> list[int]:
@@ -182,8 +182,8 @@ def edge_rows(recorded: list[tuple]) -> list[tuple]:
             slot(2, [0, 0, 0], [0] * 10),  # present, every count zero
             slot(-1, [4], [4]),  # a negative occurrence counts as absent
         ])), response_side=with_side(side, slots=slots, stats=counters([
-            slot(1, [0, 3, 0, 1], [0] * 9 + [2], count=2 ** 33 + 5),  # zeros inside; the last bucket; count wraps
-            slot(5, [1] * 10, [-3], fixed=(2 ** 40, -1, 2 ** 62)),
+            slot(1, [0, 3, 0, 1], [0] * 9 + [2], count=2 ** 31 - 1),  # zeros inside; the last bucket; the largest count
+            slot(5, [1] * 10, [-3], fixed=(2 ** 31 - 1, -1, -2 ** 31)),
             slot(0, [], []),
         ]))),
         with_fields(base, request_side=with_side(req, slots=slots, stats=counters([slot(0, [], [])] * 3))),
@@ -309,9 +309,9 @@ def random_batch(rng: random.Random, columns: IntegerFieldColumns, tables: list[
             location, slots = rng.choice(tables)
             numbers.append(columns.table_number(location, slots))
             counts.append(counters([
-                slot(rng.choice((0, 0, 1, 3, -2)), [rng.choice((0, 0, 1, 2 ** 35)) for _ in range(rng.randrange(11))],
-                     [rng.choice((0, 1, -1)) for _ in range(rng.randrange(11))], count=rng.randrange(-5, 2 ** 34),
-                     fixed=(rng.randrange(2 ** 62), -rng.randrange(9), rng.randrange(9)))
+                slot(rng.choice((0, 0, 1, 3, -2)), [rng.choice((0, 0, 1, 2 ** 31 - 1)) for _ in range(rng.randrange(11))],
+                     [rng.choice((0, 1, -1)) for _ in range(rng.randrange(11))], count=rng.randrange(-5, 2 ** 31),
+                     fixed=(rng.randrange(2 ** 31), -rng.randrange(9), rng.randrange(9)))
                 for _ in slots]))
     return counts, numbers, per_row
 

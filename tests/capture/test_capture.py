@@ -495,6 +495,8 @@ def test_the_queue_holds_facts_never_a_frame_or_a_codec(codec: Codec, tmp_path: 
     """What crosses to the writer thread: no bytes of a frame, no codec, no event, no scan result; nothing the GC tracks for long."""
     from array import array
 
+    from kinspect.protocol.codec.codegen import COUNTER_TYPECODE
+
     from kinspect.capture.facts import FIELDS
     from kinspect.protocol.codec.scan_result import ScanResult
     from kinspect.session.events import Request, Response
@@ -537,7 +539,7 @@ def test_the_queue_holds_facts_never_a_frame_or_a_codec(codec: Codec, tmp_path: 
                         walk(value)
                 if side[4] is not None:
                     assert type(side[4]) is bytes and id(side[4]) not in frames
-                    seen["counters"] += len(array("q", side[4]))
+                    seen["counters"] += len(array(COUNTER_TYPECODE, side[4]))
     assert seen["scans"] > len(exchanges) and seen["counters"] > 10_000
     # Once the collector has seen them, the facts are untracked (record-batch summaries included):
     # they are never promoted to the old generation while they wait.

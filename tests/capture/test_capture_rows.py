@@ -541,14 +541,14 @@ def test_the_scanners_integer_counts_agree_with_the_size_functions():
     from array import array
 
     from kinspect.protocol.codec.runtime import count_int, count_ints
-    from kinspect.protocol.codec.codegen import SLOT_STRIDE
+    from kinspect.protocol.codec.codegen import COUNTER_TYPECODE, SLOT_STRIDE
 
     for bits in (16, 32, 64):
         low, high = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
         values = sorted({v for n in range(bits) for v in ((1 << n) - 1, 1 << n, -(1 << n), -(1 << n) - 1)
                          if low <= v <= high} | {low, high, 0})
         negative = {16: 3, 32: 5, 64: 10}[bits]
-        one, many = array("q", [0]) * SLOT_STRIDE, array("q", [0]) * SLOT_STRIDE
+        one, many = array(COUNTER_TYPECODE, [0]) * SLOT_STRIDE, array(COUNTER_TYPECODE, [0]) * SLOT_STRIDE
         for v in values:
             count_int(one, 0, v, negative, bits // 8, 0)
         count_ints(many, 0, values, negative, bits // 8, 0)
@@ -559,7 +559,7 @@ def test_the_scanners_integer_counts_agree_with_the_size_functions():
         assert list(one) == expected
         assert list(many) == [1, *expected[1:]]  # an array is one occurrence of its field
         # KAFKA-9927 encodings: bytes today are the zig-zag (packed) or unsigned (upacked) varint's
-        packed, upacked = array("q", [0]) * SLOT_STRIDE, array("q", [0]) * SLOT_STRIDE
+        packed, upacked = array(COUNTER_TYPECODE, [0]) * SLOT_STRIDE, array(COUNTER_TYPECODE, [0]) * SLOT_STRIDE
         for v in values:
             count_int(packed, 0, v, negative, 0, 0)
             count_int(upacked, 0, v, negative, -1, 10)

@@ -601,6 +601,42 @@ def test_scan_fresh_fills_every_slot_as_the_python_path():
         compiled.scan_fresh(raw[:9], 0, True)
 
 
+def test_no_integer_counters_for_a_frame_whose_int32_counters_could_overflow(monkeypatch):
+    """A buffer longer than codegen.COUNTED_BYTES_MAX (a counter gains at most 10 a byte) gets int_stats None in C
+    and in Python, its other facts as usual; the C scanner reads the same limit."""
+    if _wire is None:
+        pytest.fail(_MISSING)
+    assert _wire.COUNTED_BYTES_MAX == codegen.COUNTED_BYTES_MAX and 10 * codegen.COUNTED_BYTES_MAX < 2 ** 31
+    compiled = CODEC.body(0, "request", 3)  # Acks, TimeoutMs and Index are counted
+    head = bytes(compiled.encode({"TransactionalId": None, "Acks": 1, "TimeoutMs": 5, "TopicData": [
+        {"Name": "t", "PartitionData": [{"Index": 7, "Records": b""}]}]}))[:-4]  # up to the records' length
+
+    def body(records: int) -> FramePieces:
+        """The request with `records` bytes of records, in pieces of one shared MiB (a 205 MiB body in 1 MiB)."""
+        mib = bytes(1 << 20)
+        whole, rest = divmod(records, len(mib))
+        return FramePieces((head + struct.pack(">i", records), *[mib] * whole, mib[:rest]))
+
+    small, large = body(1000), body(codegen.COUNTED_BYTES_MAX)
+    for pieces, counted in ((small, True), (large, False)):
+        fresh = compiled.scan_fresh(pieces, 0, True)
+        prepared = compiled.scan(pieces, 0, integers=True)  # Codec.scan's own check, then the C scan
+        for result in (fresh, prepared):
+            assert (result.int_stats is not None) is counted
+            assert result.int_slots == (compiled.int_slots if counted else ())
+            assert result.topic_partitions == {"t": 1} and result.spans[0][1] == sum(map(len, pieces)) - len(head) - 4
+        if counted:
+            assert fresh.int_stats == prepared.int_stats and sum(fresh.int_stats[0::codegen.SLOT_STRIDE]) == 3
+    # The Python reference, its limit lowered to the small body's length: counted up to it, not past it.
+    joined = small.join()
+    reference = CompiledStruct(compiled.spec, compiled.version, compiled.flexible, api=compiled.api,
+                               api_key=compiled.api_key, direction=compiled.direction)
+    reference._program = reference._scan = reference._scan_fresh = None  # the generated Python scanner
+    for limit, counted in ((len(joined), True), (len(joined) - 1, False)):
+        monkeypatch.setattr(codegen, "COUNTED_BYTES_MAX", limit)
+        assert (reference.scan(joined, 0, integers=True).int_stats is not None) is counted
+
+
 def test_pieces_are_released_after_every_scan():
     """The buffers of a frame in pieces are released whether the scan succeeds or fails: a bytearray
     piece can be resized afterwards (it cannot while a view of it is held)."""

@@ -55,7 +55,7 @@ class IntegerFieldColumns:
         order, `per_row` how many of them each row has."""
         import numpy as np
 
-        chunks = []  # the bytes of each scan's array('q') (capture.facts), joined once (growing an array copies)
+        chunks = []  # the bytes of each scan's array('i') (capture.facts), joined once (growing an array copies)
         labels = array("i")
         row_ends = array("i", [0])  # slots before each row
         table = self._table
@@ -66,7 +66,7 @@ class IntegerFieldColumns:
                 chunks.append(stats)
                 labels.extend(table(location, slots))
             row_ends.append(len(labels))
-        counters = np.frombuffer(b"".join(chunks), np.int64).reshape(-1, SLOT_STRIDE)
+        counters = np.frombuffer(b"".join(chunks), np.int32).reshape(-1, SLOT_STRIDE)
         present = counters[:, SLOT_OCCURRENCES] > 0  # the field was there (an empty array counts)
         slots = counters[present]
         picked = pa.array(np.frombuffer(labels, np.int32)[present])
@@ -79,9 +79,9 @@ class IntegerFieldColumns:
         arrays = [
             *(names.take(picked) for names in self._arrow_labels),
             pa.array(slots[:, SLOT_COUNT].astype(np.int32)),
-            pa.array(slots[:, SLOT_FIXED]),
-            pa.array(slots[:, SLOT_UVARINT]),
-            pa.array(slots[:, SLOT_ZIGZAG]),
+            pa.array(slots[:, SLOT_FIXED].astype(np.int64)),
+            pa.array(slots[:, SLOT_UVARINT].astype(np.int64)),
+            pa.array(slots[:, SLOT_ZIGZAG].astype(np.int64)),
             trimmed_histograms(pa, np, slots[:, SLOT_UHIST:SLOT_UHIST + HISTOGRAM_BUCKETS]),
             trimmed_histograms(pa, np, slots[:, SLOT_ZHIST:SLOT_ZHIST + HISTOGRAM_BUCKETS]),
         ]

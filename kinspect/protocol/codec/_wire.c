@@ -82,6 +82,8 @@ static PyObject *S_error_codes, *S_topics, *S_record_spans, *S_tagged_fields, *S
 static PyObject *ProgramCache;       /* id(program tuple) -> Program */
 #define PROGRAM_CACHE_MAX 4096
 #define MAX_DEPTH 64
+/* The longest buffer whose integer counters (int32) are gathered: codegen.COUNTED_BYTES_MAX, which says why. */
+#define COUNTED_BYTES_MAX ((int32_t)(INT32_MAX / 10))
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -218,7 +220,7 @@ typedef struct {
     Py_ssize_t empty, sections, section_bytes;
     /* capture facts: int_stats' counters, topic -> partitions, the compact delta; inner > 0
      * inside a known tagged field (only capture facts are gathered there) */
-    long long *istats;
+    int32_t *istats;
     PyObject *tparts;
     long long compact;
     int inner;
@@ -1336,7 +1338,7 @@ static inline int varint_len(uint64_t x)
 }
 
 /* One integer value into its slot (codec_runtime.count_int, without the occurrence count). */
-static inline void count_value(long long *s, const Field *f, long long v)
+static inline void count_value(int32_t *s, const Field *f, long long v)
 {
     int u = v >= 0 ? varint_len((uint64_t)v) : f->ineg;
     int z = varint_len(((uint64_t)v << 1) ^ (uint64_t)(v >> 63));
@@ -1461,7 +1463,7 @@ static int scan_value(Ctx *c, const Field *f, Py_ssize_t *ppos, Roles *roles)
                 return -1;
         }
         if (f->slot >= 0 && c->istats != NULL) {
-            long long *s = c->istats + f->slot;
+            int32_t *s = c->istats + f->slot;
             s[0] += 1;
             count_value(s, f, fixed_int(kind, AT(c, pos, size)));
         }
@@ -1533,7 +1535,7 @@ static int scan_value(Ctx *c, const Field *f, Py_ssize_t *ppos, Roles *roles)
             if ((long long)(L - pos) / FIXED_SIZE[elem] < n)
                 return truncated("an array");
             if (f->slot >= 0 && c->istats != NULL) {
-                long long *s = c->istats + f->slot;
+                int32_t *s = c->istats + f->slot;
                 Py_ssize_t w = FIXED_SIZE[elem];
                 s[0] += 1; /* the field was there, even empty */
                 for (long long i = 0; i < n; i++)
@@ -1578,7 +1580,7 @@ static int scan_value(Ctx *c, const Field *f, Py_ssize_t *ppos, Roles *roles)
         if (f->is_error && !c->inner && v && count_error(c, v) < 0)
             return -1;
         if (f->slot >= 0 && c->istats != NULL) {
-            long long *s = c->istats + f->slot;
+            int32_t *s = c->istats + f->slot;
             s[0] += 1;
             count_value(s, f, v);
         }
@@ -2024,7 +2026,8 @@ static int flush_counters(Ctx *c)
 }
 
 /* The scan proper: the struct at buf[pos:] into c's sinks (c->errors ... set by the caller), the
- * integer counters into stats (an array('q'), or None: none gathered). 0 with *end set, or -1. */
+ * integer counters into stats (an array('i'), or None: none gathered; none either over COUNTED_BYTES_MAX).
+ * 0 with *end set, or -1. */
 static int scan_core(ProgramObject *prog, Ctx *c, PyObject *buf, PyObject *posobj, PyObject *stats, Py_ssize_t *end)
 {
     Py_ssize_t pos;
@@ -2047,19 +2050,21 @@ static int scan_core(ProgramObject *prog, Ctx *c, PyObject *buf, PyObject *posob
         c->n = PyBytes_GET_SIZE(buf);
     }
     c->buf = buf;
-    /* The counters are written in place (a writable buffer of int64); a result without them
-     * (int_stats None: not prepared by CompiledStruct.scan) gathers no integer facts. */
+    /* The counters are written in place (a writable buffer of int32); a result without them
+     * (int_stats None: not prepared by CompiledStruct.scan) gathers no integer facts, nor does a buffer
+     * longer than COUNTED_BYTES_MAX, whose counters could overflow (codegen.COUNTED_BYTES_MAX says why). */
     if (prog->nstats > 0 && stats != Py_None) {
         if (PyObject_GetBuffer(stats, &view, PyBUF_WRITABLE | PyBUF_FORMAT) < 0)
             goto done;
         have_view = 1;
-        if (view.itemsize != 8 || view.format == NULL || (strcmp(view.format, "q") != 0 && strcmp(view.format, "l") != 0)
-            || view.len < prog->nstats * 8) {
-            PyErr_Format(PyExc_TypeError, "result.int_stats must be an array('q') of at least %zd counters",
+        if (view.itemsize != 4 || view.format == NULL || strcmp(view.format, "i") != 0
+            || view.len < prog->nstats * 4) {
+            PyErr_Format(PyExc_TypeError, "result.int_stats must be an array('i') of at least %zd counters",
                          prog->nstats);
             goto done;
         }
-        c->istats = (long long *)view.buf;
+        if (c->n <= COUNTED_BYTES_MAX)
+            c->istats = (int32_t *)view.buf;
     }
     rc = scan_struct(c, prog->root, &pos);
     if (rc == 0 && pos > c->n) { /* cannot happen: every step is checked; kept as in the reference */
@@ -2264,6 +2269,15 @@ static PyObject *run_scan_fresh(ProgramObject *prog, PyObject *buf, PyObject *po
     if (scan_core(prog, &c, buf, posobj, RSLOT(r, R_INT_STATS), &end) < 0) {
         Py_DECREF(r);
         return NULL;
+    }
+    if (c.n > COUNTED_BYTES_MAX && RSLOT(r, R_INT_STATS) != Py_None) { /* not counted: no counters, as Codec.scan */
+        Py_SETREF(RSLOT(r, R_INT_STATS), Py_NewRef(Py_None));
+        PyObject *none = PyTuple_New(0);
+        if (none == NULL) {
+            Py_DECREF(r);
+            return NULL;
+        }
+        Py_SETREF(RSLOT(r, R_INT_SLOTS), none);
     }
     /* finish(): each empty tag section (one byte) counts as a section and a byte */
     if ((c.sections + c.empty && (set_count(r, R_SECTIONS, c.sections + c.empty) < 0
@@ -2631,8 +2645,9 @@ static PyMethodDef program_methods[] = {
     {"scan_fresh", (PyCFunction)(void (*)(void))program_scan_fresh, METH_FASTCALL,
      "scan_fresh(buf, pos, stats_template, int_slots, summarize=False) -> ScanResult: walk the struct into a\n"
      "new, finished result (trailing_bytes: the bytes after it; source: buf). stats_template: None (no integer\n"
-     "facts) or the zeroed array('q') whose copy becomes int_stats, with int_slots. summarize: its records\n"
-     "spans are summarized at once (as ScanResult.records does on first use). buf: bytes or a tuple of pieces."},
+     "facts) or the zeroed array('i') whose copy becomes int_stats (None where buf is longer than\n"
+     "COUNTED_BYTES_MAX), with int_slots. summarize: its records spans are summarized at once (as\n"
+     "ScanResult.records does on first use). buf: bytes or a tuple of pieces."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -2838,7 +2853,8 @@ PyMODINIT_FUNC PyInit__wire(void)
         goto fail;
     }
     if (PyModule_AddIntConstant(m, "UUID_FAST_PATH", uuid_int_off >= 0) < 0
-        || PyModule_AddIntConstant(m, "SCAN_RESULT_FAST_PATH", ResultType != NULL) < 0)
+        || PyModule_AddIntConstant(m, "SCAN_RESULT_FAST_PATH", ResultType != NULL) < 0
+        || PyModule_AddIntConstant(m, "COUNTED_BYTES_MAX", COUNTED_BYTES_MAX) < 0)
         goto fail;
     return m;
 fail:

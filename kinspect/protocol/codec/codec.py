@@ -82,7 +82,7 @@ class CompiledStruct:
         self._traced = None
         # Capture facts of a scan: a slot per integer field, and the compact-size target.
         self.int_slots = codegen.integer_slots(spec.struct, version)
-        self._zero_stats = array("q", [0]) * (codegen.SLOT_STRIDE * len(self.int_slots))
+        self._zero_stats = array(codegen.COUNTER_TYPECODE, [0]) * (codegen.SLOT_STRIDE * len(self.int_slots))
         self.compact_target = codegen.compact_target(spec, version) if direction in ("request", "response") else None
         native = native_module()
         if native is not None:
@@ -156,7 +156,8 @@ class CompiledStruct:
 
         With whole=True the message must end at the end of buf; otherwise the bytes after
         it are counted in result.trailing_bytes. With integers=False the result gets no
-        integer counters (int_stats None): the capture's facts, which the metrics do not need.
+        integer counters (int_stats None): the capture's facts, which the metrics do not need; nor does a buf
+        longer than codegen.COUNTED_BYTES_MAX.
         """
         size = None
         if type(buf) is not bytes:
@@ -175,7 +176,7 @@ class CompiledStruct:
                                          compact_target=self.compact_target), "scan", self.label
             )
         result = ScanResult() if result is None else result
-        if integers and self.int_slots:
+        if integers and self.int_slots and size <= codegen.COUNTED_BYTES_MAX:  # longer: its counters could overflow
             if result.int_stats is None:
                 result.int_slots = self.int_slots
                 result.int_stats = self._zero_stats[:]  # a copy: one memcpy

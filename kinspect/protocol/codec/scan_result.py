@@ -47,13 +47,14 @@ class ScanResult:
     access and keeps the list; spans a later scan adds are summarized on the next access.
 
     Capture facts (what a capture row needs, gathered in the same pass; see codegen's
-    "capture facts"): `int_stats`, an array('q') of codegen.SLOT_STRIDE counters per entry of
+    "capture facts"): `int_stats`, an array('i') of codegen.SLOT_STRIDE counters per entry of
     `int_slots` ((path, int type) of each integer field, the scanned struct's table, known
     tagged fields' values included); `topic_partitions`, topic -> partitions named (a topic
     listed without partitions counts 0); `compact_delta`, for a non-flexible version of an
     api with flexible versions, the bytes the body would gain at the first flexible
     version's encoding (KIP-482), else None. A result that CompiledStruct.scan did not
-    prepare has int_stats None and gathers no integer counters.
+    prepare has int_stats None and gathers no integer counters, as does a scan of a buffer longer than
+    codegen.COUNTED_BYTES_MAX (its int32 counters could overflow).
     """
 
     __slots__ = ("trailing_bytes", "tag_sections", "tag_section_bytes", "empty_counter", "tagged_fields",
@@ -72,7 +73,7 @@ class ScanResult:
         self.source: bytes | None = None  # the buffer the spans point into
         self._summaries: list = []  # the summaries of record_spans[:len(_summaries)]
         self.int_slots: tuple = ()
-        self.int_stats = None  # array('q') once a struct with integer fields is scanned
+        self.int_stats = None  # array('i') once a struct with integer fields is scanned
         self.topic_partitions: dict[str, int] = {}
         self.compact_delta: int | None = None
 
