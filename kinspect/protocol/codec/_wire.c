@@ -220,7 +220,7 @@ typedef struct {
     Py_ssize_t empty, sections, section_bytes;
     /* capture facts: int_stats' counters, topic -> partitions, the compact delta; inner > 0
      * inside a known tagged field (only capture facts are gathered there) */
-    int32_t *istats;
+    uint32_t *istats; /* int32 counters (array('i')), added to as unsigned: a wrap is defined, never UB */
     PyObject *tparts;
     long long compact;
     int inner;
@@ -1338,7 +1338,7 @@ static inline int varint_len(uint64_t x)
 }
 
 /* One integer value into its slot (codec_runtime.count_int, without the occurrence count). */
-static inline void count_value(int32_t *s, const Field *f, long long v)
+static inline void count_value(uint32_t *s, const Field *f, long long v)
 {
     int u = v >= 0 ? varint_len((uint64_t)v) : f->ineg;
     int z = varint_len(((uint64_t)v << 1) ^ (uint64_t)(v >> 63));
@@ -1463,7 +1463,7 @@ static int scan_value(Ctx *c, const Field *f, Py_ssize_t *ppos, Roles *roles)
                 return -1;
         }
         if (f->slot >= 0 && c->istats != NULL) {
-            int32_t *s = c->istats + f->slot;
+            uint32_t *s = c->istats + f->slot;
             s[0] += 1;
             count_value(s, f, fixed_int(kind, AT(c, pos, size)));
         }
@@ -1535,7 +1535,7 @@ static int scan_value(Ctx *c, const Field *f, Py_ssize_t *ppos, Roles *roles)
             if ((long long)(L - pos) / FIXED_SIZE[elem] < n)
                 return truncated("an array");
             if (f->slot >= 0 && c->istats != NULL) {
-                int32_t *s = c->istats + f->slot;
+                uint32_t *s = c->istats + f->slot;
                 Py_ssize_t w = FIXED_SIZE[elem];
                 s[0] += 1; /* the field was there, even empty */
                 for (long long i = 0; i < n; i++)
@@ -1580,7 +1580,7 @@ static int scan_value(Ctx *c, const Field *f, Py_ssize_t *ppos, Roles *roles)
         if (f->is_error && !c->inner && v && count_error(c, v) < 0)
             return -1;
         if (f->slot >= 0 && c->istats != NULL) {
-            int32_t *s = c->istats + f->slot;
+            uint32_t *s = c->istats + f->slot;
             s[0] += 1;
             count_value(s, f, v);
         }
@@ -2064,7 +2064,7 @@ static int scan_core(ProgramObject *prog, Ctx *c, PyObject *buf, PyObject *posob
             goto done;
         }
         if (c->n <= COUNTED_BYTES_MAX)
-            c->istats = (int32_t *)view.buf;
+            c->istats = (uint32_t *)view.buf;
     }
     rc = scan_struct(c, prog->root, &pos);
     if (rc == 0 && pos > c->n) { /* cannot happen: every step is checked; kept as in the reference */

@@ -157,7 +157,8 @@ class CompiledStruct:
         With whole=True the message must end at the end of buf; otherwise the bytes after
         it are counted in result.trailing_bytes. With integers=False the result gets no
         integer counters (int_stats None): the capture's facts, which the metrics do not need; nor does a buf
-        longer than codegen.COUNTED_BYTES_MAX.
+        longer than codegen.COUNTED_BYTES_MAX. A result scanned again adds to its counters (int32): the bytes
+        scanned into one result in all must stay within that bound too.
         """
         size = None
         if type(buf) is not bytes:
