@@ -25,7 +25,7 @@ specs alone, such as whether the version is flexible). Its fields, by index (FIE
     RECORDS = per records field, None (not a record set) or a tuple of its batches'
             (magic, record count, compression, batch length)
            tuples only (topic_partitions and error_codes as their dicts' (key, value)
-           items), and int_stats as the bytes of the scan's array('i') (None without
+           items), and int_stats as the bytes of the scan's int32 counters (None without
            integer fields): the ScanResult and its lists stay on the event loop and die
            with the event.
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import io
+from array import array
 import pickle
 import random
 import struct
@@ -601,6 +602,28 @@ def test_scan_fresh_fills_every_slot_as_the_python_path():
         compiled.scan_fresh(raw[:9], 0, True)
 
 
+def test_a_fresh_scan_s_counters_are_new_bytes_that_the_capture_keeps():
+    """scan_fresh writes the counters into a bytes object of its own (the Python reference freezes its array as
+    finish() does), and the capture's SCAN holds that object itself, not a copy; a later scan leaves it as it was."""
+    if _wire is None:
+        pytest.fail(_MISSING)
+    compiled = CODEC.body(0, "request", 3)
+
+    def raw(acks: int) -> bytes:
+        return bytes(compiled.encode({"TransactionalId": None, "Acks": acks, "TimeoutMs": 5, "TopicData": [
+            {"Name": "t", "PartitionData": [{"Index": 7, "Records": None}]}]}))
+
+    fresh = compiled.scan_fresh(raw(1), 0, True)
+    kept = bytes(bytearray(fresh.int_stats))
+    assert type(fresh.int_stats) is bytes and fresh.int_stats == compiled.scan(raw(1), 0, integers=True).finish().int_stats
+    side = fresh.frozen()
+    assert side[4] is fresh.int_stats and side == fresh.frozen_python()
+    other = compiled.scan_fresh(raw(-1), 0, True)  # a negative Acks: other varint lengths
+    assert other.int_stats is not fresh.int_stats and other.int_stats != kept and fresh.int_stats == kept
+    with pytest.raises(TypeError, match="at least"):  # too short a template: refused, never written past
+        compiled._scan_fresh(raw(1), 0, compiled._zero_stats[:-1], compiled.int_slots)
+
+
 def test_no_integer_counters_for_a_frame_whose_int32_counters_could_overflow(monkeypatch):
     """A buffer longer than codegen.COUNTED_BYTES_MAX (a counter gains at most 10 a byte) gets int_stats None in C
     and in Python, its other facts as usual; the C scanner reads the same limit."""
@@ -626,7 +649,8 @@ def test_no_integer_counters_for_a_frame_whose_int32_counters_could_overflow(mon
             assert result.int_slots == (compiled.int_slots if counted else ())
             assert result.topic_partitions == {"t": 1} and result.spans[0][1] == sum(map(len, pieces)) - len(head) - 4
         if counted:
-            assert fresh.int_stats == prepared.int_stats and sum(fresh.int_stats[0::codegen.SLOT_STRIDE]) == 3
+            counters = array(codegen.COUNTER_TYPECODE, fresh.int_stats)
+            assert fresh.int_stats == bytes(prepared.int_stats) and sum(counters[0::codegen.SLOT_STRIDE]) == 3
     # The Python reference, its limit lowered to the small body's length: counted up to it, not past it.
     joined = small.join()
     reference = CompiledStruct(compiled.spec, compiled.version, compiled.flexible, api=compiled.api,

@@ -39,7 +39,7 @@ def _outcome(scan_of):
         result = scan_of()
     except DecodeError as exc:
         return ("DecodeError", str(exc))
-    stats = result.int_stats.tobytes() if result.int_stats is not None else None
+    stats = bytes(result.int_stats) if result.int_stats is not None else None
     return (result.to_dict(), result.int_slots, stats, result.topic_partitions, result.compact_delta)
 
 

@@ -2183,7 +2183,8 @@ static void find_result_slots(void)
 }
 
 /* A new ScanResult as ScanResult() makes it, with source = buf and, when stats_template is an
- * array, int_slots and a copy of the template as int_stats. */
+ * array, int_slots and as int_stats a zeroed bytes object of the template's length in int32 counters, which
+ * the scan writes in place before anyone else sees it (run_scan_fresh). */
 static PyObject *new_result(PyObject *buf, PyObject *stats_template, PyObject *int_slots)
 {
     PyObject *r = ResultType->tp_alloc(ResultType, 0);
@@ -2216,7 +2217,13 @@ static PyObject *new_result(PyObject *buf, PyObject *stats_template, PyObject *i
     else {
         Py_INCREF(int_slots);
         RSLOT(r, R_INT_SLOTS) = int_slots;
-        RSLOT(r, R_INT_STATS) = PySequence_GetSlice(stats_template, 0, PY_SSIZE_T_MAX); /* a copy: one memcpy */
+        /* bytes, not a copy of the array: one allocation, no buffer to acquire, and the capture keeps the object
+         * itself (capture_side); an array's copy, its buffer and its two frees cost more than the counting */
+        Py_ssize_t counters = PyObject_Size(stats_template);
+        PyObject *stats = counters < 0 ? NULL : PyBytes_FromStringAndSize(NULL, counters * 4);
+        if (stats != NULL)
+            memset(PyBytes_AS_STRING(stats), 0, counters * 4);
+        RSLOT(r, R_INT_STATS) = stats;
     }
     RSLOT(r, R_TPARTS) = PyDict_New();
     Py_INCREF(Py_None);
@@ -2265,8 +2272,17 @@ static PyObject *run_scan_fresh(ProgramObject *prog, PyObject *buf, PyObject *po
     c.spans = RSLOT(r, R_SPANS);
     c.tagged = RSLOT(r, R_TAGGED);
     c.tparts = RSLOT(r, R_TPARTS);
+    PyObject *stats = RSLOT(r, R_INT_STATS);
+    if (stats != Py_None) { /* new_result's bytes, seen by no one yet: the counters are written in place */
+        if (PyBytes_GET_SIZE(stats) < prog->nstats * 4) {
+            PyErr_Format(PyExc_TypeError, "scan_fresh: stats_template must hold at least %zd counters", prog->nstats);
+            Py_DECREF(r);
+            return NULL;
+        }
+        c.istats = (uint32_t *)PyBytes_AS_STRING(stats);
+    }
     Py_ssize_t end = 0;
-    if (scan_core(prog, &c, buf, posobj, RSLOT(r, R_INT_STATS), &end) < 0) {
+    if (scan_core(prog, &c, buf, posobj, Py_None, &end) < 0) {
         Py_DECREF(r);
         return NULL;
     }
@@ -2491,6 +2507,12 @@ static int side_equals(PyObject *r, PyObject *previous, const Py_ssize_t fields[
     if (stats == Py_None) {
         if (kept_stats != Py_None)
             return PyBytes_CheckExact(kept_stats) ? 0 : 2;
+    } else if (PyBytes_CheckExact(stats)) { /* a fresh scan's counters */
+        if (!PyBytes_CheckExact(kept_stats))
+            return kept_stats == Py_None ? 0 : 2;
+        if (PyBytes_GET_SIZE(stats) != PyBytes_GET_SIZE(kept_stats)
+            || memcmp(PyBytes_AS_STRING(stats), PyBytes_AS_STRING(kept_stats), PyBytes_GET_SIZE(stats)) != 0)
+            return 0;
     } else {
         if (!PyBytes_CheckExact(kept_stats))
             return kept_stats == Py_None ? 0 : 2;
@@ -2588,8 +2610,8 @@ static PyObject *wire_capture_side(PyObject *module, PyObject *const *args, Py_s
     items[1] = tuple_or_empty(tagged);
     items[2] = new_ref(RSLOT(r, R_COMPACT));
     items[3] = new_ref(RSLOT(r, R_INT_SLOTS));
-    if (stats == Py_None)
-        items[4] = new_ref(Py_None);
+    if (stats == Py_None || PyBytes_CheckExact(stats)) /* a fresh scan's counters are kept as they are */
+        items[4] = new_ref(stats);
     else { /* bytes: untracked by the garbage collector, unlike the array */
         Py_buffer view;
         if (PyObject_GetBuffer(stats, &view, PyBUF_SIMPLE) == 0) {
@@ -2645,8 +2667,8 @@ static PyMethodDef program_methods[] = {
     {"scan_fresh", (PyCFunction)(void (*)(void))program_scan_fresh, METH_FASTCALL,
      "scan_fresh(buf, pos, stats_template, int_slots, summarize=False) -> ScanResult: walk the struct into a\n"
      "new, finished result (trailing_bytes: the bytes after it; source: buf). stats_template: None (no integer\n"
-     "facts) or the zeroed array('i') whose copy becomes int_stats (None where buf is longer than\n"
-     "COUNTED_BYTES_MAX), with int_slots. summarize: its records spans are summarized at once (as\n"
+     "facts) or the zeroed array('i') whose length sizes int_stats, the counters as bytes (None where buf is\n"
+     "longer than COUNTED_BYTES_MAX), with int_slots. summarize: its records spans are summarized at once (as\n"
      "ScanResult.records does on first use). buf: bytes or a tuple of pieces."},
     {NULL, NULL, 0, NULL},
 };

@@ -47,14 +47,15 @@ class ScanResult:
     access and keeps the list; spans a later scan adds are summarized on the next access.
 
     Capture facts (what a capture row needs, gathered in the same pass; see codegen's
-    "capture facts"): `int_stats`, an array('i') of codegen.SLOT_STRIDE counters per entry of
+    "capture facts"): `int_stats`, codegen.SLOT_STRIDE int32 counters per entry of
     `int_slots` ((path, int type) of each integer field, the scanned struct's table, known
-    tagged fields' values included); `topic_partitions`, topic -> partitions named (a topic
-    listed without partitions counts 0); `compact_delta`, for a non-flexible version of an
-    api with flexible versions, the bytes the body would gain at the first flexible
-    version's encoding (KIP-482), else None. A result that CompiledStruct.scan did not
-    prepare has int_stats None and gathers no integer counters, as does a scan of a buffer longer than
-    codegen.COUNTED_BYTES_MAX (its int32 counters could overflow).
+    tagged fields' values included): an array('i') while scans add to them, their bytes once
+    the result is finished (finish(), and every result of scan_fresh); `topic_partitions`,
+    topic -> partitions named (a topic listed without partitions counts 0); `compact_delta`,
+    for a non-flexible version of an api with flexible versions, the bytes the body would gain
+    at the first flexible version's encoding (KIP-482), else None. A result that
+    CompiledStruct.scan did not prepare has int_stats None and gathers no integer counters, as
+    does a scan of a buffer longer than codegen.COUNTED_BYTES_MAX (its counters could overflow).
     """
 
     __slots__ = ("trailing_bytes", "tag_sections", "tag_section_bytes", "empty_counter", "tagged_fields",
@@ -73,7 +74,7 @@ class ScanResult:
         self.source: bytes | None = None  # the buffer the spans point into
         self._summaries: list = []  # the summaries of record_spans[:len(_summaries)]
         self.int_slots: tuple = ()
-        self.int_stats = None  # array('i') once a struct with integer fields is scanned
+        self.int_stats = None  # array('i') once a struct with integer fields is scanned, its bytes once finished
         self.topic_partitions: dict[str, int] = {}
         self.compact_delta: int | None = None
 
@@ -136,11 +137,15 @@ class ScanResult:
             records = tuple([None if s is None else tuple([(b[magic], b[count], b[compression], b[length])
                                                            for b in s[0]]) for s in self.records])
         return (self.tag_section_bytes, tuple(tagged) if tagged else (), self.compact_delta, self.int_slots,
-                stats.tobytes() if stats is not None else None, tuple(topics.items()) if topics else (),
+                bytes(stats) if stats is not None else None, tuple(topics.items()) if topics else (),
                 tuple(codes.items()) if codes else (), records)
 
     def finish(self) -> "ScanResult":
-        """Fold the empty tag sections (one byte each) into the totals."""
+        """Fold the empty tag sections (one byte each) into the totals, and freeze the integer counters as bytes
+        (as the C scan_fresh makes them: the capture keeps that object)."""
+        stats = self.int_stats
+        if stats is not None and type(stats) is not bytes:
+            self.int_stats = stats.tobytes()
         empty = self.empty_counter[0]
         self.tag_sections += empty
         self.tag_section_bytes += empty
