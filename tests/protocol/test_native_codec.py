@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import copy
 import io
-from array import array
 import pickle
 import random
 import struct
 import tracemalloc
 import uuid
+from array import array
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -614,7 +614,7 @@ def test_a_fresh_scan_s_counters_are_new_bytes_that_the_capture_keeps():
             {"Name": "t", "PartitionData": [{"Index": 7, "Records": None}]}]}))
 
     fresh = compiled.scan_fresh(raw(1), 0, True)
-    kept = bytes(bytearray(fresh.int_stats))
+    kept = bytes(bytearray(fresh.int_stats))  # a copy (bytes() of bytes is the object itself)
     assert type(fresh.int_stats) is bytes and fresh.int_stats == compiled.scan(raw(1), 0, integers=True).finish().int_stats
     side = fresh.frozen()
     assert side[4] is fresh.int_stats and side == fresh.frozen_python()
