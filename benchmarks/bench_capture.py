@@ -160,7 +160,7 @@ def main() -> None:
                 codec.integer_facts = integers
                 fresh = [e for e in replay(codec) if type(e) is Exchange]  # events with nothing cached
                 # The collector paused: a full collection landing in one pass (the replay's objects) cost it
-                # 2-3x, and counters (arrays, untracked) add nothing for it to walk.
+                # 2-3x, and counters (bytes, untracked) add nothing for it to walk.
                 gc.collect()
                 gc.disable()
                 try:

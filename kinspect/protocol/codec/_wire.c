@@ -2026,8 +2026,9 @@ static int flush_counters(Ctx *c)
 }
 
 /* The scan proper: the struct at buf[pos:] into c's sinks (c->errors ... set by the caller), the
- * integer counters into stats (an array('i'), or None: none gathered; none either over COUNTED_BYTES_MAX).
- * 0 with *end set, or -1. */
+ * integer counters into stats (an array('i'), none over COUNTED_BYTES_MAX), or with stats None into
+ * c->istats where the caller set it (run_scan_fresh's new bytes, which it drops over that bound itself), else
+ * nowhere. 0 with *end set, or -1. */
 static int scan_core(ProgramObject *prog, Ctx *c, PyObject *buf, PyObject *posobj, PyObject *stats, Py_ssize_t *end)
 {
     Py_ssize_t pos;

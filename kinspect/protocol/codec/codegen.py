@@ -188,7 +188,7 @@ NEGATIVE_UVARINT = {16: 3, 32: 5, 64: 10}
 # One integer field's slot: occurrences, values, bytes today, bytes as unsigned varints, bytes
 # as zig-zag varints, then 10 counts by unsigned-varint length (1..10) and 10 by zig-zag length.
 SLOT_STRIDE = 25
-# The counters are int32 (array typecode "i"): a scan's counters for one exchange, copied and compared on
+# The counters are int32 (array typecode "i"): a scan's counters for one exchange, allocated and compared on
 # the event loop and sent to the capture's writer, are half the bytes int64 took (about 0.95 KB an exchange of
 # the recorded traffic instead of 1.9). A counter gains at most 10 a wire byte (a one-byte varint counted as a
 # 10-byte unsigned one), so a frame of at most COUNTED_BYTES_MAX bytes cannot overflow one; a longer frame (only
