@@ -190,7 +190,12 @@ static PyObject *scan_of(TakerObject *self, PyObject *event, Py_ssize_t complete
 static Py_ssize_t scan_held(PyObject *side, Py_ssize_t topic_bytes)
 {
     PyObject *stats = PyTuple_GET_ITEM(side, 4), *topics = PyTuple_GET_ITEM(side, 5);
-    Py_ssize_t size = stats == Py_None ? 0 : PyBytes_CheckExact(stats) ? PyBytes_GET_SIZE(stats) : PyObject_Length(stats);
+    /* (frame, pos): counters left for the writer to count (codegen.COUNT_LATER); the queue holds the frame */
+    Py_ssize_t size = stats == Py_None            ? 0
+                      : PyBytes_CheckExact(stats) ? PyBytes_GET_SIZE(stats)
+                      : PyTuple_CheckExact(stats) && PyTuple_GET_SIZE(stats) == 2
+                          ? PyObject_Length(PyTuple_GET_ITEM(stats, 0))
+                          : PyObject_Length(stats);
     Py_ssize_t count = PyTuple_CheckExact(topics) ? PyTuple_GET_SIZE(topics) : PyObject_Length(topics);
     return size < 0 || count < 0 ? -1 : size + topic_bytes * count;
 }

@@ -15,6 +15,7 @@ per-row builder this replaced, the reference the tests compare it with.
 from __future__ import annotations
 
 from kinspect.capture.columns import IntegerFieldColumns
+from kinspect.capture.count_later import LaterCounter
 from kinspect.capture.facts import FIELDS
 from kinspect.capture.schema import COLUMN_NAMES, SCHEMA_VERSION, arrow_schema
 from kinspect.protocol.codec import response_header_version
@@ -109,6 +110,9 @@ class BatchBuilder:
     """
 
     def __init__(self, wall_offset: float, registry=None, versions: dict | None = None, native: bool = True) -> None:
+        # The integer counters the event loop left for later, counted with a codec of these specs (None: the
+        # built-in ones, loaded at the first frame to count).
+        self.later = LaterCounter(registry)
         if versions is not None:
             registry = None  # every request version the specs define, as versions_table() gave them
         elif registry is None:
@@ -151,6 +155,7 @@ class BatchBuilder:
         pa = self._pa or self._arrow()
         np = self._np
         types = self._types
+        facts = self.later.count(facts)
         n = len(facts)
         fields = tuple(zip(*facts)) if n else ((),) * len(FIELDS)
         if len(fields) != len(FIELDS):
@@ -182,6 +187,20 @@ class BatchBuilder:
             else:
                 arrays[name] = _integers(pa, np, values, dtype, types[name], self._native_integers)
         return pa.RecordBatch.from_arrays([arrays[name] for name in COLUMN_NAMES], schema=self.schema)
+
+    def spec_layers(self) -> list | None:
+        """The layers of the specs the counters left for later are counted with, for a builder in another process
+        (BatchBuilder(..., SpecRegistry(layers), versions=...)); None for the built-in specs alone, which that
+        process loads itself."""
+        registry = self.later.registry
+        if registry is None:
+            return None
+        from kinspect.protocol.specs.registry import load_builtin_layers
+
+        builtin = load_builtin_layers()
+        layers = registry.layers
+        same = len(layers) == len(builtin) and all(a is b for a, b in zip(layers, builtin))
+        return None if same else list(layers)
 
     def versions_table(self) -> dict:
         """Every request version the specs define -> (flexible, first flexible version): what a builder in

@@ -26,7 +26,8 @@ specs alone, such as whether the version is flexible). Its fields, by index (FIE
             (magic, record count, compression, batch length)
            tuples only (topic_partitions and error_codes as their dicts' (key, value)
            items), and int_stats as the bytes of the scan's int32 counters (None without
-           integer fields): the ScanResult and its lists stay on the event loop and die
+           integer fields), or, for a frame scanned whole from bytes, (frame, body start): the
+           writer process counts those (capture.batch), off the event loop. The ScanResult and its lists stay on the event loop and die
            with the event.
 
 Why tuples, not the ScanResult: the garbage collector stops tracking a tuple of atomic
@@ -39,6 +40,7 @@ ms holding the GIL, a few per second under load) a large part of the capture's c
 
 from __future__ import annotations
 
+from kinspect.protocol.codec.codegen import COUNT_LATER
 from kinspect.protocol.errors import DecodeError, UnknownApiError
 
 FIELDS = ("request_time", "latency", "connection_id", "client_address", "broker", "node_id", "client_id",
@@ -119,8 +121,8 @@ def share_alike_sides_python(facts: list) -> list:
     return out
 
 
-# Bytes one exchange's facts hold in the queue, beside its integer counters (4 bytes each)
-# and topics: a fixed estimate of the tuples, the ScanResult objects and their lists.
+# Bytes one exchange's facts hold in the queue, beside its integer counters (4 bytes each) or the frames
+# whose counters the writer counts, and topics: a fixed estimate of the tuples, the ScanResult objects and their lists.
 BASE_BYTES = 1024
 TOPIC_BYTES = 120
 
@@ -130,8 +132,9 @@ def held_bytes(facts: tuple) -> int:
     held = BASE_BYTES
     for side in (facts[19], facts[28]):
         if type(side) is tuple:
-            if side[4] is not None:
-                held += len(side[4])
+            stats = side[4]
+            if stats is not None:
+                held += len(stats[0]) if type(stats) is tuple else len(stats)  # a frame to count later, or counters
             held += TOPIC_BYTES * len(side[5])
     return held
 
@@ -173,11 +176,13 @@ class FactsTaker:
     """Builds EXCHANGE tuples from Exchange events."""
 
     def __init__(self, codec, native: bool = True) -> None:
-        """codec: the one the events scan with; its scans count integer fields from now on.
+        """codec: the one the events scan with; its scans gather integer fields from now on (see codegen.COUNT_LATER).
 
         native: take facts in C (capture._take) where it is built; take_python stays the reference
         and takes what the C taker leaves (a side without facts: it says why)."""
-        codec.integer_facts = True
+        # Counted later: a frame scanned whole from bytes reaches the writer process as it is, which counts its
+        # integer fields there (batch.count_later); only frames in pieces are counted on the event loop.
+        codec.integer_facts = COUNT_LATER
         # (api key, direction) -> (scan, its SCAN, the bytes it holds) of the latest exchange: events
         # whose body was seen before share one scan (the metrics' memo), so its SCAN is built once.
         self._sides: dict[tuple[int, int], tuple] = {}
@@ -195,7 +200,7 @@ class FactsTaker:
             self._sides[key] = (scan, side, last[2])
             return side, last[2]
         stats = side[4]
-        held = TOPIC_BYTES * len(side[5]) + (len(stats) if stats is not None else 0)
+        held = TOPIC_BYTES * len(side[5]) + (0 if stats is None else len(stats[0]) if type(stats) is tuple else len(stats))
         if len(self._sides) < 4096 or key in self._sides:
             self._sides[key] = (scan, side, held)
         return side, held

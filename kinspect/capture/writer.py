@@ -144,7 +144,8 @@ class CaptureWriter:
                 sink = self._sink
                 self._out = WriterProcess.start(
                     directory=str(self.directory), wall_offset=sink.builder.wall_offset,
-                    versions=sink.builder.versions_table(), max_file_bytes=sink.max_file_bytes,
+                    versions=sink.builder.versions_table(), spec_layers=sink.builder.spec_layers(),
+                    max_file_bytes=sink.max_file_bytes,
                     max_file_seconds=sink.max_file_seconds, row_group_rows=self.row_group_rows,
                     compression=self.compression, warm_facts=self.warm_facts)
             if sys.getswitchinterval() > SWITCH_INTERVAL:

@@ -298,10 +298,16 @@ def main() -> int:
     if message is None:
         return 0
     settings = pickle.loads(message)
-    builder = BatchBuilder(settings["wall_offset"], versions=settings["versions"])
+    layers = settings.get("spec_layers")  # the proxy's own specs, where they are not the built-in ones alone
+    registry = None
+    if layers is not None:
+        from kinspect.protocol.specs.registry import SpecRegistry
+
+        registry = SpecRegistry(layers)
+    builder = BatchBuilder(settings["wall_offset"], registry, versions=settings["versions"])
     if settings.get("warm_facts") is not None:
         try:  # pyarrow's first use, paid before the first batch (capture.warm_up)
-            write_one(settings["warm_facts"], BatchBuilder(0.0, versions=settings["versions"]),
+            write_one(settings["warm_facts"], BatchBuilder(0.0, registry, versions=settings["versions"]),
                       settings["compression"])
         except Exception:  # noqa: BLE001 (the first batch pays it instead)
             log.warning("warming up failed", exc_info=True)

@@ -492,11 +492,13 @@ def test_the_proxy_command_captures_and_flushes_on_sigterm(tmp_path: Path, codec
 
 
 def test_the_queue_holds_facts_never_a_frame_or_a_codec(codec: Codec, tmp_path: Path):
-    """What crosses to the writer thread: no bytes of a frame, no codec, no event, no scan result; nothing the GC tracks for long."""
+    """What crosses to the writer thread: no codec, no event, no scan result, nothing the GC tracks for long, and no
+    bytes of a frame but the immutable frames whose integer fields the writer counts (codegen.COUNT_LATER)."""
     from array import array
 
     from kinspect.protocol.codec.codegen import COUNTER_TYPECODE
 
+    from kinspect.capture.count_later import LaterCounter
     from kinspect.capture.facts import FIELDS
     from kinspect.protocol.codec.scan_result import ScanResult
     from kinspect.session.events import Request, Response
@@ -508,7 +510,7 @@ def test_the_queue_holds_facts_never_a_frame_or_a_codec(codec: Codec, tmp_path: 
     queued = list(observer.writer._queue)
     assert len(queued) == len(exchanges) == observer.writer.rows_accepted
     frames = {id(x.request.frame) for x in exchanges} | {id(x.response.frame) for x in exchanges if x.response}
-    seen = {"scans": 0, "counters": 0}
+    seen = {"scans": 0, "counters": 0, "later": 0}
 
     def walk(value, depth=0):
         assert depth < 12
@@ -531,16 +533,27 @@ def test_the_queue_holds_facts_never_a_frame_or_a_codec(codec: Codec, tmp_path: 
                 assert not isinstance(value, bytes)
                 walk(value)
         for side in (facts[i] for i in sides):
-            if type(side) is tuple:  # a SCAN; its only bytes are the integer counters, never a frame's
+            if type(side) is tuple:  # a SCAN; its only bytes: integer counters, or a whole frame to count them from
                 seen["scans"] += 1
                 for j, value in enumerate(side):
                     if j != 4:
                         assert not isinstance(value, bytes)
                         walk(value)
-                if side[4] is not None:
-                    assert type(side[4]) is bytes and id(side[4]) not in frames
+                if type(side[4]) is bytes:  # counted on the loop: a frame in pieces
+                    assert id(side[4]) not in frames
                     seen["counters"] += len(array(COUNTER_TYPECODE, side[4]))
-    assert seen["scans"] > len(exchanges) and seen["counters"] > 10_000
+                elif side[4] is not None:  # the event's own frame, and where its body starts
+                    frame, pos = side[4]
+                    assert type(frame) is bytes and id(frame) in frames and type(pos) is int and 0 < pos <= len(frame)
+                    seen["later"] += 1
+    assert seen["scans"] > len(exchanges) and seen["later"] > 300
+    counted = LaterCounter(codec.registry).count(queued)
+    for facts in counted:
+        for side in (facts[i] for i in sides):
+            if type(side) is tuple and side[4] is not None:
+                assert type(side[4]) is bytes
+                seen["counters"] += len(array(COUNTER_TYPECODE, side[4]))
+    assert seen["counters"] > 10_000
     # Once the collector has seen them, the facts are untracked (record-batch summaries included):
     # they are never promoted to the old generation while they wait.
     for _ in range(5):  # a tuple is untracked once its members are (up to 5 levels deep); a pass may reach an outer one first

@@ -2185,8 +2185,12 @@ static void find_result_slots(void)
 
 /* A new ScanResult as ScanResult() makes it, with source = buf and, when stats_template is an
  * array, int_slots and as int_stats a zeroed bytes object of the template's length in int32 counters, which
- * the scan writes in place before anyone else sees it (run_scan_fresh). */
-static PyObject *new_result(PyObject *buf, PyObject *stats_template, PyObject *int_slots)
+ * the scan writes in place before anyone else sees it (run_scan_fresh). stats_template Ellipsis
+ * (codegen.COUNT_LATER) with int_slots: a bytes buf is not counted, its int_stats is (buf, pos), where whoever
+ * needs the counters counts them (the capture's writer process, off the event loop); pieces are counted now,
+ * into the `counters` int32 counters the program needs. */
+static PyObject *new_result(PyObject *buf, PyObject *posobj, PyObject *stats_template, PyObject *int_slots,
+                            Py_ssize_t counters)
 {
     PyObject *r = ResultType->tp_alloc(ResultType, 0);
     if (r == NULL)
@@ -2210,17 +2214,24 @@ static PyObject *new_result(PyObject *buf, PyObject *stats_template, PyObject *i
     Py_INCREF(buf);
     RSLOT(r, R_SOURCE) = buf;
     RSLOT(r, R_SUMMARIES) = PyList_New(0);
-    if (stats_template == Py_None) {
+    int later = stats_template == Py_Ellipsis;
+    if (stats_template == Py_None || (later && (!PyTuple_CheckExact(int_slots) || PyTuple_GET_SIZE(int_slots) == 0))) {
         RSLOT(r, R_INT_SLOTS) = PyTuple_New(0);
         Py_INCREF(Py_None);
         RSLOT(r, R_INT_STATS) = Py_None;
+    }
+    else if (later && PyBytes_CheckExact(buf)) {
+        Py_INCREF(int_slots);
+        RSLOT(r, R_INT_SLOTS) = int_slots;
+        RSLOT(r, R_INT_STATS) = PyTuple_Pack(2, buf, posobj);
     }
     else {
         Py_INCREF(int_slots);
         RSLOT(r, R_INT_SLOTS) = int_slots;
         /* bytes, not a copy of the array: one allocation, no buffer to acquire, and the capture keeps the object
          * itself (capture_side); an array's copy, its buffer and its two frees cost more than the counting */
-        Py_ssize_t counters = PyObject_Size(stats_template);
+        if (!later)
+            counters = PyObject_Size(stats_template);
         PyObject *stats = counters < 0 ? NULL : PyBytes_FromStringAndSize(NULL, counters * 4);
         if (stats != NULL)
             memset(PyBytes_AS_STRING(stats), 0, counters * 4);
@@ -2262,7 +2273,7 @@ static PyObject *run_scan_fresh(ProgramObject *prog, PyObject *buf, PyObject *po
         PyErr_SetString(PyExc_TypeError, "scan_fresh: buf must be bytes or a tuple of pieces");
         return NULL;
     }
-    PyObject *r = new_result(buf, stats_template, int_slots);
+    PyObject *r = new_result(buf, posobj, stats_template, int_slots, prog->nstats);
     if (r == NULL)
         return NULL;
     Ctx c;
@@ -2274,7 +2285,7 @@ static PyObject *run_scan_fresh(ProgramObject *prog, PyObject *buf, PyObject *po
     c.tagged = RSLOT(r, R_TAGGED);
     c.tparts = RSLOT(r, R_TPARTS);
     PyObject *stats = RSLOT(r, R_INT_STATS);
-    if (stats != Py_None) { /* new_result's bytes, seen by no one yet: the counters are written in place */
+    if (PyBytes_CheckExact(stats)) { /* new_result's bytes, seen by no one yet: the counters are written in place */
         if (PyBytes_GET_SIZE(stats) < prog->nstats * 4) {
             PyErr_Format(PyExc_TypeError, "scan_fresh: stats_template must hold at least %zd counters", prog->nstats);
             Py_DECREF(r);
@@ -2338,13 +2349,13 @@ static PyObject *program_scan(ProgramObject *self, PyObject *const *args, Py_ssi
  *
  * capture_side(result, fields, previous=None): the SCAN tuple of kinspect.capture.facts, built from
  * the result's slots (see FactsTaker._side, the reference, and the docstring of capture.facts):
- * (tag_section_bytes, tuple(tagged_fields), compact_delta, int_slots, int_stats as bytes or
+ * (tag_section_bytes, tuple(tagged_fields), compact_delta, int_slots, int_stats as bytes, (buf, pos) or
  * None, tuple(topic_partitions.items()), tuple(error_codes.items()), RECORDS), where RECORDS
  * has per records span None or a tuple of its batches' fields at the four indices `fields`
  * (magic, record count, compression, batch length). Empty collections give ().
  *
  * `previous` itself when the SCAN would equal it (ScanResult.frozen_python(previous) is the
- * reference). Why: a producer's requests, and a consumer's responses, are each scanned anew (their
+ * reference), counters left for later (a (buf, pos) pair) counting as equal where the bytes from pos are. Why: a producer's requests, and a consumer's responses, are each scanned anew (their
  * records differ), but their facts mostly repeat: compared where they lie, nothing is built (on the
  * recorded traffic 61% of the sides a capture takes equal its api's previous one). */
 
@@ -2490,6 +2501,27 @@ static int records_equal(PyObject *summaries, Py_ssize_t count, PyObject *kept, 
     return 1;
 }
 
+/* 1 if two (buf, pos) pairs of counters left for later (codegen.COUNT_LATER) hold the same bytes from pos to
+ * the end: their counters would be equal, so a SCAN holding either stands for both; 0 if not; 2 when either is
+ * not such a pair (only building can tell). The bodies are compared, not the frames: a frame's header (its
+ * correlation id) differs from request to request. */
+static int later_equals(PyObject *later, PyObject *kept)
+{
+    if (!PyTuple_CheckExact(kept) || PyTuple_GET_SIZE(kept) != 2 || PyTuple_GET_SIZE(later) != 2)
+        return kept == Py_None || PyBytes_CheckExact(kept) ? 0 : 2;
+    PyObject *a = PyTuple_GET_ITEM(later, 0), *b = PyTuple_GET_ITEM(kept, 0);
+    if (!PyBytes_CheckExact(a) || !PyBytes_CheckExact(b) || !PyLong_CheckExact(PyTuple_GET_ITEM(later, 1))
+        || !PyLong_CheckExact(PyTuple_GET_ITEM(kept, 1)))
+        return 2;
+    Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(later, 1)), kept_at = PyLong_AsSsize_t(PyTuple_GET_ITEM(kept, 1));
+    if (at < 0 || kept_at < 0 || at > PyBytes_GET_SIZE(a) || kept_at > PyBytes_GET_SIZE(b)) {
+        PyErr_Clear();
+        return 2;
+    }
+    Py_ssize_t n = PyBytes_GET_SIZE(a) - at;
+    return n == PyBytes_GET_SIZE(b) - kept_at && memcmp(PyBytes_AS_STRING(a) + at, PyBytes_AS_STRING(b) + kept_at, n) == 0;
+}
+
 /* 1 if the SCAN of r (its records summarized) would equal `previous`, an exact 8-tuple; 0 if not; 2 when
  * only building it can tell (an unexpected type anywhere); -1 on an error. Each part is compared as the
  * tuple comparison of a built SCAN would compare it, so the answer is that comparison's. */
@@ -2507,16 +2539,19 @@ static int side_equals(PyObject *r, PyObject *previous, const Py_ssize_t fields[
         return same;
     if (stats == Py_None) {
         if (kept_stats != Py_None)
-            return PyBytes_CheckExact(kept_stats) ? 0 : 2;
+            return PyBytes_CheckExact(kept_stats) || PyTuple_CheckExact(kept_stats) ? 0 : 2;
+    } else if (PyTuple_CheckExact(stats)) { /* counters left for later: alike when the bodies are (later_equals) */
+        if ((same = later_equals(stats, kept_stats)) != 1)
+            return same;
     } else if (PyBytes_CheckExact(stats)) { /* a fresh scan's counters */
         if (!PyBytes_CheckExact(kept_stats))
-            return kept_stats == Py_None ? 0 : 2;
+            return kept_stats == Py_None || PyTuple_CheckExact(kept_stats) ? 0 : 2;
         if (PyBytes_GET_SIZE(stats) != PyBytes_GET_SIZE(kept_stats)
             || memcmp(PyBytes_AS_STRING(stats), PyBytes_AS_STRING(kept_stats), PyBytes_GET_SIZE(stats)) != 0)
             return 0;
     } else {
         if (!PyBytes_CheckExact(kept_stats))
-            return kept_stats == Py_None ? 0 : 2;
+            return kept_stats == Py_None || PyTuple_CheckExact(kept_stats) ? 0 : 2;
         Py_buffer view;
         if (PyObject_GetBuffer(stats, &view, PyBUF_SIMPLE) < 0)
             return -1;
@@ -2611,7 +2646,8 @@ static PyObject *wire_capture_side(PyObject *module, PyObject *const *args, Py_s
     items[1] = tuple_or_empty(tagged);
     items[2] = new_ref(RSLOT(r, R_COMPACT));
     items[3] = new_ref(RSLOT(r, R_INT_SLOTS));
-    if (stats == Py_None || PyBytes_CheckExact(stats)) /* a fresh scan's counters are kept as they are */
+    if (stats == Py_None || PyBytes_CheckExact(stats) || PyTuple_CheckExact(stats)) /* a fresh scan's counters, or
+                                                                                        * its (buf, pos) to count later */
         items[4] = new_ref(stats);
     else { /* bytes: untracked by the garbage collector, unlike the array */
         Py_buffer view;
@@ -2669,7 +2705,8 @@ static PyMethodDef program_methods[] = {
      "scan_fresh(buf, pos, stats_template, int_slots, summarize=False) -> ScanResult: walk the struct into a\n"
      "new, finished result (trailing_bytes: the bytes after it; source: buf). stats_template: None (no integer\n"
      "facts) or the zeroed array('i') whose length sizes int_stats, the counters as bytes (None where buf is\n"
-     "longer than COUNTED_BYTES_MAX), with int_slots. summarize: its records spans are summarized at once (as\n"
+     "longer than COUNTED_BYTES_MAX), with int_slots; Ellipsis (codegen.COUNT_LATER): a bytes buf is not counted,\n"
+     "int_stats = (buf, pos) (pieces are counted). summarize: its records spans are summarized at once (as\n"
      "ScanResult.records does on first use). buf: bytes or a tuple of pieces."},
     {NULL, NULL, 0, NULL},
 };

@@ -157,10 +157,12 @@ class CompiledStruct:
         With whole=True the message must end at the end of buf; otherwise the bytes after
         it are counted in result.trailing_bytes. With integers=False the result gets no
         integer counters (int_stats None): the capture's facts, which the metrics do not need; nor does a buf
-        longer than codegen.COUNTED_BYTES_MAX. A result scanned again adds to its counters (int32): the bytes
+        longer than codegen.COUNTED_BYTES_MAX. With integers=codegen.COUNT_LATER a bytes buf is not counted
+        (int_stats (buf, pos), into a fresh result only); other buffers are counted. A result scanned again adds to its counters (int32): the bytes
         scanned into one result in all must stay within that bound too.
         """
         size = None
+        later = integers is codegen.COUNT_LATER and type(buf) is bytes  # pieces joined here are counted now, as in C
         if type(buf) is not bytes:
             if isinstance(buf, tuple):  # a FramePieces: the C scanner reads it in place
                 if self._program is None:
@@ -178,11 +180,19 @@ class CompiledStruct:
             )
         result = ScanResult() if result is None else result
         if integers and self.int_slots and size <= codegen.COUNTED_BYTES_MAX:  # longer: its counters could overflow
-            if result.int_stats is None:
+            if type(result.int_stats) is tuple:
+                raise ValueError(f"{self.label}: the result's counters were left for later; it cannot be scanned into")
+            # Left for later: int_stats stays None while scanning (nothing counted), (buf, pos) after it.
+            later = later and result.int_stats is None
+            if later:
+                pass
+            elif result.int_stats is None:
                 result.int_slots = self.int_slots
                 result.int_stats = self._zero_stats[:]  # a copy: one memcpy
             elif result.int_slots is not self.int_slots:
                 raise ValueError(f"{self.label}: the result already holds the integer slots of another struct")
+        else:
+            later = False
         if result.source is not buf and result.record_spans:
             result.settle()  # spans into an earlier buffer: summarize them from it first
         result.source = buf  # the records spans point into buf; result.records reads them lazily
@@ -194,6 +204,8 @@ class CompiledStruct:
             if whole:
                 raise self._error(f"{size - end} trailing bytes after the message", offset=end)
             result.trailing_bytes = size - end
+        if later:
+            result.int_slots, result.int_stats = self.int_slots, (buf, pos)
         return result
 
     def scan_fresh(self, buf, pos: int, integers: bool, summarize: bool = False) -> ScanResult:
@@ -204,8 +216,8 @@ class CompiledStruct:
         if fresh is None or (type(buf) is not bytes and not isinstance(buf, tuple)):
             return self.scan(buf, pos, whole=False, integers=integers).finish()
         try:
-            return fresh(buf, pos, self._zero_stats if integers and self.int_slots else None, self.int_slots,
-                         summarize)
+            return fresh(buf, pos, (codegen.COUNT_LATER if integers is codegen.COUNT_LATER else self._zero_stats)
+                         if integers and self.int_slots else None, self.int_slots, summarize)
         except DECODE_FAILURES as exc:
             raise self.diagnose(b"".join(buf) if type(buf) is not bytes else buf, pos, exc) from None
 
@@ -312,7 +324,8 @@ class Codec:
         self._bodies: dict[tuple[int, str, int], CompiledStruct | None] = {}
         self._headers: dict[tuple[str, int], CompiledStruct] = {}
         # Whether scans count integer fields (ScanResult.int_stats): set by the capture, the
-        # one reader of those counters, so that scans for the metrics alone skip them.
+        # one reader of those counters, so that scans for the metrics alone skip them. False, True, or
+        # codegen.COUNT_LATER (the capture's choice: frames scanned whole from bytes are counted by its writer).
         self.integer_facts = False
         # (api key, version, is request) -> (C scan, its zeroed integer counters or None, its integer slots), for
         # the bodies the C scanner takes: Request.scan and Response.scan call it directly (a small Produce

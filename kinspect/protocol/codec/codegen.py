@@ -195,6 +195,11 @@ SLOT_STRIDE = 25
 # where max_frame_bytes is raised past it) gets no integer counters (ScanResult.int_stats None).
 COUNTER_TYPECODE, COUNTER_BYTES = "i", 4
 COUNTED_BYTES_MAX = (2**31 - 1) // 10
+# Counters left for later (a scan's stats_template, Codec.integer_facts): a frame scanned whole from one bytes
+# object is not counted; its result's int_stats is (buf, pos), from which the capture's writer process counts
+# them, off the event loop. Frames in pieces (a large Produce or Fetch, released before its exchange is
+# captured) are counted as they are scanned. Ellipsis: a constant the C scanner knows by identity.
+COUNT_LATER = ...
 SLOT_OCCURRENCES, SLOT_COUNT, SLOT_FIXED, SLOT_UVARINT, SLOT_ZIGZAG, SLOT_UHIST, SLOT_ZHIST = 0, 1, 2, 3, 4, 5, 15
 _PREFIX_WIDTH = {"string": 2, "bytes": 4, "records": 4}  # non-compact length prefix of one blob
 _ARRAY_PREFIX = 4

@@ -50,7 +50,8 @@ class ScanResult:
     "capture facts"): `int_stats`, codegen.SLOT_STRIDE int32 counters per entry of
     `int_slots` ((path, int type) of each integer field, the scanned struct's table, known
     tagged fields' values included): an array('i') while scans add to them, their bytes once
-    the result is finished (finish(), and every result of scan_fresh); `topic_partitions`,
+    the result is finished (finish(), and every result of scan_fresh), or (buf, pos) where they
+    were left for later (codegen.COUNT_LATER: the capture's writer counts them from there); `topic_partitions`,
     topic -> partitions named (a topic listed without partitions counts 0); `compact_delta`,
     for a non-flexible version of an api with flexible versions, the bytes the body would gain
     at the first flexible version's encoding (KIP-482), else None. A result that
@@ -106,7 +107,7 @@ class ScanResult:
         """The scan's facts as one tuple of immutable values, which the garbage collector stops tracking
         (what a capture keeps of a scan; see kinspect.capture.facts):
 
-        (tag_section_bytes, tagged_fields, compact_delta, int_slots, int_stats as bytes or None,
+        (tag_section_bytes, tagged_fields, compact_delta, int_slots, int_stats as bytes, (buf, pos) or None,
         topic_partitions' (topic, partitions) items, error_codes' (code, count) items, and per records
         field None or its batches' (magic, record_count, compression, batch_length)); an empty
         collection is (). `previous` itself where the tuple would equal it (the C compares the facts
@@ -122,9 +123,17 @@ class ScanResult:
         return native(self, _BATCH_FIELDS, previous)
 
     def frozen_python(self, previous: tuple | None = None) -> tuple:
-        """frozen(), in Python: built, then `previous` if equal to it."""
+        """frozen(), in Python: built, then `previous` if equal to it (counters left for later, (buf, pos), equal
+        where the bytes from pos are: a request's header, its correlation id, differs from the last one's)."""
         side = self._frozen_python()
-        return previous if previous is not None and side == previous else side
+        if previous is None:
+            return side
+        later, kept = side[4], previous[4] if type(previous) is tuple and len(previous) == 8 else None
+        if type(later) is tuple and type(kept) is tuple:
+            if later[0][later[1]:] == kept[0][kept[1]:] and side[:4] == previous[:4] and side[5:] == previous[5:]:
+                return previous
+            return side
+        return previous if side == previous else side
 
     def _frozen_python(self) -> tuple:
         global _BATCH_FIELDS
@@ -137,14 +146,14 @@ class ScanResult:
             records = tuple([None if s is None else tuple([(b[magic], b[count], b[compression], b[length])
                                                            for b in s[0]]) for s in self.records])
         return (self.tag_section_bytes, tuple(tagged) if tagged else (), self.compact_delta, self.int_slots,
-                bytes(stats) if stats is not None else None, tuple(topics.items()) if topics else (),
+                stats if stats is None or type(stats) is tuple else bytes(stats), tuple(topics.items()) if topics else (),
                 tuple(codes.items()) if codes else (), records)
 
     def finish(self) -> "ScanResult":
         """Fold the empty tag sections (one byte each) into the totals, and freeze the integer counters as bytes
         (as the C scan_fresh makes them: the capture keeps that object)."""
         stats = self.int_stats
-        if stats is not None and type(stats) is not bytes:
+        if stats is not None and type(stats) is not bytes and type(stats) is not tuple:  # a tuple: counted later
             self.int_stats = stats.tobytes()
         empty = self.empty_counter[0]
         self.tag_sections += empty
