@@ -60,7 +60,9 @@ typedef struct {
     PyTypeObject *classes[C_COUNT];
     Py_ssize_t x[X_COUNT], q[Q_COUNT], p[P_COUNT], h[H_COUNT], n[N_COUNT];
     PyObject *capture_side, *batch_fields, *fallback, *scan_name;
+    PyObject *choose_counting; /* FactsTaker.choose_counting(api key, version, is request, now) */
     Py_ssize_t base_bytes, topic_bytes;
+    char counting_now[MEMO_KEYS][2]; /* asked to count now, not told otherwise since (per api key and direction) */
     PyObject *memo_scan[MEMO_KEYS][2]; /* the latest scan of each (api key, direction) ... */
     PyObject *memo_side[MEMO_KEYS][2]; /* ... its SCAN ... */
     Py_ssize_t memo_held[MEMO_KEYS][2]; /* ... and the bytes that SCAN holds beside base_bytes */
@@ -87,6 +89,7 @@ static int taker_traverse(TakerObject *self, visitproc visit, void *arg)
     Py_VISIT(self->capture_side);
     Py_VISIT(self->batch_fields);
     Py_VISIT(self->fallback);
+    Py_VISIT(self->choose_counting);
     for (int k = 0; k < MEMO_KEYS; k++) {
         for (int d = 0; d < 2; d++) {
             Py_VISIT(self->memo_scan[k][d]);
@@ -101,6 +104,7 @@ static int taker_clear(TakerObject *self)
 {
     taker_clear_memo(self);
     Py_CLEAR(self->fallback);
+    Py_CLEAR(self->choose_counting);
     return 0;
 }
 
@@ -113,25 +117,26 @@ static void taker_dealloc(TakerObject *self)
     Py_XDECREF(self->capture_side);
     Py_XDECREF(self->batch_fields);
     Py_XDECREF(self->fallback);
+    Py_XDECREF(self->choose_counting);
     Py_XDECREF(self->scan_name);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static PyObject *taker_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    PyObject *classes, *capture_side, *batch_fields, *fallback;
+    PyObject *classes, *capture_side, *batch_fields, *fallback, *choose_counting;
     Py_ssize_t base_bytes, topic_bytes;
     if (kwargs != NULL && PyDict_GET_SIZE(kwargs)) {
         PyErr_SetString(PyExc_TypeError, "Taker takes positional arguments only");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "O!OO!nnO:Taker", &PyTuple_Type, &classes, &capture_side, &PyTuple_Type,
-                          &batch_fields, &base_bytes, &topic_bytes, &fallback))
+    if (!PyArg_ParseTuple(args, "O!OO!nnOO:Taker", &PyTuple_Type, &classes, &capture_side, &PyTuple_Type,
+                          &batch_fields, &base_bytes, &topic_bytes, &fallback, &choose_counting))
         return NULL;
     if (PyTuple_GET_SIZE(classes) != C_COUNT || PyTuple_GET_SIZE(batch_fields) != 4 || !PyCallable_Check(capture_side)
-        || !PyCallable_Check(fallback)) {
+        || !PyCallable_Check(fallback) || !PyCallable_Check(choose_counting)) {
         PyErr_SetString(PyExc_TypeError, "Taker(classes: 6 classes, capture_side, batch_fields: 4 indices, base_bytes, "
-                                         "topic_bytes, fallback)");
+                                         "topic_bytes, fallback, choose_counting)");
         return NULL;
     }
     for (int i = 0; i < C_COUNT; i++) {
@@ -150,6 +155,7 @@ static PyObject *taker_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->capture_side = Py_NewRef(capture_side);
     self->batch_fields = Py_NewRef(batch_fields);
     self->fallback = Py_NewRef(fallback);
+    self->choose_counting = Py_NewRef(choose_counting);
     self->base_bytes = base_bytes;
     self->topic_bytes = topic_bytes;
     self->vectorcall = taker_vectorcall;
@@ -200,8 +206,39 @@ static Py_ssize_t scan_held(PyObject *side, Py_ssize_t topic_bytes)
     return size < 0 || count < 0 ? -1 : size + topic_bytes * count;
 }
 
-/* A side's SCAN (new reference) and the bytes it holds beside base_bytes; NULL with an error set on failure. */
-static PyObject *side_of(TakerObject *self, PyObject *scan, long api_key, int direction, Py_ssize_t *held)
+/* FactsTaker.choose_counting's reference: after a new SCAN of an api whose previous one is `previous`, ask for
+ * counting now where it came out alike but for its frame to count (capture_side gave it previous's items), and
+ * for counting later again where a counted one was not alike a counted previous one; 0, or -1 with an error set. */
+static int choose_counting(TakerObject *self, PyObject *side, PyObject *previous, PyObject *api, long api_key,
+                           int direction, PyObject *version)
+{
+    PyObject *stats = PyTuple_GET_ITEM(side, 4);
+    int now;
+    if (PyTuple_CheckExact(stats)) {
+        for (int i = 0; i < 8; i++) {
+            if (i != 4 && PyTuple_GET_ITEM(side, i) != PyTuple_GET_ITEM(previous, i))
+                return 0; /* new facts: counting now would not have made it alike */
+        }
+        now = 1;
+    } else if (PyBytes_CheckExact(stats) && PyBytes_CheckExact(PyTuple_GET_ITEM(previous, 4))
+               && self->counting_now[api_key][direction]) {
+        now = 0; /* counted, as was the previous one, and not alike it: counting now did not pay */
+    } else {
+        return 0;
+    }
+    self->counting_now[api_key][direction] = (char)now;
+    if (self->choose_counting == NULL || version == NULL)
+        return 0;
+    PyObject *args[4] = {api, version, direction == 0 ? Py_True : Py_False, now ? Py_True : Py_False};
+    PyObject *done = PyObject_Vectorcall(self->choose_counting, args, 4, NULL);
+    Py_XDECREF(done);
+    return done == NULL ? -1 : 0;
+}
+
+/* A side's SCAN (new reference) and the bytes it holds beside base_bytes; NULL with an error set on failure.
+ * api and version: the api key and the version the body was read at, for choose_counting. */
+static PyObject *side_of(TakerObject *self, PyObject *scan, PyObject *api, long api_key, int direction,
+                         PyObject *version, Py_ssize_t *held)
 {
     int memo = api_key >= 0 && api_key < MEMO_KEYS;
     if (memo && self->memo_scan[api_key][direction] == scan) {
@@ -226,6 +263,11 @@ static PyObject *side_of(TakerObject *self, PyObject *scan, long api_key, int di
         return NULL;
     }
     if ((*held = scan_held(side, self->topic_bytes)) < 0) {
+        Py_DECREF(side);
+        return NULL;
+    }
+    if (previous != NULL && PyTuple_CheckExact(previous) && PyTuple_GET_SIZE(previous) == 8
+        && choose_counting(self, side, previous, api, api_key, direction, version) < 0) {
         Py_DECREF(side);
         return NULL;
     }
@@ -300,10 +342,10 @@ static PyObject *take(TakerObject *self, PyObject *exchange, Py_ssize_t *held)
         }
     }
     Py_ssize_t req_held = 0, resp_held = 0;
-    PyObject *req_side = side_of(self, req_scan, api_key, 0, &req_held);
+    PyObject *req_side = side_of(self, req_scan, key_obj, api_key, 0, SLOT(header, self->h[H_API_VERSION]), &req_held);
     PyObject *resp_side = NULL;
     if (req_side != NULL && resp_scan != NULL)
-        resp_side = side_of(self, resp_scan, api_key, 1, &resp_held);
+        resp_side = side_of(self, resp_scan, key_obj, api_key, 1, SLOT(response, self->p[P_VERSION]), &resp_held);
     Py_DECREF(req_scan);
     Py_XDECREF(resp_scan);
     if (req_side == NULL || (response != Py_None && resp_side == NULL)) {
@@ -412,7 +454,7 @@ static PyTypeObject TakerType = {
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(TakerObject, vectorcall),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "Taker(classes, capture_side, batch_fields, base_bytes, topic_bytes, fallback): "
+    .tp_doc = "Taker(classes, capture_side, batch_fields, base_bytes, topic_bytes, fallback, choose_counting): "
               "taker(exchange) -> (EXCHANGE, bytes held), as kinspect.capture.facts.FactsTaker.take_python.",
     .tp_new = taker_new,
     .tp_methods = taker_methods,

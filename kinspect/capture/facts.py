@@ -55,6 +55,7 @@ FIELDS = ("request_time", "latency", "connection_id", "client_address", "broker"
 _REQUEST_SIDE, _RESPONSE_SIDE = FIELDS.index("request_side"), FIELDS.index("response_side")
 assert _RESPONSE_SIDE == len(FIELDS) - 1  # share_alike_sides rebuilds a row with it last
 _RECORDS = 7  # a SCAN's record summaries: where two scans of one producer's requests differ when they do
+_NOT_STATS = (0, 1, 2, 3, 5, 6, 7)  # a SCAN's items but its integer counters
 
 
 def share_alike_sides(facts: list) -> list:
@@ -152,7 +153,7 @@ def _reason(event) -> str:
     raise AssertionError("a scan that succeeded has facts, not a reason")
 
 
-def _native_taker(fallback):
+def _native_taker(fallback, choose_counting):
     """The C taker (capture._take.Taker) calling fallback for what it leaves; None where it is not built or
     the codec's C extension is off (KINSPECT_PURE_PYTHON=1), or the event classes lost their slots."""
     from kinspect.protocol.codec.wire_program import native_module, optional_extension
@@ -167,7 +168,7 @@ def _native_taker(fallback):
 
     try:
         return take.Taker((Exchange, Request, Response, RequestHeader, ConnectionInfo, ScanResult), native.capture_side,
-                     batch_fields(), BASE_BYTES, TOPIC_BYTES, fallback)
+                     batch_fields(), BASE_BYTES, TOPIC_BYTES, fallback, choose_counting)
     except TypeError:  # a class without the slots the taker reads: the Python taker does it all
         return None
 
@@ -181,15 +182,38 @@ class FactsTaker:
         native: take facts in C (capture._take) where it is built; take_python stays the reference
         and takes what the C taker leaves (a side without facts: it says why)."""
         # Counted later: a frame scanned whole from bytes reaches the writer process as it is, which counts its
-        # integer fields there (batch.count_later); only frames in pieces are counted on the event loop.
+        # integer fields there (capture.count_later); frames in pieces are counted on the event loop, and so are
+        # the frames of an api whose sides are alike but for their values (choose_counting).
         codec.integer_facts = COUNT_LATER
+        self._codec = codec
+        self._counting_now: set = set()  # (api key, version, is request) that count_now names, as this taker asked
         # (api key, direction) -> (scan, its SCAN, the bytes it holds) of the latest exchange: events
         # whose body was seen before share one scan (the metrics' memo), so its SCAN is built once.
         self._sides: dict[tuple[int, int], tuple] = {}
         # take(exchange) -> (EXCHANGE, bytes it holds): the C taker, or take_python.
-        self.take = (native and _native_taker(self.take_python)) or self.take_python
+        self.take = (native and _native_taker(self.take_python, self.choose_counting)) or self.take_python
 
-    def _side(self, key: tuple[int, int], scan) -> tuple[tuple, int]:
+    def choose_counting(self, api_key: int, version: int, request: bool, now: bool) -> None:
+        """Count this api version's whole frames in the scan (now) or leave them to the writer.
+
+        Counting later keeps the event loop's part small where bodies are new, but a side whose counters
+        are left for later is alike its api's previous one only where the bodies are equal. A producer's
+        acknowledgements (new offsets) and a consumer's fetches repeat every fact but their values: counted in
+        the scan, their counters come out equal and the side is shared (nothing built on the event loop, one
+        side a batch for the writer); left for later, each is a side of its own, counted by the writer (about 5
+        µs a row more there). So the taker (_side, capture._take's side_of) asks for counting now when a side
+        came out alike but for its frame, and for counting later again when a counted side was not alike a
+        counted previous one."""
+        key = (api_key, version, request)
+        if now == (key in self._counting_now):
+            return
+        if now:
+            self._counting_now.add(key)
+        else:
+            self._counting_now.discard(key)
+        self._codec.count_now(api_key, version, request, now)
+
+    def _side(self, key: tuple[int, int], scan, version: int) -> tuple[tuple, int]:
         """SCAN of a scan (ScanResult.frozen(), built in C) and the bytes it holds beside BASE_BYTES: the
         previous SCAN of the key itself when equal to it, as capture._take's side_of."""
         last = self._sides.get(key)
@@ -200,6 +224,13 @@ class FactsTaker:
             self._sides[key] = (scan, side, last[2])
             return side, last[2]
         stats = side[4]
+        if last is not None:
+            previous = last[1]
+            if type(stats) is tuple:
+                if all(side[i] is previous[i] for i in _NOT_STATS):  # alike but for its frame
+                    self.choose_counting(key[0], version, key[1] == 0, True)
+            elif type(stats) is bytes and type(previous[4]) is bytes:  # counted, not alike a counted one: no gain
+                self.choose_counting(key[0], version, key[1] == 0, False)
         held = TOPIC_BYTES * len(side[5]) + (0 if stats is None else len(stats[0]) if type(stats) is tuple else len(stats))
         if len(self._sides) < 4096 or key in self._sides:
             self._sides[key] = (scan, side, held)
@@ -225,7 +256,7 @@ class FactsTaker:
             except DecodeError:
                 scan = None
             if scan is not None:
-                req, extra = self._side((api_key, 0), scan)
+                req, extra = self._side((api_key, 0), scan, version)
                 held += extra
         if req is None:
             req = _reason(request)
@@ -244,7 +275,7 @@ class FactsTaker:
             except DecodeError:
                 scan = None
             if scan is not None:
-                side, extra = self._side((api_key, 1), scan)
+                side, extra = self._side((api_key, 1), scan, response.api_version)
                 held += extra
         if side is None:
             side = _reason(response)

@@ -293,13 +293,13 @@ static PyObject *fast_scan(CounterObject *self, PyObject *e)
     Py_XDECREF(key);
     PyObject *out = NULL;
     if (entry != NULL && PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) == 3) {
-        /* codec.integer_facts: True (the counters' template), COUNT_LATER (Ellipsis, passed on), else no counters */
         PyObject *integers = PyObject_GetAttr(codec, str_integer_facts);
         int counting = integers == NULL ? -1 : PyObject_IsTrue(integers);
-        PyObject *stats = counting <= 0 ? Py_None : integers == Py_Ellipsis ? Py_Ellipsis : PyTuple_GET_ITEM(entry, 1);
         Py_XDECREF(integers);
         if (counting >= 0) {
-            PyObject *args[5] = {frame, pos, stats, PyTuple_GET_ITEM(entry, 2), request ? Py_True : Py_False};
+            /* the entry's stats argument: the counters' template, COUNT_LATER or None (Codec.fast_scans) */
+            PyObject *args[5] = {frame, pos, counting ? PyTuple_GET_ITEM(entry, 1) : Py_None, PyTuple_GET_ITEM(entry, 2),
+                                 request ? Py_True : Py_False};
             Py_INCREF(frame);
             out = PyObject_Vectorcall(PyTuple_GET_ITEM(entry, 0), args, 5, NULL);
             Py_DECREF(frame);

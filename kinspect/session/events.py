@@ -149,10 +149,8 @@ class Request(_Lazy):
             fast = codec.fast_scans.get((header.api_key, header.api_version, True))
             if fast is not None:
                 try:
-                    # the counters' template, None, or COUNT_LATER (Ellipsis) as Codec.integer_facts says
-                    integers = codec.integer_facts
-                    scanned = self._scanned = fast[0](self.frame, header.size,
-                                                      fast[1] if integers is True else integers or None, fast[2], True)
+                    scanned = self._scanned = fast[0](self.frame, header.size, fast[1] if codec.integer_facts else None,
+                                                      fast[2], True)
                     return scanned
                 except DECODE_FAILURES:
                     pass
@@ -212,9 +210,8 @@ class Response(_Lazy):
             fast = codec.fast_scans.get((self.api_key, self.api_version, False)) if header_end else None
             if fast is not None and type(frame) is bytes:
                 try:
-                    integers = codec.integer_facts  # as in Request.scan
-                    scanned = self._scanned = fast[0](frame, header_end,
-                                                      fast[1] if integers is True else integers or None, fast[2], False)
+                    scanned = self._scanned = fast[0](frame, header_end, fast[1] if codec.integer_facts else None,
+                                                      fast[2], False)
                     return scanned
                 except DECODE_FAILURES:
                     pass

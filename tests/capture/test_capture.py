@@ -539,14 +539,14 @@ def test_the_queue_holds_facts_never_a_frame_or_a_codec(codec: Codec, tmp_path: 
                     if j != 4:
                         assert not isinstance(value, bytes)
                         walk(value)
-                if type(side[4]) is bytes:  # counted on the loop: a frame in pieces
+                if type(side[4]) is bytes:  # counted on the loop: a frame in pieces, or its api's counted now
                     assert id(side[4]) not in frames
                     seen["counters"] += len(array(COUNTER_TYPECODE, side[4]))
                 elif side[4] is not None:  # the event's own frame, and where its body starts
                     frame, pos = side[4]
                     assert type(frame) is bytes and id(frame) in frames and type(pos) is int and 0 < pos <= len(frame)
                     seen["later"] += 1
-    assert seen["scans"] > len(exchanges) and seen["later"] > 300
+    assert seen["scans"] > len(exchanges) and seen["later"] > 200
     counted = LaterCounter(codec.registry).count(queued)
     for facts in counted:
         for side in (facts[i] for i in sides):

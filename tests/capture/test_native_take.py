@@ -147,7 +147,8 @@ def test_what_the_taker_does_not_know_goes_to_the_fallback():
     from kinspect.session.events import Request, Response
 
     taker = Taker((Exchange, Request, Response, RequestHeader, ConnectionInfo, ScanResult),
-                  native_module().capture_side, batch_fields(), BASE_BYTES, TOPIC_BYTES, fallback)
+                  native_module().capture_side, batch_fields(), BASE_BYTES, TOPIC_BYTES, fallback,
+                  FactsTaker(codec).choose_counting)
 
     class Later(Exchange):  # a subclass: its slots may be elsewhere
         __slots__ = ()
@@ -160,7 +161,7 @@ def test_what_the_taker_does_not_know_goes_to_the_fallback():
     assert taker(sub) == reference(sub) and calls == [sub]
     with pytest.raises(TypeError, match="no slot"):
         Taker((Exchange, Request, Response, dict, ConnectionInfo, ScanResult), native_module().capture_side,
-              (0, 1, 2, 3), 1, 1, fallback)
+              (0, 1, 2, 3), 1, 1, fallback, print)
     with pytest.raises(TypeError, match="taker"):
         taker()
 

@@ -2355,7 +2355,8 @@ static PyObject *program_scan(ProgramObject *self, PyObject *const *args, Py_ssi
  * (magic, record count, compression, batch length). Empty collections give ().
  *
  * `previous` itself when the SCAN would equal it (ScanResult.frozen_python(previous) is the
- * reference), counters left for later (a (buf, pos) pair) counting as equal where the bytes from pos are. Why: a producer's requests, and a consumer's responses, are each scanned anew (their
+ * reference), counters left for later (a (buf, pos) pair) counting as equal where the bytes from pos are; where
+ * only those bytes differ, a new SCAN of previous's items and this scan's pair. Why: a producer's requests, and a consumer's responses, are each scanned anew (their
  * records differ), but their facts mostly repeat: compared where they lie, nothing is built (on the
  * recorded traffic 61% of the sides a capture takes equal its api's previous one). */
 
@@ -2523,7 +2524,8 @@ static int later_equals(PyObject *later, PyObject *kept)
 }
 
 /* 1 if the SCAN of r (its records summarized) would equal `previous`, an exact 8-tuple; 0 if not; 2 when
- * only building it can tell (an unexpected type anywhere); -1 on an error. Each part is compared as the
+ * only building it can tell (an unexpected type anywhere); 3 when it would but for its frame to count later
+ * (another body); -1 on an error. Each part is compared as the
  * tuple comparison of a built SCAN would compare it, so the answer is that comparison's. */
 static int side_equals(PyObject *r, PyObject *previous, const Py_ssize_t fields[4])
 {
@@ -2537,11 +2539,14 @@ static int side_equals(PyObject *r, PyObject *previous, const Py_ssize_t fields[
                                                   : 2;
     if (same != 1)
         return same;
+    int frame_differs = 0; /* counters left for later, the bodies unlike: 3 if all else is alike */
     if (stats == Py_None) {
         if (kept_stats != Py_None)
             return PyBytes_CheckExact(kept_stats) || PyTuple_CheckExact(kept_stats) ? 0 : 2;
     } else if (PyTuple_CheckExact(stats)) { /* counters left for later: alike when the bodies are (later_equals) */
-        if ((same = later_equals(stats, kept_stats)) != 1)
+        if ((same = later_equals(stats, kept_stats)) == 0 && PyTuple_CheckExact(kept_stats))
+            frame_differs = 1;
+        else if (same != 1)
             return same;
     } else if (PyBytes_CheckExact(stats)) { /* a fresh scan's counters */
         if (!PyBytes_CheckExact(kept_stats))
@@ -2572,7 +2577,8 @@ static int side_equals(PyObject *r, PyObject *previous, const Py_ssize_t fields[
         return same;
     if ((same = dict_items_equal(tparts, PyTuple_GET_ITEM(previous, 5))) != 1)
         return same;
-    return dict_items_equal(errors, PyTuple_GET_ITEM(previous, 6));
+    same = dict_items_equal(errors, PyTuple_GET_ITEM(previous, 6));
+    return same == 1 && frame_differs ? 3 : same;
 }
 
 static PyObject *wire_capture_side(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -2639,6 +2645,15 @@ static PyObject *wire_capture_side(PyObject *module, PyObject *const *args, Py_s
             return NULL;
         if (same == 1)
             return new_ref(previous);
+        if (same == 3) { /* alike but for the frame to count: previous's facts, this scan's frame (the taker
+                          * sees its items are previous's, capture.facts) */
+            PyObject *out = PyTuple_New(8);
+            if (out == NULL)
+                return NULL;
+            for (int i = 0; i < 8; i++)
+                PyTuple_SET_ITEM(out, i, new_ref(i == 4 ? stats : PyTuple_GET_ITEM(previous, i)));
+            return out;
+        }
         general = same == 2;
     }
     PyObject *items[8] = {NULL};

@@ -323,15 +323,54 @@ class Codec:
         self.registry = registry or SpecRegistry.default()
         self._bodies: dict[tuple[int, str, int], CompiledStruct | None] = {}
         self._headers: dict[tuple[str, int], CompiledStruct] = {}
-        # Whether scans count integer fields (ScanResult.int_stats): set by the capture, the
-        # one reader of those counters, so that scans for the metrics alone skip them. False, True, or
-        # codegen.COUNT_LATER (the capture's choice: frames scanned whole from bytes are counted by its writer).
+        # Whether scans count integer fields (ScanResult.int_stats): set by the capture, the one reader of those
+        # counters, so that scans for the metrics alone skip them. False, True (every scan counts them) or
+        # codegen.COUNT_LATER (a frame scanned whole from bytes is not counted, its int_stats (frame, pos), but for
+        # the keys count_now names; frames in pieces are counted). A plain attribute, read on every first scan (in
+        # C too); setting it brings fast_scans' stats arguments in line (__setattr__).
         self.integer_facts = False
-        # (api key, version, is request) -> (C scan, its zeroed integer counters or None, its integer slots), for
-        # the bodies the C scanner takes: Request.scan and Response.scan call it directly (a small Produce
-        # exchange's two scans spent about as long in the Python layers above the C as in the C itself, measured
-        # with py-spy in the live proxy). Filled by scan_request and scan_response, the reference.
+        # Under COUNT_LATER, the keys (api key, version, is request) whose whole frames are counted as they are
+        # scanned all the same (count_now): the capture's taker asks for it where counting pays on the event loop.
+        self._count_now: set = set()
+        # (api key, version, is request) -> (C scan, the stats argument for it when integer_facts is on: its
+        # zeroed integer counters, COUNT_LATER or None, its integer slots), for the bodies the C scanner takes:
+        # Request.scan and Response.scan call it directly (a small Produce exchange's two scans spent about as
+        # long in the Python layers above the C as in the C itself, measured with py-spy in the live proxy).
+        # Filled by scan_request and scan_response, the reference; its structs in _fast_structs.
         self.fast_scans: dict[tuple[int, int, bool], tuple] = {}
+        self._fast_structs: dict[tuple[int, int, bool], CompiledStruct] = {}
+
+    def __setattr__(self, name: str, value) -> None:
+        object.__setattr__(self, name, value)
+        if name == "integer_facts" and "fast_scans" in self.__dict__:  # the fast scans' stats arguments follow it
+            for key, fast in self.fast_scans.items():
+                self.fast_scans[key] = (fast[0], self._stats_argument(key, self._fast_structs[key]), fast[2])
+
+    def count_now(self, api_key: int, version: int, request: bool, now: bool) -> None:
+        """Under COUNT_LATER, count the whole frames of this api version and direction as they are scanned (now),
+        or leave them for later again: the capture's taker decides (capture.facts)."""
+        key = (api_key, version, request)
+        if now:
+            if len(self._count_now) < 4096:
+                self._count_now.add(key)
+        else:
+            self._count_now.discard(key)
+        fast = self.fast_scans.get(key)
+        if fast is not None:
+            self.fast_scans[key] = (fast[0], self._stats_argument(key, self._fast_structs[key]), fast[2])
+
+    def _stats_argument(self, key: tuple, compiled: CompiledStruct):
+        """What a scan of this key passes as its stats template while integer_facts is on."""
+        if not compiled.int_slots:
+            return None
+        if self.integer_facts is codegen.COUNT_LATER and key not in self._count_now:
+            return codegen.COUNT_LATER
+        return compiled._zero_stats
+
+    def _integers(self, key: tuple):
+        """integer_facts for a scan of this key (True where count_now named it)."""
+        integers = self.integer_facts
+        return True if integers is codegen.COUNT_LATER and key in self._count_now else integers
 
     # -- compiled pieces
 
@@ -455,7 +494,7 @@ class Codec:
         # them all; a response's (a Fetch's record sets) are summarized only if someone asks.
         compiled = self.body(header.api_key, "request", header.api_version)
         self._note_fast_scan(compiled, header.api_key, header.api_version, True)
-        return compiled.scan_fresh(frame, header.size, self.integer_facts, True)
+        return compiled.scan_fresh(frame, header.size, self._integers((header.api_key, header.api_version, True)), True)
 
     def scan_response(self, frame: bytes, api_key: int, api_version: int, header_end: int | None = None) -> ScanResult:
         """Header tag sections and body facts of a response. header_end: where the caller read the response
@@ -468,13 +507,13 @@ class Codec:
             # A FramePieces (a large Fetch response): its header is read from the pieces joined (rare: a header
             # with tagged fields), and its body scanned in place.
             _, header_end = self.header("ResponseHeader", hv).decode(frame_bytes(frame), 0, whole=False)
-        return compiled.scan_fresh(frame, header_end, self.integer_facts)
+        return compiled.scan_fresh(frame, header_end, self._integers((api_key, api_version, False)))
 
     def _note_fast_scan(self, compiled: CompiledStruct, api_key: int, version: int, request: bool) -> None:
         key = (api_key, version, request)
         if key not in self.fast_scans and compiled._scan_fresh is not None and len(self.fast_scans) < 4096:
-            self.fast_scans[key] = (compiled._scan_fresh, compiled._zero_stats if compiled.int_slots else None,
-                                    compiled.int_slots)
+            self._fast_structs[key] = compiled
+            self.fast_scans[key] = (compiled._scan_fresh, self._stats_argument(key, compiled), compiled.int_slots)
 
 
 def correlation_id_of_response(frame: bytes) -> int:

@@ -124,15 +124,18 @@ class ScanResult:
 
     def frozen_python(self, previous: tuple | None = None) -> tuple:
         """frozen(), in Python: built, then `previous` if equal to it (counters left for later, (buf, pos), equal
-        where the bytes from pos are: a request's header, its correlation id, differs from the last one's)."""
+        where the bytes from pos are: a request's header, its correlation id, differs from the last one's); where
+        only those bytes differ, previous's items with this scan's pair."""
         side = self._frozen_python()
         if previous is None:
             return side
         later, kept = side[4], previous[4] if type(previous) is tuple and len(previous) == 8 else None
         if type(later) is tuple and type(kept) is tuple:
-            if later[0][later[1]:] == kept[0][kept[1]:] and side[:4] == previous[:4] and side[5:] == previous[5:]:
+            if side[:4] != previous[:4] or side[5:] != previous[5:]:
+                return side
+            if later[0][later[1]:] == kept[0][kept[1]:]:
                 return previous
-            return side
+            return previous[:4] + (later,) + previous[5:]  # alike but for the frame: previous's items, its own frame
         return previous if side == previous else side
 
     def _frozen_python(self) -> tuple:
