@@ -1,8 +1,9 @@
 """The integer counters the event loop left for later (codegen.COUNT_LATER), counted in the capture's writer.
 
-A capture's scans on the event loop do not count the integer fields of a frame scanned whole from bytes: the
-SCAN carries (frame, body start) instead, and the writer (its own process by default) counts them here, before
-the batch's columns are built. Counting there and not on the event loop took the counters' allocation, zeroing
+A capture's scans on the event loop do not count the integer fields of a frame scanned whole from bytes (but
+for the apis the taker chose to count in the scan, capture.facts.FactsTaker.choose_counting): the SCAN carries
+(frame, body start) instead, and the writer (its own process by default) counts them here, before the batch's
+columns are built. Counting there and not on the event loop took the counters' allocation, zeroing
 and adding out of the proxy's per-exchange work (docs/performance.md, nineteenth section). A side several rows
 share is counted once and stays shared.
 """
@@ -33,7 +34,7 @@ class LaterCounter:
         self.registry = registry  # None: the built-in specs
         self._codec = None  # made at the first side to count: a writer that never sees one never compiles
         # (api key, version, is request) -> (the C scan or None, its zeroed counters, its integer slots, the struct,
-        # bodies counted before: (size, last 8 bytes) -> (the body, (int_slots, int_stats)))
+        # the bodies counted before: a fingerprint -> (the body, (int_slots, int_stats)); C's and Python's differ)
         self._scans: dict = {}
         module = optional_extension("kinspect.capture._count_later") if native else None
         self._native = getattr(module, "count", None)
