@@ -6,11 +6,11 @@
  * about 1 us a side beside the scan itself, most of what moving the counting off the event loop added to the
  * writer process; on a 2-core machine that process's CPU is taken from the clients and the broker.
  *
- * count(facts, scans, scan_of, cache_bytes, cache_max) -> list
+ * count(facts, scans, scan_of, cache, cache_bytes, cache_max) -> list
  *   facts: list of EXCHANGE tuples (29 items, capture.facts.FIELDS); scans: dict (api key, version, is request)
- *   -> (the C scan_fresh or None, its zeroed counters, its integer slots, the CompiledStruct or None, the body
- *   cache: dict), which scan_of(api key, version, is request) fills; bodies of at most cache_bytes are kept
- *   in their cache (cache_max of them, then it is cleared) with their counters.
+ *   -> (the C scan_fresh or None, its zeroed counters, its integer slots, the CompiledStruct or None), which
+ *   scan_of(api key, version, is request) fills; cache: dict, where bodies of at most cache_bytes are kept
+ *   (cache_max of them, then it is cleared) with their scan's entry and counters, by a hash of both.
  *   Returns facts itself when no side holds a frame to count, else a new list: each such row rebuilt with
  *   its sides' (int_slots, int_stats) counted, ((), None) where the frame does not scan. A side several
  *   rows share (the same object, read at the same api and version) is counted once and stays shared. */
@@ -27,9 +27,9 @@ enum { F_API_KEY = 7, F_REQUEST_VERSION = 9, F_REQUEST_SIDE = 19, F_RESPONSE_VER
 static PyObject *s_int_slots, *s_int_stats, *s_scan_fresh, *uncounted; /* uncounted: ((), None) */
 
 /* A 64-bit hash of a body, with its length: the cache's key (found, then compared whole). */
-static uint64_t body_hash(const unsigned char *p, Py_ssize_t n)
+static uint64_t body_hash(const unsigned char *p, Py_ssize_t n, uintptr_t scan)
 {
-    uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)n;
+    uint64_t h = (0x9E3779B97F4A7C15ull ^ (uint64_t)n) + (uint64_t)scan * 0xC2B2AE3D27D4EB4Full;
     Py_ssize_t i = 0;
     for (; i + 8 <= n; i += 8) {
         uint64_t w;
@@ -81,12 +81,11 @@ static PyObject *counted_of(PyObject *result)
 }
 
 /* The counters of one frame, (int_slots, int_stats): new reference, NULL on an error that is not the frame's. */
-static PyObject *count_frame(PyObject *scan, PyObject *frame, PyObject *pos, Py_ssize_t cache_bytes,
+static PyObject *count_frame(PyObject *scan, PyObject *frame, PyObject *pos, PyObject *cache, Py_ssize_t cache_bytes,
                              Py_ssize_t cache_max)
 {
     PyObject *fresh = PyTuple_GET_ITEM(scan, 0), *template = PyTuple_GET_ITEM(scan, 1);
     PyObject *slots = PyTuple_GET_ITEM(scan, 2), *compiled = PyTuple_GET_ITEM(scan, 3);
-    PyObject *cache = PyTuple_GET_ITEM(scan, 4);
     if (fresh == Py_None && compiled == Py_None)
         return Py_NewRef(uncounted); /* a struct without integer fields, or an api the specs do not know */
     Py_ssize_t at = PyLong_AsSsize_t(pos), size = PyBytes_GET_SIZE(frame);
@@ -96,17 +95,17 @@ static PyObject *count_frame(PyObject *scan, PyObject *frame, PyObject *pos, Py_
     }
     const unsigned char *body = (const unsigned char *)PyBytes_AS_STRING(frame) + at;
     PyObject *key = NULL;
-    if (size - at <= cache_bytes && PyDict_CheckExact(cache)) {
-        key = PyLong_FromUnsignedLongLong(body_hash(body, size - at));
+    if (size - at <= cache_bytes) {
+        key = PyLong_FromUnsignedLongLong(body_hash(body, size - at, (uintptr_t)scan));
         if (key == NULL)
             return NULL;
-        PyObject *hit = PyDict_GetItemWithError(cache, key); /* (body, counted) */
-        if (hit != NULL && PyTuple_CheckExact(hit) && PyTuple_GET_SIZE(hit) == 2) {
-            PyObject *kept = PyTuple_GET_ITEM(hit, 0);
+        PyObject *hit = PyDict_GetItemWithError(cache, key); /* (scan, body, counted) */
+        if (hit != NULL && PyTuple_CheckExact(hit) && PyTuple_GET_SIZE(hit) == 3 && PyTuple_GET_ITEM(hit, 0) == scan) {
+            PyObject *kept = PyTuple_GET_ITEM(hit, 1);
             if (PyBytes_CheckExact(kept) && PyBytes_GET_SIZE(kept) == size - at
                 && memcmp(PyBytes_AS_STRING(kept), body, size - at) == 0) {
                 Py_DECREF(key);
-                return Py_NewRef(PyTuple_GET_ITEM(hit, 1));
+                return Py_NewRef(PyTuple_GET_ITEM(hit, 2));
             }
         }
         if (PyErr_Occurred()) {
@@ -140,7 +139,7 @@ static PyObject *count_frame(PyObject *scan, PyObject *frame, PyObject *pos, Py_
     }
     if (key != NULL) {
         PyObject *kept = PyBytes_FromStringAndSize((const char *)body, size - at);
-        PyObject *entry = kept == NULL ? NULL : PyTuple_Pack(2, kept, counted);
+        PyObject *entry = kept == NULL ? NULL : PyTuple_Pack(3, scan, kept, counted); /* keeps scan alive */
         Py_XDECREF(kept);
         int failed = entry == NULL;
         if (!failed && PyDict_GET_SIZE(cache) >= cache_max)
@@ -158,7 +157,7 @@ static PyObject *count_frame(PyObject *scan, PyObject *frame, PyObject *pos, Py_
 
 /* The side counted: new reference (the side itself when it holds no frame to count), NULL on an error. */
 static PyObject *counted_side(PyObject *side, PyObject *row, int request, PyObject *scans, PyObject *scan_of,
-                              SeenTable *seen, Py_ssize_t cache_bytes, Py_ssize_t cache_max)
+                              PyObject *cache, SeenTable *seen, Py_ssize_t cache_bytes, Py_ssize_t cache_max)
 {
     if (!PyTuple_CheckExact(side) || PyTuple_GET_SIZE(side) != S_COUNT)
         return Py_NewRef(side);
@@ -186,12 +185,12 @@ static PyObject *counted_side(PyObject *side, PyObject *row, int request, PyObje
     Py_DECREF(key);
     if (scan == NULL)
         return NULL;
-    if (!PyTuple_CheckExact(scan) || PyTuple_GET_SIZE(scan) != 5) {
+    if (!PyTuple_CheckExact(scan) || PyTuple_GET_SIZE(scan) != 4) {
         Py_DECREF(scan);
-        PyErr_SetString(PyExc_TypeError, "count: a scan entry must be a 5-tuple");
+        PyErr_SetString(PyExc_TypeError, "count: a scan entry must be a 4-tuple");
         return NULL;
     }
-    PyObject *counted = count_frame(scan, PyTuple_GET_ITEM(later, 0), PyTuple_GET_ITEM(later, 1), cache_bytes,
+    PyObject *counted = count_frame(scan, PyTuple_GET_ITEM(later, 0), PyTuple_GET_ITEM(later, 1), cache, cache_bytes,
                                     cache_max);
     Py_DECREF(scan);
     if (counted == NULL)
@@ -219,10 +218,10 @@ static PyObject *counted_side(PyObject *side, PyObject *row, int request, PyObje
 
 static PyObject *count(PyObject *module, PyObject *args)
 {
-    PyObject *facts, *scans, *scan_of;
+    PyObject *facts, *scans, *scan_of, *cache;
     Py_ssize_t cache_bytes, cache_max;
-    if (!PyArg_ParseTuple(args, "O!O!Onn:count", &PyList_Type, &facts, &PyDict_Type, &scans, &scan_of, &cache_bytes,
-                          &cache_max))
+    if (!PyArg_ParseTuple(args, "O!O!OO!nn:count", &PyList_Type, &facts, &PyDict_Type, &scans, &scan_of, &PyDict_Type,
+                          &cache, &cache_bytes, &cache_max))
         return NULL;
     Py_ssize_t n = PyList_GET_SIZE(facts);
     SeenTable seen = {NULL, 0};
@@ -243,10 +242,10 @@ static PyObject *count(PyObject *module, PyObject *args)
         if (!PyTuple_CheckExact(row) || PyTuple_GET_SIZE(row) != F_COUNT)
             continue; /* not an EXCHANGE: the builder says so */
         PyObject *req = PyTuple_GET_ITEM(row, F_REQUEST_SIDE), *resp = PyTuple_GET_ITEM(row, F_RESPONSE_SIDE);
-        PyObject *new_req = counted_side(req, row, 1, scans, scan_of, &seen, cache_bytes, cache_max);
+        PyObject *new_req = counted_side(req, row, 1, scans, scan_of, cache, &seen, cache_bytes, cache_max);
         if (new_req == NULL)
             goto fail;
-        PyObject *new_resp = counted_side(resp, row, 0, scans, scan_of, &seen, cache_bytes, cache_max);
+        PyObject *new_resp = counted_side(resp, row, 0, scans, scan_of, cache, &seen, cache_bytes, cache_max);
         if (new_resp == NULL) {
             Py_DECREF(new_req);
             goto fail;

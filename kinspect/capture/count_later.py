@@ -18,13 +18,13 @@ REQUEST_SIDE, RESPONSE_SIDE, _FIELDS = 19, 28, 29  # capture.facts.FIELDS: reque
 _API_KEY, _REQUEST_VERSION, _RESPONSE_VERSION = 7, 9, 21
 
 
-# Bodies of at most this many bytes are remembered with their counters, CACHED_BODIES of them per api, version and
-# direction: most bodies but a producer's and a consumer's repeat (ApiVersions, Metadata, a group's heartbeats), and
-# the event loop counted each of them once (the metrics' memo shares a repeated body's scan). A body is looked up by
-# a fingerprint (in C a hash of it, in Python its size and last bytes), then compared whole where it lies: far less
-# than its scan.
+# Bodies of at most this many bytes are remembered with their counters, CACHED_BODIES of them in all (at most 16
+# MiB of bodies, then the cache starts again): most bodies but a producer's and a consumer's repeat (ApiVersions,
+# Metadata, a group's heartbeats), and the event loop counted each of them once (the metrics' memo shares a repeated
+# body's scan). A body is looked up by a fingerprint of its api version's scan and of it (in C a hash of the body,
+# in Python its size and last bytes), then compared whole where it lies, with the scan: far less than its scan.
 CACHED_BODY_BYTES = 16 * 1024
-CACHED_BODIES = 256
+CACHED_BODIES = 1024
 
 
 class LaterCounter:
@@ -33,9 +33,11 @@ class LaterCounter:
     def __init__(self, registry=None, native: bool = True) -> None:
         self.registry = registry  # None: the built-in specs
         self._codec = None  # made at the first side to count: a writer that never sees one never compiles
-        # (api key, version, is request) -> (the C scan or None, its zeroed counters, its integer slots, the struct,
-        # the bodies counted before: a fingerprint -> (the body, (int_slots, int_stats)); C's and Python's differ)
+        # (api key, version, is request) -> (the C scan or None, its zeroed counters, its integer slots, the struct)
         self._scans: dict = {}
+        # The bodies counted before: a fingerprint -> (their scan's entry above, the body, (int_slots, int_stats));
+        # C's fingerprints and Python's differ.
+        self._cache: dict = {}
         module = optional_extension("kinspect.capture._count_later") if native else None
         self._native = getattr(module, "count", None)
 
@@ -46,7 +48,7 @@ class LaterCounter:
         native = self._native
         if native is None or type(facts) is not list:
             return self.count_python(facts)
-        return native(facts, self._scans, self._scan_of, CACHED_BODY_BYTES, CACHED_BODIES)
+        return native(facts, self._scans, self._scan_of, self._cache, CACHED_BODY_BYTES, CACHED_BODIES)
 
     def count_python(self, facts: list) -> list:
         """count(), in Python: the reference of capture._count_later (change both)."""
@@ -79,15 +81,18 @@ class LaterCounter:
         scan = self._scans.get((api_key, version, request))
         if scan is None:
             scan = self._scan_of(api_key, version, request)
-        fresh, template, slots, compiled, cache = scan
+        fresh, template, slots, compiled = scan
+        if fresh is None and compiled is None:
+            return side[:3] + ((), None) + side[5:]  # no integer fields, or an api the specs do not know
         key = None
         size = len(frame) - pos
+        cache = self._cache
         if size <= CACHED_BODY_BYTES:
-            # Found by its size and last bytes, then compared whole where it lies (no copy, no hash of it all).
-            key = (size, frame[-8:])
+            # Found by its scan, size and last bytes, then compared whole where it lies (no copy, no hash of it all).
+            key = (id(scan), size, frame[-8:])
             hit = cache.get(key)
-            if hit is not None and frame.endswith(hit[0]):
-                return side[:3] + hit[1] + side[5:]
+            if hit is not None and hit[0] is scan and frame.endswith(hit[1]):
+                return side[:3] + hit[2] + side[5:]
         try:
             if fresh is not None:
                 result = fresh(frame, pos, template, slots)
@@ -101,7 +106,7 @@ class LaterCounter:
         if key is not None:
             if len(cache) >= CACHED_BODIES:
                 cache.clear()  # a client making up bodies does not grow it without bound
-            cache[key] = (frame[pos:], counted)
+            cache[key] = (scan, frame[pos:], counted)  # the entry keeps the scan alive: its id is no other's
         return side[:3] + counted + side[5:]
 
     def _scan_of(self, api_key: int, version: int, request: bool) -> tuple:
@@ -115,9 +120,9 @@ class LaterCounter:
         except DecodeError:
             compiled = None
         if compiled is None or not compiled.int_slots:
-            scan = (None, None, (), None, {})
+            scan = (None, None, (), None)
         else:
-            scan = (compiled._scan_fresh, compiled._zero_stats, compiled.int_slots, compiled, {})
+            scan = (compiled._scan_fresh, compiled._zero_stats, compiled.int_slots, compiled)
         if len(self._scans) < 4096:
             self._scans[(api_key, version, request)] = scan
         return scan
