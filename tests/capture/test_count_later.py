@@ -20,6 +20,7 @@ from kinspect.protocol.codec.wire_program import PURE_PYTHON_ENV, native_module
 from kinspect.protocol.framing.pieces import FramePieces
 from kinspect.protocol.specs.registry import SpecRegistry, load_builtin_layers
 from tests.capture.test_capture import read_rows, recorded_exchanges, recorded_facts
+from tests.support.native import bytes_grown
 
 REQ, RESP = FIELDS.index("request_side"), FIELDS.index("response_side")
 
@@ -265,8 +266,6 @@ def test_integer_facts_set_again_brings_the_fast_scans_in_line(codec: Codec):
 def test_the_c_counter_leaks_nothing(codec: Codec):
     """Counted again and again (the body cache full and cleared, rows made up among them), the C counter's memory
     stays where it was."""
-    import tracemalloc
-
     if os.environ.get(PURE_PYTHON_ENV) == "1":
         pytest.skip(f"{PURE_PYTHON_ENV}=1 chooses the Python")
     facts = [f for f, _ in recorded_facts(codec)]
@@ -276,17 +275,9 @@ def test_the_c_counter_leaks_nothing(codec: Codec):
     counter = LaterCounter()
     assert counter._native is not None
 
-    def run(times: int) -> None:
-        for _ in range(times):
+    def run() -> None:
+        for _ in range(20):
             counter.count(rows)
 
-    run(20)
-    tracemalloc.start()
-    try:
-        run(5)
-        before = tracemalloc.get_traced_memory()[0]
-        run(100)
-        grown = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
+    grown = bytes_grown(run, times=5)
     assert grown < 20_000, f"{grown} bytes still allocated after 100 rounds"
