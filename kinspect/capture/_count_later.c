@@ -266,9 +266,12 @@ static PyObject *count(PyObject *module, PyObject *args)
             Py_DECREF(new_resp);
             goto fail;
         }
-        for (int j = 0; j < F_COUNT; j++)
-            PyTuple_SET_ITEM(rebuilt, j, j == F_REQUEST_SIDE ? new_req : j == F_RESPONSE_SIDE
-                                                                         ? new_resp : Py_NewRef(PyTuple_GET_ITEM(row, j)));
+        for (int j = 0; j < F_COUNT; j++) {
+            PyObject *item = j == F_REQUEST_SIDE    ? new_req
+                             : j == F_RESPONSE_SIDE ? new_resp
+                                                    : Py_NewRef(PyTuple_GET_ITEM(row, j));
+            PyTuple_SET_ITEM(rebuilt, j, item);
+        }
         PyList_SET_ITEM(out, i, rebuilt); /* steals; the slice's reference to the old row goes */
         Py_DECREF(row);
     }
@@ -287,7 +290,7 @@ fail:
 }
 
 static PyMethodDef methods[] = {
-    {"count", count, METH_VARARGS, "A capture batch with the integer counters left for later counted (see the module)."},
+    {"count", count, METH_VARARGS, "A capture batch, its integer counters left for later counted (see the module)."},
     {NULL, NULL, 0, NULL},
 };
 

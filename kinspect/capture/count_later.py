@@ -72,8 +72,8 @@ class LaterCounter:
             if new_req is not None or new_resp is not None:
                 if out is None:
                     out = list(facts)
-                out[i] = (row[:REQUEST_SIDE] + (new_req if new_req is not None else req,) + row[REQUEST_SIDE + 1:RESPONSE_SIDE]
-                          + (new_resp if new_resp is not None else resp,))
+                out[i] = (row[:REQUEST_SIDE] + (new_req if new_req is not None else req,)
+                          + row[REQUEST_SIDE + 1:RESPONSE_SIDE] + (new_resp if new_resp is not None else resp,))
         return facts if out is None else out
 
     def _counted(self, side: tuple, api_key: int, version: int, request: bool) -> tuple:

@@ -27,8 +27,8 @@ specs alone, such as whether the version is flexible). Its fields, by index (FIE
            tuples only (topic_partitions and error_codes as their dicts' (key, value)
            items), and int_stats as the bytes of the scan's int32 counters (None without
            integer fields), or, for a frame scanned whole from bytes, (frame, body start): the
-           writer process counts those (capture.batch), off the event loop. The ScanResult and its lists stay on the event loop and die
-           with the event.
+           writer counts those (capture.count_later), off the event loop. The ScanResult and
+           its lists stay on the event loop and die with the event.
 
 Why tuples, not the ScanResult: the garbage collector stops tracking a tuple of atomic
 values (and of such tuples) once it has seen it; a dict, list or array in it, even an
@@ -231,7 +231,9 @@ class FactsTaker:
                     self.choose_counting(key[0], version, key[1] == 0, True)
             elif type(stats) is bytes and type(previous[4]) is bytes:  # counted, not alike a counted one: no gain
                 self.choose_counting(key[0], version, key[1] == 0, False)
-        held = TOPIC_BYTES * len(side[5]) + (0 if stats is None else len(stats[0]) if type(stats) is tuple else len(stats))
+        held = TOPIC_BYTES * len(side[5])
+        if stats is not None:
+            held += len(stats[0]) if type(stats) is tuple else len(stats)  # a frame to count later, or counters
         if len(self._sides) < 4096 or key in self._sides:
             self._sides[key] = (scan, side, held)
         return side, held

@@ -149,8 +149,8 @@ def test_the_writer_process_counts_with_the_proxy_s_own_specs(codec: Codec, tmp_
 def sharing(rows: list) -> list:
     """Per row: the first row whose request and response sides are the same objects as this row's."""
     first: dict[int, int] = {}
-    return [(first.setdefault(id(r[REQ]), i), first.setdefault(id(r[RESP]), i)) if type(r) is tuple and len(r) == len(FIELDS)
-            else None for i, r in enumerate(rows)]
+    return [(first.setdefault(id(r[REQ]), i), first.setdefault(id(r[RESP]), i))
+            if type(r) is tuple and len(r) == len(FIELDS) else None for i, r in enumerate(rows)]
 
 
 @pytest.mark.parametrize("cache_bodies", [256, 2])

@@ -2356,9 +2356,10 @@ static PyObject *program_scan(ProgramObject *self, PyObject *const *args, Py_ssi
  *
  * `previous` itself when the SCAN would equal it (ScanResult.frozen_python(previous) is the
  * reference), counters left for later (a (buf, pos) pair) counting as equal where the bytes from pos are; where
- * only those bytes differ, a new SCAN of previous's items and this scan's pair. Why: a producer's requests, and a consumer's responses, are each scanned anew (their
- * records differ), but their facts mostly repeat: compared where they lie, nothing is built (on the
- * recorded traffic 61% of the sides a capture takes equal its api's previous one). */
+ * only those bytes differ, a new SCAN of previous's items and this scan's pair. Why: a producer's requests,
+ * and a consumer's responses, are each scanned anew (their records differ), but their facts mostly repeat:
+ * compared where they lie, nothing is built (on the recorded traffic 61% of the sides a capture takes equal its
+ * api's previous one). */
 
 static PyObject *tuple_or_empty(PyObject *list) /* a list, a tuple of it; () when empty */
 {
@@ -2520,7 +2521,8 @@ static int later_equals(PyObject *later, PyObject *kept)
         return 2;
     }
     Py_ssize_t n = PyBytes_GET_SIZE(a) - at;
-    return n == PyBytes_GET_SIZE(b) - kept_at && memcmp(PyBytes_AS_STRING(a) + at, PyBytes_AS_STRING(b) + kept_at, n) == 0;
+    return n == PyBytes_GET_SIZE(b) - kept_at
+           && memcmp(PyBytes_AS_STRING(a) + at, PyBytes_AS_STRING(b) + kept_at, n) == 0;
 }
 
 /* 1 if the SCAN of r (its records summarized) would equal `previous`, an exact 8-tuple; 0 if not; 2 when
@@ -2661,8 +2663,8 @@ static PyObject *wire_capture_side(PyObject *module, PyObject *const *args, Py_s
     items[1] = tuple_or_empty(tagged);
     items[2] = new_ref(RSLOT(r, R_COMPACT));
     items[3] = new_ref(RSLOT(r, R_INT_SLOTS));
-    if (stats == Py_None || PyBytes_CheckExact(stats) || PyTuple_CheckExact(stats)) /* a fresh scan's counters, or
-                                                                                        * its (buf, pos) to count later */
+    /* a fresh scan's counters, or its (buf, pos) to count later, kept as they are */
+    if (stats == Py_None || PyBytes_CheckExact(stats) || PyTuple_CheckExact(stats))
         items[4] = new_ref(stats);
     else { /* bytes: untracked by the garbage collector, unlike the array */
         Py_buffer view;
