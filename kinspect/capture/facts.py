@@ -186,7 +186,6 @@ class FactsTaker:
         # the frames of an api whose sides are alike but for their values (choose_counting).
         codec.integer_facts = COUNT_LATER
         self._codec = codec
-        self._counting_now: set = set()  # (api key, version, is request) that count_now names, as this taker asked
         # (api key, direction) -> (scan, its SCAN, the bytes it holds) of the latest exchange: events
         # whose body was seen before share one scan (the metrics' memo), so its SCAN is built once.
         self._sides: dict[tuple[int, int], tuple] = {}
@@ -204,14 +203,7 @@ class FactsTaker:
         µs a row more there). So the taker (_side, capture._take's side_of) asks for counting now when a side
         came out alike but for its frame, and for counting later again when a counted side was not alike a
         counted previous one."""
-        key = (api_key, version, request)
-        if now == (key in self._counting_now):
-            return
-        if now:
-            self._counting_now.add(key)
-        else:
-            self._counting_now.discard(key)
-        self._codec.count_now(api_key, version, request, now)
+        self._codec.count_now(api_key, version, request, now)  # nothing done where it is so already
 
     def _side(self, key: tuple[int, int], scan, version: int) -> tuple[tuple, int]:
         """SCAN of a scan (ScanResult.frozen(), built in C) and the bytes it holds beside BASE_BYTES: the

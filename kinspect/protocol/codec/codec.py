@@ -336,28 +336,32 @@ class Codec:
         # zeroed integer counters, COUNT_LATER or None, its integer slots), for the bodies the C scanner takes:
         # Request.scan and Response.scan call it directly (a small Produce exchange's two scans spent about as
         # long in the Python layers above the C as in the C itself, measured with py-spy in the live proxy).
-        # Filled by scan_request and scan_response, the reference; its structs in _fast_structs.
+        # Filled by scan_request and scan_response, the reference.
         self.fast_scans: dict[tuple[int, int, bool], tuple] = {}
-        self._fast_structs: dict[tuple[int, int, bool], CompiledStruct] = {}
 
     def __setattr__(self, name: str, value) -> None:
         object.__setattr__(self, name, value)
         if name == "integer_facts" and "fast_scans" in self.__dict__:  # the fast scans' stats arguments follow it
-            for key, fast in self.fast_scans.items():
-                self.fast_scans[key] = (fast[0], self._stats_argument(key, self._fast_structs[key]), fast[2])
+            for key in self.fast_scans:
+                self._refresh_fast_scan(key)
 
     def count_now(self, api_key: int, version: int, request: bool, now: bool) -> None:
         """Under COUNT_LATER, count the whole frames of this api version and direction as they are scanned (now),
         or leave them for later again: the capture's taker decides (capture.facts)."""
         key = (api_key, version, request)
+        if now == (key in self._count_now) or (now and len(self._count_now) >= 4096):
+            return
         if now:
-            if len(self._count_now) < 4096:
-                self._count_now.add(key)
+            self._count_now.add(key)
         else:
             self._count_now.discard(key)
-        fast = self.fast_scans.get(key)
-        if fast is not None:
-            self.fast_scans[key] = (fast[0], self._stats_argument(key, self._fast_structs[key]), fast[2])
+        if key in self.fast_scans:
+            self._refresh_fast_scan(key)
+
+    def _refresh_fast_scan(self, key: tuple) -> None:
+        fast = self.fast_scans[key]
+        compiled = self.body(key[0], "request" if key[2] else "response", key[1])  # compiled before: cached
+        self.fast_scans[key] = (fast[0], self._stats_argument(key, compiled), fast[2])
 
     def _stats_argument(self, key: tuple, compiled: CompiledStruct):
         """What a scan of this key passes as its stats template while integer_facts is on."""
@@ -512,7 +516,6 @@ class Codec:
     def _note_fast_scan(self, compiled: CompiledStruct, api_key: int, version: int, request: bool) -> None:
         key = (api_key, version, request)
         if key not in self.fast_scans and compiled._scan_fresh is not None and len(self.fast_scans) < 4096:
-            self._fast_structs[key] = compiled
             self.fast_scans[key] = (compiled._scan_fresh, self._stats_argument(key, compiled), compiled.int_slots)
 
 
