@@ -1,8 +1,8 @@
 """Builds the optional C extensions (the decoder/scanner _wire, the session's one-frame reads _one_frame, the
 metrics' counting _counting, the inspection queue's batch _batch, the relay's receiving end _receive,
 the capture's fact taker and queue front _take, column cutter _columns, derived columns _derive, counters left for
-later _count_later and encoder of facts for the writer process _facts_wire, the analyze job's grouping kernels
-_grouping); everything else is in pyproject.toml."""
+later _count_later, encoder of facts for the writer process _facts_wire and the writer process's pacer _pace, the
+analyze job's grouping kernels _grouping); everything else is in pyproject.toml."""
 
 from setuptools import Extension, setup
 
@@ -20,6 +20,7 @@ EXTENSIONS = (
     ("kinspect.capture._derive", False),
     ("kinspect.capture._count_later", False),
     ("kinspect.capture._facts_wire", False),
+    ("kinspect.capture._pace", False),
     ("kinspect.analyze._grouping", False),
 )
 

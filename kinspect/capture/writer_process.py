@@ -13,7 +13,8 @@ its slices of at most PICKLE_ROWS one after another (`send_batch`, `read_batch`)
 the input means finish. Out (its stdout, pickles): after each batch, each file and at the end,
 the counters (rows_written, row_errors, write_errors, files_written) with the files finished
 since the last report; the first report, all zeros, says it is ready (pyarrow imported and
-warmed up), and the proxy serves only then. The process ignores SIGINT (a terminal's Ctrl-C
+warmed up), and the proxy serves only then. The process works in short slices with naps between
+(capture.pacing), never holding a core for long. It ignores SIGINT (a terminal's Ctrl-C
 reaches the whole process group; the proxy decides when the capture ends) and finishes
 its file when its input ends, whether the proxy closed it or died.
 """
@@ -37,6 +38,7 @@ from pathlib import Path
 
 from kinspect.capture.facts import share_alike_sides
 from kinspect.capture.facts_wire import MAGIC, decode, write_batch
+from kinspect.capture.pacing import Pacer
 from kinspect.capture.writer import BATCH_ROWS
 
 log = logging.getLogger("kinspect.capture")
@@ -49,10 +51,27 @@ TICK_SECONDS = 0.5  # how often an idle writer process looks at its open file's 
 # 1.5 ms (about 1 KB and 3 µs a row on this 2-core machine), an event loop stall at every batch, where a
 # slice of 64 takes 0.14 ms.
 PICKLE_ROWS = 64
-# The process runs this much nicer than the proxy: on a sidecar's few cores, a batch being built
-# and compressed must not take a core from the forwarding (a waking event loop preempts it); it
-# catches up when the cores are idle, its queue bounded and its drops counted as before.
+# The process runs under Linux's idle scheduling class, and where that is refused this much nicer than the
+# proxy: on a sidecar's few cores, a batch being built and compressed must not take a core from the forwarding;
+# it catches up when the cores are idle, its queue bounded and its drops counted as before. The class alone
+# did not lower the round trips' p99 (the eleventh section of docs/performance.md); with the pacer's naps
+# (capture.pacing) it does, where naps at nice +10 cost the round trips' p50 instead (a nice process woken
+# from its nap preempts them; an idle-class one never does). Twentieth section.
 NICENESS = 10
+
+
+def lower_priority() -> str:
+    """Put this process in the idle scheduling class, else make it NICENESS nicer; says which it got."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        return "idle class"
+    except (AttributeError, OSError):  # not Linux, or refused
+        pass
+    try:
+        os.nice(NICENESS)
+        return f"nice +{NICENESS}"
+    except OSError:  # not allowed here: the process runs at the proxy's priority
+        return "the proxy's priority"
 # The pipe to the process holds this much (Linux's default is 64 KB): the writer thread's write of a batch and
 # the process's read each wake the other once a batch, where they took turns sixteen times (/tmp script: 16
 # context switches a batch -> 1).
@@ -282,10 +301,7 @@ def settle_collector() -> None:
 
 def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        os.nice(NICENESS)
-    except OSError:  # not allowed here: the process runs at the proxy's priority
-        pass
+    lower_priority()
     # Reports go to the stdout we were given; anything else printed goes to stderr with the logs.
     fd_in, fd_out = sys.stdin.fileno(), os.dup(sys.stdout.fileno())
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
@@ -315,19 +331,22 @@ def main() -> int:
                        max_file_seconds=settings["max_file_seconds"], row_group_rows=settings["row_group_rows"],
                        compression=settings["compression"], build_rows=BUILD_ROWS)
     last, reported_files = None, 0
+    pacer = Pacer()  # armed while it works, never while it waits for input (capture.pacing)
     settle_collector()
     write_message(fd_out, pickle.dumps((0, 0, 0, 0, []), protocol=5))  # ready
     while True:
         ready, _, _ = select.select([fd_in], [], [], TICK_SECONDS)
-        if ready:
-            message = read_message(fd_in)
-            if message is None:
-                break
-            sink.add(read_batch(message))
-        sink.tick()
-        last, reported_files = _report(fd_out, sink, last, reported_files)
-    sink.finish()
-    _report(fd_out, sink, last, reported_files)
+        message = read_message(fd_in) if ready else b""
+        if message is None:
+            break
+        with pacer:
+            if message:
+                sink.add(read_batch(message))
+            sink.tick()
+            last, reported_files = _report(fd_out, sink, last, reported_files)
+    with pacer:
+        sink.finish()
+        _report(fd_out, sink, last, reported_files)
     return 0
 
 

@@ -152,8 +152,9 @@ def _field(f: FieldSpec, version: int, flexible: bool, path: str, builder: _Buil
 
 def optional_extension(name: str):
     """The C extension module `name` (kinspect's optional ones: _wire, _one_frame, _counting, _inventory,
-    _batch, _receive, _forward, _take, _columns, _derive, _facts_wire, _grouping), or None where it is not built or
-    KINSPECT_PURE_PYTHON=1 chooses the Python it stands in for: the one place that choice is made."""
+    _batch, _receive, _forward, _take, _columns, _derive, _count_later, _facts_wire, _pace, _grouping), or None
+    where it is not built or KINSPECT_PURE_PYTHON=1 chooses the Python it stands in for: the one place that
+    choice is made."""
     if os.environ.get(PURE_PYTHON_ENV) == "1":
         return None
     try:

@@ -1,0 +1,70 @@
+"""Pacing the capture writer process: short naps between short slices of its work, so it never holds a core for long.
+
+On a machine whose few cores the proxy, its clients and the broker keep busy, the writer process building a
+batch (a few ms) or writing a row group (30 ms and more in one pyarrow call) held a core in one stretch, and
+the round trips in flight meanwhile came back 1-3 ms late at p99, at nice +10 and under SCHED_IDLE alike. A
+process that works 0.3 ms at a time and naps between costs them about nothing at the same share of the CPU:
+each nap leaves its core idle, and the scheduler moves a waiting task there at once (docs/performance.md,
+twentieth section). The naps come from a timer signal, in C (`_pace`) so that they interrupt pyarrow's calls
+too; the Python fallback (SIGALRM and a Python handler) naps only between Python bytecodes, and only on the
+main thread (elsewhere it does not pace).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+from kinspect.protocol.codec.wire_program import optional_extension
+
+# A slice of 0.2 ms and a nap of 0.1 ms (about 0.15 ms with Linux's default timer slack): of the slices and
+# naps tried beside eight connections' round trips (0.1-0.3 ms, 0.05-0.15 ms), the lowest p99 and p50 both.
+# The writer keeps more than half a core, more than the rows/s the capture needs (docs/performance.md).
+SLICE_SECONDS = 0.0002
+NAP_SECONDS = 0.0001
+
+
+class Pacer:
+    """A context manager: the thread inside it naps `nap` seconds after every `slice` seconds (wall time)."""
+
+    def __init__(self, slice_seconds: float = SLICE_SECONDS, nap_seconds: float = NAP_SECONDS,
+                 native: bool = True) -> None:
+        if slice_seconds <= 0 or not 0 < nap_seconds < 1:
+            raise ValueError(f"capture pacing: slice {slice_seconds!r} s, nap {nap_seconds!r} s")
+        self.slice_seconds = slice_seconds
+        self.nap_seconds = nap_seconds
+        self.naps = 0  # naps taken inside this pacer
+        self._native = optional_extension("kinspect.capture._pace") if native else None
+        self._naps_before = 0
+        self._previous = None  # the SIGALRM handler the Python fallback replaced
+        self._python_armed = False
+
+    @property
+    def native(self) -> bool:
+        return self._native is not None
+
+    def __enter__(self) -> Pacer:
+        if self._native is not None:
+            self._naps_before = self._native.naps()
+            self._native.arm(round(self.slice_seconds * 1e9), round(self.nap_seconds * 1e9))
+        elif threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGALRM, self._nap_python)
+            self._python_armed = True
+            signal.setitimer(signal.ITIMER_REAL, self.slice_seconds)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._native is not None:
+            self._native.disarm()
+            self.naps += self._native.naps() - self._naps_before
+        elif self._python_armed:
+            self._python_armed = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._previous)
+
+    def _nap_python(self, signum, frame) -> None:
+        time.sleep(self.nap_seconds)
+        self.naps += 1
+        if self._python_armed:  # the next slice counts from the end of this nap, as in C
+            signal.setitimer(signal.ITIMER_REAL, self.slice_seconds)
