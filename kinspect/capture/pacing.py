@@ -7,16 +7,20 @@ process that works 0.3 ms at a time and naps between costs them about nothing at
 each nap leaves its core idle, and the scheduler moves a waiting task there at once (docs/performance.md,
 twentieth section). The naps come from a timer signal, in C (`_pace`) so that they interrupt pyarrow's calls
 too; the Python fallback (SIGALRM and a Python handler) naps only between Python bytecodes, and only on the
-main thread (elsewhere it does not pace).
+main thread (elsewhere it does not pace). Where pacing cannot start (no timers, its signal taken), the work
+goes on unpaced, said once in the log.
 """
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 import time
 
 from kinspect.protocol.codec.wire_program import optional_extension
+
+log = logging.getLogger("kinspect.capture")
 
 # A slice of 0.2 ms and a nap of 0.1 ms (about 0.15 ms with Linux's default timer slack): of the slices and
 # naps tried beside eight connections' round trips (0.1-0.3 ms, 0.05-0.15 ms), the lowest p99 and p50 both.
@@ -39,20 +43,33 @@ class Pacer:
         self._naps_before = 0
         self._previous = None  # the SIGALRM handler the Python fallback replaced
         self._python_armed = False
+        self.off: str | None = None  # why it stopped pacing, where it could not (the work goes on unpaced)
 
     @property
     def native(self) -> bool:
         return self._native is not None
 
     def __enter__(self) -> Pacer:
+        if self.off is not None:
+            return self
         if self._native is not None:
             self._naps_before = self._native.naps()
-            self._native.arm(round(self.slice_seconds * 1e9), round(self.nap_seconds * 1e9))
+            try:
+                self._native.arm(round(self.slice_seconds * 1e9), round(self.nap_seconds * 1e9))
+            except (OSError, RuntimeError) as exc:  # no timers here (a sandbox), or the signal taken
+                self._stop_pacing(str(exc))
         elif threading.current_thread() is threading.main_thread():
+            if signal.getsignal(signal.SIGALRM) not in (signal.SIG_DFL, None):
+                self._stop_pacing("SIGALRM is in use")
+                return self
             self._previous = signal.signal(signal.SIGALRM, self._nap_python)
             self._python_armed = True
             signal.setitimer(signal.ITIMER_REAL, self.slice_seconds)
         return self
+
+    def _stop_pacing(self, reason: str) -> None:
+        self.off, self._native = reason, None
+        log.warning("capture writer: working unpaced (%s)", reason)
 
     def __exit__(self, *exc) -> None:
         if self._native is not None:

@@ -125,18 +125,17 @@ def test_bad_settings_are_refused(pace):
 
 def test_a_signal_in_use_is_not_taken(pace):
     # In a process of its own: once armed, a process keeps its handler, whichever test ran first.
-    code = ("import signal, sys\n"
-            "signal.signal(signal.SIGRTMIN + 4, lambda *a: None)\n"
+    code = ("import signal, zlib, os\n"
+            "signal.signal(signal.SIGRTMIN + 4, lambda *a: print('handler of its own'))\n"
             "from kinspect.capture.pacing import Pacer\n"
-            "try:\n"
-            "    Pacer().__enter__()\n"
-            "except RuntimeError as exc:\n"
-            "    print(exc)\n"
-            "    sys.exit(0)\n"
-            "sys.exit(1)\n")
+            "data = os.urandom(1 << 20)\n"
+            "with Pacer() as pacer:\n"
+            "    assert zlib.decompress(zlib.compress(data)) == data\n"
+            "print(pacer.naps, pacer.off)\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert "already in use" in result.stdout
+    assert result.stdout == "0 capture pacing: its signal (SIGRTMIN+4) is already in use\n"
+    assert "working unpaced (capture pacing: its signal (SIGRTMIN+4) is already in use)" in result.stderr
 
 
 def test_python_fallback_naps_between_bytecodes():
@@ -149,6 +148,21 @@ def test_python_fallback_naps_between_bytecodes():
     assert wall - cpu >= 0.5 * pacer.naps * 0.0002
     assert signal.getsignal(signal.SIGALRM) is previous
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+def test_python_fallback_leaves_a_sigalrm_in_use_alone():
+    def mine(signum, frame):
+        raise AssertionError("not expected to fire")
+
+    previous = signal.signal(signal.SIGALRM, mine)
+    try:
+        pacer = Pacer(0.0005, 0.0002, native=False)
+        with pacer:
+            busy_python(0.01)
+        assert pacer.naps == 0 and pacer.off == "SIGALRM is in use"
+        assert signal.getsignal(signal.SIGALRM) is mine
+    finally:
+        signal.signal(signal.SIGALRM, previous)
 
 
 def test_python_fallback_off_the_main_thread_does_not_pace():
