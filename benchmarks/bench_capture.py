@@ -63,7 +63,7 @@ from kinspect.protocol.codec.codegen import COUNT_LATER
 from kinspect.capture.facts import FactsTaker
 from kinspect.capture.observer import CaptureObserver
 from kinspect.capture.warm_up import warm_facts
-from kinspect.capture.writer import BATCH_ROWS, CaptureWriter
+from kinspect.capture.writer import BATCH_ROWS, PRIORITIES, CaptureWriter
 from kinspect.protocol.codec import Codec
 from kinspect.proxy.observers import Dispatcher
 from kinspect.session import ConnectionInfo, Exchange, Session
@@ -144,6 +144,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--repeat", type=int, default=20, help="passes over the events per round (on_event)")
     parser.add_argument("--copies", type=int, default=20, help="copies of the exchanges the writer gets per round")
+    parser.add_argument("--writer-priority", choices=PRIORITIES, default="idle",
+                        help="the writer process's priority (capture.writer_priority; default idle, as the proxy's; "
+                             "low where other work keeps the cores busy, which an idle writer would wait for)")
     args = parser.parse_args()
     codec = Codec()
     events = replay(codec)
@@ -251,10 +254,11 @@ def main() -> None:
             assert writer.rows_written == args.copies * len(exchanges) and writer.rows_dropped == 0
             assert writer.row_errors == writer.write_errors == 0
             through_process.append(process_writer(Path(tmp) / f"process{r}", builder, offered, 5 * args.copies,
-                                                  warm_facts(codec)))
+                                                  warm_facts(codec), args.writer_priority))
             waits.append(gil_waits(Path(tmp) / f"gil{r}", builder, offered, args.copies))
             idle.append(sleep_lateness(len(waits[-1])))
-            process_waits.append(gil_waits(Path(tmp) / f"gil-process{r}", builder, offered, args.copies, True))
+            process_waits.append(gil_waits(Path(tmp) / f"gil-process{r}", builder, offered, args.copies, True,
+                                           args.writer_priority))
         late = sorted(w for ws in waits for w in ws)
         alone = sorted(w for ws in idle for w in ws)
         late_process = sorted(w for ws in process_waits for w in ws)
@@ -283,9 +287,9 @@ def main() -> None:
 
 def shared_core_lateness(directory: Path, builder, offered, rounds: int) -> dict[int, list[float]]:
     """Lateness (s) of 1 ms sleeps with this process and the writer process on one core while the
-    writer process is busy, with the process at the proxy's priority (+0) and as it runs
-    (writer_process.NICENESS): what a sidecar with few cores, all busy, sees. Empty where the
-    CPU affinity cannot be set."""
+    writer process is busy, with the process at the proxy's priority (+0) and as it runs with
+    capture.writer_priority = "low" (writer_process.NICENESS): what a sidecar with few cores, all busy,
+    sees. Empty where the CPU affinity cannot be set."""
     from kinspect.capture import writer_process
 
     if not hasattr(os, "sched_setaffinity"):
@@ -297,8 +301,13 @@ def shared_core_lateness(directory: Path, builder, offered, rounds: int) -> dict
         for r in range(rounds):
             for nice in out:
                 writer = CaptureWriter(directory / f"shared{r}-{nice}", builder, row_group_rows=10_000,
-                                       queue_rows=10_000_000, queue_bytes=1 << 40, process=True).start()
-                os.setpriority(os.PRIO_PROCESS, writer._out.proc.pid, os.getpriority(os.PRIO_PROCESS, 0) + nice)
+                                       queue_rows=10_000_000, queue_bytes=1 << 40, process=True,
+                                       writer_priority="low").start()
+                pid, base = writer._out.proc.pid, os.getpriority(os.PRIO_PROCESS, 0)
+                deadline = time.monotonic() + 5.0
+                while os.getpriority(os.PRIO_PROCESS, pid) == base and time.monotonic() < deadline:
+                    time.sleep(0.001)  # it lowers itself once ready
+                os.setpriority(os.PRIO_PROCESS, pid, base + nice)
                 for _ in range(150):  # more rows than it builds in the time measured: busy throughout
                     for f, held in offered:
                         writer.offer(f, held)
@@ -316,7 +325,8 @@ def shared_core_lateness(directory: Path, builder, offered, rounds: int) -> dict
 ROW_GROUP_ROWS = 10_000  # the writer process's row groups in process_writer
 
 
-def process_writer(directory: Path, builder, offered, copies: int, warm: tuple) -> tuple[float, float, float]:
+def process_writer(directory: Path, builder, offered, copies: int, warm: tuple,
+                   priority: str = "idle") -> tuple[float, float, float]:
     """(rows/s, writer thread CPU µs a row, writer process CPU µs a row) of `copies` of the facts written
     through a started writer process: offered at once, timed until the file is finished and the process ended."""
     import resource
@@ -324,7 +334,7 @@ def process_writer(directory: Path, builder, offered, copies: int, warm: tuple) 
     # Started as the proxy starts it: it returns once the process is ready, pyarrow warmed up on `warm` (one
     # exchange's facts), so that neither its start-up nor pyarrow's first use is counted.
     writer = CaptureWriter(directory, builder, row_group_rows=ROW_GROUP_ROWS, queue_rows=10_000_000,
-                           queue_bytes=1 << 40, process=True, warm_facts=warm).start()
+                           queue_bytes=1 << 40, process=True, warm_facts=warm, writer_priority=priority).start()
     thread, pid = writer._thread.native_id, writer._out.proc.pid
     # A row group's worth first, not counted: the process compiles the scans of the apis whose integer fields it
     # counts (codegen.COUNT_LATER) as it meets them, once (about 90 ms for the recorded traffic's 93 structs), as
@@ -364,11 +374,12 @@ def sleep_lateness(count: int) -> list[float]:
     return late
 
 
-def gil_waits(directory: Path, builder, offered, copies: int, process: bool = False) -> list[float]:
+def gil_waits(directory: Path, builder, offered, copies: int, process: bool = False,
+              priority: str = "idle") -> list[float]:
     """Lateness (s) of 1 ms sleeps on this thread while a started writer works through `copies` of
     the facts: building the rows itself, or (`process`) encoding them for the writer process."""
     writer = CaptureWriter(directory, builder, row_group_rows=10_000, queue_rows=10_000_000, queue_bytes=1 << 40,
-                           process=process)
+                           process=process, writer_priority=priority)
     if process:
         writer.start()  # the process starts (and warms up) before any row is queued: as in a proxy
     for _ in range(copies):

@@ -35,7 +35,7 @@ class CaptureObserver:
     def __init__(self, directory: str | Path, codec: Codec | None = None, *, max_file_bytes: int = 64 * 1024 * 1024,
                  max_file_seconds: float = 300.0, queue_rows: int = 100_000, row_group_rows: int = 10_000,
                  queue_bytes: int = 256 * 1024 * 1024, wall_offset: float | None = None,
-                 process: bool = False) -> None:
+                 process: bool = False, writer_priority: str = "idle") -> None:
         # The events' codec: its scans gather the integer counters once a capture takes facts.
         codec = codec if codec is not None else Codec(SpecRegistry.default())
         # Event times are time.monotonic(); one offset, taken now, maps them to UTC wall-clock time.
@@ -45,7 +45,7 @@ class CaptureObserver:
         self.writer = CaptureWriter(directory, BatchBuilder(self.wall_offset, codec.registry),
                                     max_file_bytes=max_file_bytes, max_file_seconds=max_file_seconds,
                                     queue_rows=queue_rows, row_group_rows=row_group_rows,
-                                    queue_bytes=queue_bytes, process=process)
+                                    queue_bytes=queue_bytes, process=process, writer_priority=writer_priority)
         self._codec = codec
         # The writer queue's front takes each exchange's facts and queues them: in C where built, the
         # dispatcher's one call for an Exchange does it all (no Python frame on the event loop).
@@ -60,7 +60,7 @@ class CaptureObserver:
         return cls(capture.directory, codec, max_file_bytes=capture.max_file_bytes,
                    max_file_seconds=capture.max_file_seconds, queue_rows=capture.queue_rows,
                    row_group_rows=capture.row_group_rows, queue_bytes=capture.queue_bytes,
-                   process=capture.writer_process)
+                   process=capture.writer_process, writer_priority=capture.writer_priority)
 
     def on_event(self, event) -> None:
         if type(event) is Exchange:

@@ -27,6 +27,8 @@ from kinspect.capture.facts import held_total
 from kinspect.capture.queue_front import queue_front
 from kinspect.capture.sink import ParquetSink
 
+PRIORITIES = ("idle", "low")  # the writer process's: capture.writer_process.lower_priority
+
 log = logging.getLogger("kinspect.capture")
 
 # The thread sleeps until there is a batch to take: a part batch's BATCH_SECONDS, or the loop's wake-up as
@@ -62,7 +64,7 @@ class CaptureWriter:
     def __init__(self, directory: str | Path, builder: BatchBuilder, *, max_file_bytes: int = 64 * 1024 * 1024,
                  max_file_seconds: float = 300.0, queue_rows: int = 100_000, row_group_rows: int = 10_000,
                  queue_bytes: int = 256 * 1024 * 1024, compression: str | None = "zstd", process: bool = False,
-                 warm_facts: tuple | None = None) -> None:
+                 warm_facts: tuple | None = None, writer_priority: str = "idle") -> None:
         for name, value in (("max_file_bytes", max_file_bytes), ("max_file_seconds", max_file_seconds),
                             ("queue_rows", queue_rows), ("row_group_rows", row_group_rows),
                             ("queue_bytes", queue_bytes)):
@@ -75,6 +77,9 @@ class CaptureWriter:
         self.compression = compression  # Parquet column compression (None: plain, e.g. to search a file's bytes)
         self.process = process  # rows made and written in a process of the writer's own
         self.warm_facts = warm_facts  # one exchange's facts the writer process builds first (capture.warm_up)
+        if writer_priority not in PRIORITIES:
+            raise ValueError(f"capture.writer_priority must be one of {', '.join(PRIORITIES)}, not {writer_priority!r}")
+        self.writer_priority = writer_priority  # the writer process's (capture.writer_process.lower_priority)
         self._sink = ParquetSink(directory, builder, max_file_bytes=max_file_bytes, max_file_seconds=max_file_seconds,
                                  row_group_rows=row_group_rows, compression=compression)
         self._out = self._sink  # where batches go: the sink, or the writer process once started
@@ -147,7 +152,7 @@ class CaptureWriter:
                     versions=sink.builder.versions_table(), spec_layers=sink.builder.spec_layers(),
                     max_file_bytes=sink.max_file_bytes,
                     max_file_seconds=sink.max_file_seconds, row_group_rows=self.row_group_rows,
-                    compression=self.compression, warm_facts=self.warm_facts)
+                    compression=self.compression, warm_facts=self.warm_facts, priority=self.writer_priority)
             if sys.getswitchinterval() > SWITCH_INTERVAL:
                 sys.setswitchinterval(SWITCH_INTERVAL)
             self._thread = threading.Thread(target=self._run, name="kinspect-capture", daemon=True)

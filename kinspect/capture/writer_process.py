@@ -51,27 +51,46 @@ TICK_SECONDS = 0.5  # how often an idle writer process looks at its open file's 
 # 1.5 ms (about 1 KB and 3 µs a row on this 2-core machine), an event loop stall at every batch, where a
 # slice of 64 takes 0.14 ms.
 PICKLE_ROWS = 64
-# The process runs under Linux's idle scheduling class, and where that is refused this much nicer than the
-# proxy: on a sidecar's few cores, a batch being built and compressed must not take a core from the forwarding;
-# it catches up when the cores are idle, its queue bounded and its drops counted as before. The class alone
+# Once ready, the process runs at a lower priority than the proxy (capture.writer_priority): on a sidecar's few
+# cores, a batch being built and compressed must not take a core from the forwarding. "idle": Linux's idle
+# scheduling class, the process runs only on a core nothing else wants (its queue bounded, its drops counted);
+# "low", and where the class is refused: NICENESS nicer, a small share of a busy core at least. The class alone
 # did not lower the round trips' p99 (the eleventh section of docs/performance.md); with the pacer's naps
-# (capture.pacing) it does, where naps at nice +10 cost the round trips' p50 instead (a nice process woken
-# from its nap preempts them; an idle-class one never does). Twentieth section.
+# (capture.pacing) it does, where paced at nice +10 or +19 they gained less, and at +10 the p50 rose (twentieth
+# section). Start-up (pyarrow's import, its warm-up) runs at the proxy's priority, before the proxy serves: an
+# idle process could take seconds over it on busy cores. A process cannot raise its priority again.
 NICENESS = 10
 
 
-def lower_priority() -> str:
-    """Put this process in the idle scheduling class, else make it NICENESS nicer; says which it got."""
+def lower_priority(priority: str = "idle") -> str:
+    """Put every thread of this process in the idle scheduling class ("idle"), or make them NICENESS nicer
+    ("low", and where the class is refused); says which they got. Linux keeps both per thread, and pyarrow's
+    start-up left threads of its own."""
+    if priority == "idle":
+        try:
+            _each_thread(lambda tid: os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0)))
+            return "idle class"
+        except (AttributeError, OSError):  # not Linux, or refused
+            pass
     try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-        return "idle class"
-    except (AttributeError, OSError):  # not Linux, or refused
-        pass
-    try:
-        os.nice(NICENESS)
+        _each_thread(lambda tid: os.setpriority(os.PRIO_PROCESS, tid,
+                                                min(19, os.getpriority(os.PRIO_PROCESS, tid) + NICENESS)))
         return f"nice +{NICENESS}"
     except OSError:  # not allowed here: the process runs at the proxy's priority
         return "the proxy's priority"
+
+
+def _each_thread(change) -> None:
+    """change(thread id) for every thread of this process (only itself, 0, where /proc does not list them)."""
+    try:
+        threads = [int(tid) for tid in os.listdir("/proc/self/task")]
+    except OSError:
+        threads = [0]
+    for tid in threads:
+        try:
+            change(tid)
+        except ProcessLookupError:  # it ended meanwhile
+            pass
 # The pipe to the process holds this much (Linux's default is 64 KB): the writer thread's write of a batch and
 # the process's read each wake the other once a batch, where they took turns sixteen times (/tmp script: 16
 # context switches a batch -> 1).
@@ -301,7 +320,6 @@ def settle_collector() -> None:
 
 def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    lower_priority()
     # Reports go to the stdout we were given; anything else printed goes to stderr with the logs.
     fd_in, fd_out = sys.stdin.fileno(), os.dup(sys.stdout.fileno())
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
@@ -334,6 +352,7 @@ def main() -> int:
     pacer = Pacer()  # armed while it works, never while it waits for input (capture.pacing)
     settle_collector()
     write_message(fd_out, pickle.dumps((0, 0, 0, 0, []), protocol=5))  # ready
+    lower_priority(settings.get("priority", "idle"))
     while True:
         ready, _, _ = select.select([fd_in], [], [], TICK_SECONDS)
         message = read_message(fd_in) if ready else b""

@@ -123,6 +123,7 @@ def test_bad_settings_are_refused(pace):
         pace.arm(0, 1000)
 
 
+@pytest.mark.integration  # a process of its own
 def test_a_signal_in_use_is_not_taken(pace):
     # In a process of its own: once armed, a process keeps its handler, whichever test ran first.
     code = ("import signal, zlib, os\n"
