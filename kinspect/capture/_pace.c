@@ -9,9 +9,9 @@
  * each nap leaves its core idle, and the scheduler moves a waiting task there at once. Python cannot
  * interrupt a C call, so the nap happens in a signal handler (nanosleep is async-signal-safe).
  *
- * arm(slice_ns, nap_ns): from now on the calling thread naps nap_ns after every slice_ns since its last nap (a
- *   CLOCK_MONOTONIC timer signalling that thread alone, set again after each nap; arming from another thread
- *   moves the pacing there).
+ * arm(slice_ns, nap_ns): from now on the calling thread naps nap_ns at the end of every slice_ns (wall time)
+ *   in which it ran at least half a slice of CPU (a CLOCK_MONOTONIC timer signalling that thread alone, set
+ *   again after each slice; arming from another thread moves the pacing there).
  * disarm(): no more naps (a signal already sent may still give one).
  * naps() -> int: the naps taken in this process so far. */
 
@@ -34,6 +34,8 @@
 #define PACE_SIGNAL (SIGRTMIN + 4) /* a real-time signal: nothing in CPython or its libraries uses it */
 
 static struct timespec nap;
+static long long work_ns; /* the CPU a slice must have used for a nap: half a slice */
+static long long cpu_mark_ns; /* the thread's CPU time as its slice began */
 static struct itimerspec every; /* one slice, no interval: on_slice sets it going again after its nap */
 static volatile sig_atomic_t armed; /* cleared before disarming: a signal still pending then does not re-arm */
 static atomic_long naps;
@@ -41,14 +43,27 @@ static timer_t timer;
 static int timer_made, handler_set;
 static pid_t timer_tid, timer_pid; /* the thread the timer signals, in the process that made it (fork) */
 
+static long long thread_cpu_ns(void) /* clock_gettime is async-signal-safe */
+{
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
 static void on_slice(int signo)
 {
     (void)signo;
     int saved = errno; /* the interrupted code may be about to read it */
-    nanosleep(&nap, NULL); /* cut short by another signal: the next slice naps again */
-    atomic_fetch_add_explicit(&naps, 1, memory_order_relaxed);
-    /* The next slice counts from the end of this nap: a timer firing every slice would find a nap as long as
-     * the slice (with the kernel's timer slack) always due, and the thread would never work again. */
+    /* A slice the thread spent mostly waiting for a core (blocked, or behind busier tasks) ends without a
+     * nap: napping then would only add to the wait, and a thread always waiting longer than a slice for its
+     * core (in the idle class on busy cores) would nap each time it got one and never work. */
+    if (thread_cpu_ns() - cpu_mark_ns >= work_ns) {
+        nanosleep(&nap, NULL); /* cut short by another signal: the next slice naps again */
+        atomic_fetch_add_explicit(&naps, 1, memory_order_relaxed);
+    }
+    cpu_mark_ns = thread_cpu_ns();
+    /* The next slice counts from the end of this one's nap: a timer firing every slice would find a nap as
+     * long as the slice (with the kernel's timer slack) always due, and the thread would never work again. */
     if (armed)
         timer_settime(timer, 0, &every, NULL);
     errno = saved;
@@ -114,6 +129,8 @@ static PyObject *arm(PyObject *self, PyObject *args)
     }
     armed = 0; /* re-armed with these settings: no handler may use them half set */
     nap = from_ns(nap_ns);
+    work_ns = slice_ns / 2;
+    cpu_mark_ns = thread_cpu_ns();
     memset(&every, 0, sizeof every);
     every.it_value = from_ns(slice_ns);
     armed = 1;

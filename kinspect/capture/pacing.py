@@ -30,7 +30,8 @@ NAP_SECONDS = 0.0001
 
 
 class Pacer:
-    """A context manager: the thread inside it naps `nap` seconds after every `slice` seconds (wall time)."""
+    """A context manager: the thread inside it naps `nap` seconds at the end of every `slice` seconds (wall time)
+    in which it ran half a slice of CPU at least."""
 
     def __init__(self, slice_seconds: float = SLICE_SECONDS, nap_seconds: float = NAP_SECONDS,
                  native: bool = True) -> None:
@@ -43,6 +44,7 @@ class Pacer:
         self._naps_before = 0
         self._previous = None  # the SIGALRM handler the Python fallback replaced
         self._python_armed = False
+        self._cpu_mark = 0.0  # the Python fallback's thread CPU time as its slice began
         self.off: str | None = None  # why it stopped pacing, where it could not (the work goes on unpaced)
 
     @property
@@ -63,6 +65,7 @@ class Pacer:
                 self._stop_pacing("SIGALRM is in use")
                 return self
             self._previous = signal.signal(signal.SIGALRM, self._nap_python)
+            self._cpu_mark = time.thread_time()
             self._python_armed = True
             signal.setitimer(signal.ITIMER_REAL, self.slice_seconds)
         return self
@@ -81,7 +84,10 @@ class Pacer:
             signal.signal(signal.SIGALRM, self._previous)
 
     def _nap_python(self, signum, frame) -> None:
-        time.sleep(self.nap_seconds)
-        self.naps += 1
-        if self._python_armed:  # the next slice counts from the end of this nap, as in C
+        # as in C: no nap after a slice spent mostly waiting for a core
+        if time.thread_time() - self._cpu_mark >= self.slice_seconds / 2:
+            time.sleep(self.nap_seconds)
+            self.naps += 1
+        self._cpu_mark = time.thread_time()
+        if self._python_armed:  # the next slice counts from the end of this one's nap, as in C
             signal.setitimer(signal.ITIMER_REAL, self.slice_seconds)

@@ -211,3 +211,20 @@ def test_python_fallback_with_a_nap_longer_than_the_slice():
         cpu, wall = thread_cpu_and_wall(lambda: busy_cpu(0.02))
     assert pacer.naps > 0
     assert wall < 10 * cpu + 0.5, (cpu, wall, pacer.naps)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_no_nap_after_a_slice_spent_waiting(native):
+    # A thread that waits out its slices (here blocked; in the idle class on busy cores, behind other tasks)
+    # does not nap at their ends: a wait longer than a slice before each run would otherwise make it nap
+    # each time it ran, and never work.
+    if native:
+        module, missing = native_module("kinspect.capture._pace")
+        assert module is not None, missing
+    pacer = Pacer(0.0005, 0.0002, native=native)
+    with pacer:
+        time.sleep(0.05)  # a hundred slices, each ended without a nap (Python resumes the sleep after each)
+    assert pacer.naps == 0
+    with pacer:
+        busy_cpu(0.02)
+    assert pacer.naps > 0
