@@ -1,11 +1,11 @@
-/* Paces a thread: after every slice of wall time it spends armed, a timer signal makes it nap, wherever it
- * is, in Python or deep inside a C call (capture.pacing.Pacer is the Python side, and its reference).
+/* Paces a thread: at the end of each slice of wall time in which it ran, a timer signal makes it nap, wherever
+ * it is, in Python or deep inside a C call (capture.pacing.Pacer is the Python side, and its reference).
  *
  * Why: on a machine whose few cores the proxy, its clients and the broker keep busy, a writer process
  * building a batch (a few ms) or writing a row group (30 ms and more in one pyarrow call) held its core in
  * one stretch, and the round trips in flight meanwhile came back late: +1 to +3 ms at p99 under eight
- * connections, at nice +10 and under SCHED_IDLE alike. A process busy for 0.3 ms at a time with short naps
- * between costs them about nothing at the same share of the CPU (docs/performance.md, twentieth section):
+ * connections, at nice +10 and under SCHED_IDLE alike. A process busy for 0.2-0.3 ms at a time with short naps
+ * between costs them far less at the same share of the CPU (docs/performance.md, twentieth section):
  * each nap leaves its core idle, and the scheduler moves a waiting task there at once. Python cannot
  * interrupt a C call, so the nap happens in a signal handler (nanosleep is async-signal-safe).
  *
@@ -168,7 +168,7 @@ static PyObject *naps_taken(PyObject *self, PyObject *unused)
 }
 
 static PyMethodDef methods[] = {
-    {"arm", arm, METH_VARARGS, "arm(slice_ns, nap_ns): the calling thread naps nap_ns after every slice_ns."},
+    {"arm", arm, METH_VARARGS, "arm(slice_ns, nap_ns): the calling thread naps nap_ns after each slice_ns it ran."},
     {"disarm", disarm, METH_NOARGS, "No more naps."},
     {"naps", naps_taken, METH_NOARGS, "The naps taken in this process so far."},
     {NULL, NULL, 0, NULL},

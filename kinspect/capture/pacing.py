@@ -3,7 +3,7 @@
 On a machine whose few cores the proxy, its clients and the broker keep busy, the writer process building a
 batch (a few ms) or writing a row group (30 ms and more in one pyarrow call) held a core in one stretch, and
 the round trips in flight meanwhile came back 1-3 ms late at p99, at nice +10 and under SCHED_IDLE alike. A
-process that works 0.3 ms at a time and naps between costs them about nothing at the same share of the CPU:
+process that works 0.2-0.3 ms at a time and naps between costs them far less at the same share of the CPU:
 each nap leaves its core idle, and the scheduler moves a waiting task there at once (docs/performance.md,
 twentieth section). The naps come from a timer signal, in C (`_pace`) so that they interrupt pyarrow's calls
 too; the Python fallback (SIGALRM and a Python handler) naps only between Python bytecodes, and only on the
@@ -22,9 +22,10 @@ from kinspect.protocol.codec.wire_program import optional_extension
 
 log = logging.getLogger("kinspect.capture")
 
-# A slice of 0.2 ms and a nap of 0.1 ms (about 0.15 ms with Linux's default timer slack): of the slices and
-# naps tried beside eight connections' round trips (0.1-0.3 ms, 0.05-0.15 ms), the lowest p99 and p50 both.
-# The writer keeps more than half a core, more than the rows/s the capture needs (docs/performance.md).
+# A slice of 0.2 ms and a nap of 0.1 ms: of the slices and naps tried beside eight connections' round trips
+# (0.1-0.3 ms, 0.05-0.15 ms), the lowest p99 and p50 both. Busy, the writer works two thirds of the time (in C
+# the paced thread's timer slack is 1 µs; the Python fallback's naps take Linux's default 50 µs more), which
+# gives more rows/s than the capture needs (docs/performance.md).
 SLICE_SECONDS = 0.0002
 NAP_SECONDS = 0.0001
 
