@@ -63,8 +63,7 @@ from kinspect.protocol.codec.codegen import COUNT_LATER
 from kinspect.capture.facts import FactsTaker
 from kinspect.capture.observer import CaptureObserver
 from kinspect.capture.warm_up import warm_facts
-from kinspect.capture.writer import BATCH_ROWS, CaptureWriter
-from kinspect.config import WRITER_PRIORITIES
+from kinspect.capture.writer import BATCH_ROWS, PRIORITIES, CaptureWriter
 from kinspect.protocol.codec import Codec
 from kinspect.proxy.observers import Dispatcher
 from kinspect.session import ConnectionInfo, Exchange, Session
@@ -145,7 +144,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--repeat", type=int, default=20, help="passes over the events per round (on_event)")
     parser.add_argument("--copies", type=int, default=20, help="copies of the exchanges the writer gets per round")
-    parser.add_argument("--writer-priority", choices=WRITER_PRIORITIES, default="idle",
+    parser.add_argument("--writer-priority", choices=PRIORITIES, default="idle",
                         help="the writer process's priority (capture.writer_priority; default idle, as the proxy's; "
                              "low where other work keeps the cores busy, which an idle writer would wait for)")
     args = parser.parse_args()

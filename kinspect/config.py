@@ -123,13 +123,11 @@ class Config:
     upgrade: UpgradeConfig = field(default_factory=UpgradeConfig)
 
 
-WRITER_PRIORITIES = ("idle", "low")  # capture.writer_priority (capture.writer_process.lower_priority)
-
 _CHOICES = {
     ("proxy", "mode"): ("passthrough", "rewrite"),
     ("log", "format"): ("json", "console"),
     ("log", "level"): ("DEBUG", "INFO", "WARNING", "ERROR"),
-    ("capture", "writer_priority"): WRITER_PRIORITIES,
+    ("capture", "writer_priority"): ("idle", "low"),  # capture.writer.PRIORITIES (config imports no other layer)
 }
 
 

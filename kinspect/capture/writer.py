@@ -26,7 +26,8 @@ from kinspect.capture.batch import BatchBuilder
 from kinspect.capture.facts import held_total
 from kinspect.capture.queue_front import queue_front
 from kinspect.capture.sink import ParquetSink
-from kinspect.config import WRITER_PRIORITIES
+
+PRIORITIES = ("idle", "low")  # the writer process's (writer_process.lower_priority); config checks its own copy
 
 log = logging.getLogger("kinspect.capture")
 
@@ -76,8 +77,8 @@ class CaptureWriter:
         self.compression = compression  # Parquet column compression (None: plain, e.g. to search a file's bytes)
         self.process = process  # rows made and written in a process of the writer's own
         self.warm_facts = warm_facts  # one exchange's facts the writer process builds first (capture.warm_up)
-        if writer_priority not in WRITER_PRIORITIES:
-            raise ValueError(f"capture.writer_priority must be one of {', '.join(WRITER_PRIORITIES)}, "
+        if writer_priority not in PRIORITIES:
+            raise ValueError(f"capture.writer_priority must be one of {', '.join(PRIORITIES)}, "
                              f"not {writer_priority!r}")
         self.writer_priority = writer_priority  # the writer process's (capture.writer_process.lower_priority)
         self._sink = ParquetSink(directory, builder, max_file_bytes=max_file_bytes, max_file_seconds=max_file_seconds,

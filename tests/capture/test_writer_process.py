@@ -177,6 +177,10 @@ def test_the_config_chooses_the_writer_process(tmp_path, value, expected):
 
 
 def test_the_config_chooses_the_writer_process_s_priority(tmp_path):
+    from kinspect.capture.writer import PRIORITIES
+    from kinspect.config import _CHOICES
+
+    assert _CHOICES[("capture", "writer_priority")] == PRIORITIES  # the config's copy (it imports no other layer)
     assert CaptureObserver.from_config(CaptureConfig(directory=str(tmp_path))).writer.writer_priority == "idle"
     config = load_config(None, {"capture.writer_priority": "low", "capture.directory": str(tmp_path)})
     assert CaptureObserver.from_config(config.capture).writer.writer_priority == "low"
