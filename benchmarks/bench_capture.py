@@ -144,9 +144,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--repeat", type=int, default=20, help="passes over the events per round (on_event)")
     parser.add_argument("--copies", type=int, default=20, help="copies of the exchanges the writer gets per round")
-    parser.add_argument("--writer-priority", choices=PRIORITIES, default="idle",
-                        help="the writer process's priority (capture.writer_priority; default idle, as the proxy's; "
-                             "low where other work keeps the cores busy, which an idle writer would wait for)")
+    parser.add_argument("--writer-priority", choices=PRIORITIES, default="low",
+                        help="the writer process's priority (capture.writer_priority; default low, as the proxy's; "
+                             "idle: the idle class, paced, which waits for cores other work keeps busy)")
     args = parser.parse_args()
     codec = Codec()
     events = replay(codec)
@@ -326,7 +326,7 @@ ROW_GROUP_ROWS = 10_000  # the writer process's row groups in process_writer
 
 
 def process_writer(directory: Path, builder, offered, copies: int, warm: tuple,
-                   priority: str = "idle") -> tuple[float, float, float]:
+                   priority: str = "low") -> tuple[float, float, float]:
     """(rows/s, writer thread CPU µs a row, writer process CPU µs a row) of `copies` of the facts written
     through a started writer process: offered at once, timed until the file is finished and the process ended."""
     import resource
@@ -375,7 +375,7 @@ def sleep_lateness(count: int) -> list[float]:
 
 
 def gil_waits(directory: Path, builder, offered, copies: int, process: bool = False,
-              priority: str = "idle") -> list[float]:
+              priority: str = "low") -> list[float]:
     """Lateness (s) of 1 ms sleeps on this thread while a started writer works through `copies` of
     the facts: building the rows itself, or (`process`) encoding them for the writer process."""
     writer = CaptureWriter(directory, builder, row_group_rows=10_000, queue_rows=10_000_000, queue_bytes=1 << 40,

@@ -27,7 +27,7 @@ from kinspect.capture.facts import held_total
 from kinspect.capture.queue_front import queue_front
 from kinspect.capture.sink import ParquetSink
 
-PRIORITIES = ("idle", "low")  # the writer process's (writer_process.lower_priority); config checks its own copy
+PRIORITIES = ("low", "idle")  # the writer process's (writer_process.lower_priority); config checks its own copy
 
 log = logging.getLogger("kinspect.capture")
 
@@ -64,7 +64,7 @@ class CaptureWriter:
     def __init__(self, directory: str | Path, builder: BatchBuilder, *, max_file_bytes: int = 64 * 1024 * 1024,
                  max_file_seconds: float = 300.0, queue_rows: int = 100_000, row_group_rows: int = 10_000,
                  queue_bytes: int = 256 * 1024 * 1024, compression: str | None = "zstd", process: bool = False,
-                 warm_facts: tuple | None = None, writer_priority: str = "idle") -> None:
+                 warm_facts: tuple | None = None, writer_priority: str = "low") -> None:
         for name, value in (("max_file_bytes", max_file_bytes), ("max_file_seconds", max_file_seconds),
                             ("queue_rows", queue_rows), ("row_group_rows", row_group_rows),
                             ("queue_bytes", queue_bytes)):

@@ -13,14 +13,15 @@ its slices of at most PICKLE_ROWS one after another (`send_batch`, `read_batch`)
 the input means finish. Out (its stdout, pickles): after each batch, each file and at the end,
 the counters (rows_written, row_errors, write_errors, files_written) with the files finished
 since the last report; the first report, all zeros, says it is ready (pyarrow imported and
-warmed up), and the proxy serves only then. The process works in short slices with naps between
-(capture.pacing), never holding a core for long. It ignores SIGINT (a terminal's Ctrl-C
+warmed up), and the proxy serves only then. With capture.writer_priority = "idle" the process works in
+short slices with naps between (capture.pacing), never holding a core for long. It ignores SIGINT (a terminal's Ctrl-C
 reaches the whole process group; the proxy decides when the capture ends) and finishes
 its file when its input ends, whether the proxy closed it or died.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import gc
 import io
@@ -52,17 +53,18 @@ TICK_SECONDS = 0.5  # how often an idle writer process looks at its open file's 
 # slice of 64 takes 0.14 ms.
 PICKLE_ROWS = 64
 # Once ready, the process runs at a lower priority than the proxy (capture.writer_priority): on a sidecar's few
-# cores, a batch being built and compressed must not take a core from the forwarding. "idle": Linux's idle
-# scheduling class, the process runs only on a core nothing else wants (its queue bounded, its drops counted);
-# "low", and where the class is refused: NICENESS nicer, a small share of a busy core at least. The class alone
-# did not lower the round trips' p99 (the eleventh section of docs/performance.md); with the pacer's naps
-# (capture.pacing) it does, where paced at nice +10 or +19 they gained less, and at +10 the p50 rose (twentieth
-# section). Start-up (pyarrow's import, its warm-up) runs at the proxy's priority, before the proxy serves: an
-# idle process could take seconds over it on busy cores. A process cannot raise its priority again.
+# cores, a batch being built and compressed must not take a core from the forwarding. "low" (the default), and
+# where the idle class is refused: NICENESS nicer. "idle": Linux's idle scheduling class, the process runs only
+# on a core nothing else wants (its queue bounded, its drops counted), and paced (capture.pacing). The class
+# alone did not lower the round trips' p99 (the eleventh section of docs/performance.md); with the pacer's naps
+# it does on cores the clients and the broker keep busy, by about 1 ms, where paced at nice +10 or +19 they
+# gained less; on a quiet machine the naps cost one connection's p99 about 0.2 ms (twentieth section), hence
+# not the default. Start-up (pyarrow's import, its warm-up) runs at the proxy's priority, before the proxy
+# serves: an idle process could take seconds over it on busy cores. A process cannot raise its priority again.
 NICENESS = 10
 
 
-def lower_priority(priority: str = "idle") -> str:
+def lower_priority(priority: str = "low") -> str:
     """Put every thread of this process in the idle scheduling class ("idle"), or make them NICENESS nicer
     ("low", and where the class is refused); says which they got. Linux keeps both per thread, and pyarrow's
     start-up left threads of its own."""
@@ -349,10 +351,11 @@ def main() -> int:
                        max_file_seconds=settings["max_file_seconds"], row_group_rows=settings["row_group_rows"],
                        compression=settings["compression"], build_rows=BUILD_ROWS)
     last, reported_files = None, 0
-    pacer = Pacer()  # armed while it works, never while it waits for input (capture.pacing)
+    # idle: armed while it works, never while it waits for input (capture.pacing)
+    pacer = Pacer() if settings.get("priority") == "idle" else contextlib.nullcontext()
     settle_collector()
     write_message(fd_out, pickle.dumps((0, 0, 0, 0, []), protocol=5))  # ready
-    lower_priority(settings.get("priority", "idle"))
+    lower_priority(settings.get("priority", "low"))
     while True:
         ready, _, _ = select.select([fd_in], [], [], TICK_SECONDS)
         message = read_message(fd_in) if ready else b""

@@ -134,8 +134,7 @@ def test_the_writer_process_counts_with_the_proxy_s_own_specs(codec: Codec, tmp_
     layers = builder.spec_layers()
     assert layers is not None and len(layers) == len(builtin) + 1
     facts = [f for f, _ in recorded_facts(codec)]
-    # at nice +10: it compiles a codec of its own once ready, which in the idle class waits for the other tests
-    w = CaptureWriter(tmp_path, builder, process=True, writer_priority="low").start()
+    w = CaptureWriter(tmp_path, builder, process=True).start()
     try:
         for f in facts:
             assert w.offer(f, held_bytes(f))
