@@ -301,8 +301,7 @@ def shared_core_lateness(directory: Path, builder, offered, rounds: int) -> dict
         for r in range(rounds):
             for nice in out:
                 writer = CaptureWriter(directory / f"shared{r}-{nice}", builder, row_group_rows=10_000,
-                                       queue_rows=10_000_000, queue_bytes=1 << 40, process=True,
-                                       writer_priority="low").start()
+                                       queue_rows=10_000_000, queue_bytes=1 << 40, process=True).start()
                 pid, base = writer._out.proc.pid, os.getpriority(os.PRIO_PROCESS, 0)
                 deadline = time.monotonic() + 5.0
                 while os.getpriority(os.PRIO_PROCESS, pid) == base and time.monotonic() < deadline:

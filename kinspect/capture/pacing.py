@@ -1,4 +1,4 @@
-"""Pacing the capture writer process: short naps between short slices of its work, so it never holds a core for long.
+"""Pacing the capture writer process (capture.writer_priority = "idle"): short naps between short slices of its work.
 
 On a machine whose few cores the proxy, its clients and the broker keep busy, the writer process building a
 batch (a few ms) or writing a row group (30 ms and more in one pyarrow call) held a core in one stretch, and
