@@ -14,7 +14,7 @@ the input means finish. Out (its stdout, pickles): after each batch, each file a
 the counters (rows_written, row_errors, write_errors, files_written) with the files finished
 since the last report; the first report, all zeros, says it is ready (pyarrow imported and
 warmed up), and the proxy serves only then. With capture.writer_priority = "idle" the process works in
-short slices with naps between (capture.pacing), never holding a core for long. It ignores SIGINT (a terminal's Ctrl-C
+short slices with naps between while it waits for its core (capture.pacing), never holding a busy core for long. It ignores SIGINT (a terminal's Ctrl-C
 reaches the whole process group; the proxy decides when the capture ends) and finishes
 its file when its input ends, whether the proxy closed it or died.
 """
@@ -39,7 +39,7 @@ from pathlib import Path
 
 from kinspect.capture.facts import share_alike_sides
 from kinspect.capture.facts_wire import MAGIC, decode, write_batch
-from kinspect.capture.pacing import Pacer
+from kinspect.capture.pacing import PacedWhenContended, Pacer
 from kinspect.capture.writer import BATCH_ROWS
 
 log = logging.getLogger("kinspect.capture")
@@ -58,8 +58,9 @@ PICKLE_ROWS = 64
 # on a core nothing else wants (its queue bounded, its drops counted), and paced (capture.pacing). The class
 # alone did not lower the round trips' p99 (the eleventh section of docs/performance.md); with the pacer's naps
 # it does on cores the clients and the broker keep busy, by about 1 ms, where paced at nice +10 or +19 they
-# gained less; on a quiet machine the naps cost one connection's p99 about 0.2 ms (twentieth section), hence
-# not the default. Start-up (pyarrow's import, its warm-up) runs at the proxy's priority, before the proxy
+# gained less. On a quiet machine the naps cost one connection's p99 about 0.2 ms (twentieth section): it paces
+# only while it waits for its core half the time (capture.pacing.PacedWhenContended; twenty-first section). Not
+# the default: on cores other work keeps busy, an idle process gets almost nothing. Start-up (pyarrow's import, its warm-up) runs at the proxy's priority, before the proxy
 # serves: an idle process could take seconds over it on busy cores. A process cannot raise its priority again.
 NICENESS = 10
 
@@ -352,7 +353,7 @@ def main() -> int:
                        compression=settings["compression"], build_rows=BUILD_ROWS)
     last, reported_files = None, 0
     # idle: armed while it works, never while it waits for input (capture.pacing)
-    pacer = Pacer() if settings.get("priority") == "idle" else contextlib.nullcontext()
+    pacer = PacedWhenContended(Pacer()) if settings.get("priority") == "idle" else contextlib.nullcontext()
     settle_collector()
     write_message(fd_out, pickle.dumps((0, 0, 0, 0, []), protocol=5))  # ready
     lower_priority(settings.get("priority", "low"))
