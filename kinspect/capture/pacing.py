@@ -98,8 +98,8 @@ class Pacer:
 
 # Paced only while the writer's thread waits for a core half its time or more, judged every 20 ms of its running
 # and waiting. An idle-class writer waits whenever another task wants its core: beside eight connections' round
-# trips it waited 62-81% of its time (paced; 48-70% at nice +10 unpaced), beside one connection's 16-39% (paced;
-# 4-25% unpaced), where the naps cost the round trips' p99 0.2-0.3 ms and saved nothing (docs/performance.md).
+# trips it waited 58-82% of its time, beside one connection's 5-45%, where the naps cost the round trips' p99
+# 0.2 ms and saved nothing (docs/performance.md, twenty-first section).
 CONTENDED_SHARE = 0.5
 CONTENDED_WINDOW_NS = 20_000_000
 

@@ -14,9 +14,9 @@ the input means finish. Out (its stdout, pickles): after each batch, each file a
 the counters (rows_written, row_errors, write_errors, files_written) with the files finished
 since the last report; the first report, all zeros, says it is ready (pyarrow imported and
 warmed up), and the proxy serves only then. With capture.writer_priority = "idle" the process works in
-short slices with naps between while it waits for its core (capture.pacing), never holding a busy core for long. It ignores SIGINT (a terminal's Ctrl-C
-reaches the whole process group; the proxy decides when the capture ends) and finishes
-its file when its input ends, whether the proxy closed it or died.
+short slices with naps between while it waits for its core (capture.pacing), never holding a busy core
+for long. It ignores SIGINT (a terminal's Ctrl-C reaches the whole process group; the proxy decides
+when the capture ends) and finishes its file when its input ends, whether the proxy closed it or died.
 """
 
 from __future__ import annotations
@@ -60,8 +60,9 @@ PICKLE_ROWS = 64
 # it does on cores the clients and the broker keep busy, by about 1 ms, where paced at nice +10 or +19 they
 # gained less. On a quiet machine the naps cost one connection's p99 about 0.2 ms (twentieth section): it paces
 # only while it waits for its core half the time (capture.pacing.PacedWhenContended; twenty-first section). Not
-# the default: on cores other work keeps busy, an idle process gets almost nothing. Start-up (pyarrow's import, its warm-up) runs at the proxy's priority, before the proxy
-# serves: an idle process could take seconds over it on busy cores. A process cannot raise its priority again.
+# the default: on cores other work keeps busy, an idle process gets almost nothing. Start-up (pyarrow's import,
+# its warm-up) runs at the proxy's priority, before the proxy serves: an idle process could take seconds over it
+# on busy cores. A process cannot raise its priority again.
 NICENESS = 10
 
 
