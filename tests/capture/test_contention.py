@@ -12,6 +12,7 @@ from kinspect.capture.contention import WaitShare, thread_times
 from kinspect.capture.pacing import PacedWhenContended, Pacer
 from tests.capture.test_pacing import busy_cpu, busy_python
 from tests.support.native import native_module
+from tests.support.spinning import spinning_on
 
 
 class Schedstat:
@@ -78,15 +79,8 @@ def test_a_thread_sharing_its_core_with_busy_processes_waits_for_it():
             "while time.thread_time() < end: sum(range(200))\n"
             "share.stop()\n"
             "print(share.share)\n")
-    cpu = min(os.sched_getaffinity(0))
-    hogs = [subprocess.Popen([sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"])
-            for _ in range(2)]
-    try:
+    with spinning_on(min(os.sched_getaffinity(0)), 2):
         result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    finally:
-        for hog in hogs:
-            hog.kill()
-            hog.wait()
     assert result.returncode == 0, result.stderr
     # three runnable processes on one core: each waits about two thirds of its time
     assert float(result.stdout) > 0.4, result.stdout

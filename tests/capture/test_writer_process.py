@@ -6,6 +6,7 @@ reads the Parquet files it wrote.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -28,6 +29,7 @@ from kinspect.protocol.codec import Codec
 from tests.capture.test_capture import FILE_NAME, read_rows, recorded_exchanges, recorded_facts
 from tests.support.paths import ROOT
 from tests.support.proxy_harness import poll_until
+from tests.support.spinning import spinning_on
 
 pytestmark = pytest.mark.integration  # every test starts a writer process
 
@@ -120,15 +122,6 @@ def lift_to_normal_priority(pid: int) -> bool:
     return True
 
 
-def busy_processes_beside(pid: int, count: int) -> list[subprocess.Popen]:
-    """count processes spinning on one core, and every thread of process pid moved to that core."""
-    cpu = min(os.sched_getaffinity(0))
-    for tid in thread_ids(pid):
-        os.sched_setaffinity(tid, {cpu})
-    return [subprocess.Popen([sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"])
-            for _ in range(count)]
-
-
 @pytest.mark.parametrize("priority", ["low", "idle"])
 def test_the_writer_process_yields_to_the_forwarding(codec: Codec, tmp_path, priority):
     """Once ready, every thread of the process is NICENESS nicer than the proxy ("low", the default), or in the idle
@@ -144,8 +137,8 @@ def test_the_writer_process_yields_to_the_forwarding(codec: Codec, tmp_path, pri
         status = Path(f"/proc/{pid}/status").read_text()
         return int(re.search(r"^voluntary_ctxt_switches:\s+(\d+)$", status, re.M).group(1))
 
-    hogs: list[subprocess.Popen] = []
-    try:
+    with contextlib.ExitStack() as cleanup:
+        cleanup.callback(w.close)
         if priority == "idle":  # lowered right after the ready report
             poll_until(lambda: all(os.sched_getscheduler(t) == os.SCHED_IDLE for t in thread_ids(pid)))
         else:
@@ -156,7 +149,10 @@ def test_the_writer_process_yields_to_the_forwarding(codec: Codec, tmp_path, pri
         # process 53 s for what takes it 1.5 s alone). Two busy processes share its core: it waits for the core
         # most of the time, which is when an idle writer paces (capture.pacing.PacedWhenContended).
         if lift_to_normal_priority(pid):  # else the idle class waits for the cores the other tests keep busy
-            hogs += busy_processes_beside(pid, 2)
+            cpu = min(os.sched_getaffinity(0))
+            for tid in thread_ids(pid):
+                os.sched_setaffinity(tid, {cpu})
+            cleanup.enter_context(spinning_on(cpu, 2))  # stopped before the writer closes
         before = voluntary_switches()
         facts = recorded_facts(codec, 256)
         for _ in range(4):  # 1,024 rows: two batches, 10-20 ms of building
@@ -166,11 +162,6 @@ def test_the_writer_process_yields_to_the_forwarding(codec: Codec, tmp_path, pri
         switches = voluntary_switches() - before
         # paced, one a nap (about fifty); unpaced, one for each read and report
         assert switches > 20 if priority == "idle" else switches < 20, switches
-    finally:
-        for hog in hogs:
-            hog.kill()
-            hog.wait()
-        w.close()
     assert w.write_errors == 0 and w.rows_written == 1024
 
 
