@@ -146,7 +146,8 @@ def main() -> None:
     parser.add_argument("--copies", type=int, default=20, help="copies of the exchanges the writer gets per round")
     parser.add_argument("--writer-priority", choices=PRIORITIES, default="low",
                         help="the writer process's priority (capture.writer_priority; default low, as the proxy's; "
-                             "idle: the idle class, paced, which waits for cores other work keeps busy)")
+                             "idle: the idle class, paced while it waits for its core, and waiting for cores other work "
+                             "keeps busy)")
     args = parser.parse_args()
     codec = Codec()
     events = replay(codec)

@@ -95,6 +95,8 @@ def _each_thread(change) -> None:
             change(tid)
         except ProcessLookupError:  # it ended meanwhile
             pass
+
+
 # The pipe to the process holds this much (Linux's default is 64 KB): the writer thread's write of a batch and
 # the process's read each wake the other once a batch, where they took turns sixteen times (/tmp script: 16
 # context switches a batch -> 1).
