@@ -44,7 +44,9 @@ added to direct's.
 
 CPU time: the proxy's threads' time on a CPU from /proc/<pid>/task/*/schedstat (ns
 resolution) between the first request and the last response of a phase; utime+stime from
-/proc/<pid>/stat (10 ms ticks) is kept beside it in the JSON as a cross-check.
+/proc/<pid>/stat (10 ms ticks) is kept beside it in the JSON as a cross-check. A capture's writer
+process, the proxy's child, counts as the proxy's CPU; a line under the small-request table gives its part
+a request (roughly: a batch waits up to capture's BATCH_SECONDS, so a phase's last rows may be built in the next).
 
 Pinning (--pin; off by default): the proxy runs under `taskset` on the last CPU, the broker,
 the clients and this script on the others; the output says what was pinned. Pinned runs have
@@ -671,6 +673,8 @@ def measure_small(port: int, new_meter, settings: dict, small: dict) -> dict:
                 "system_us_per_req": None if result["meter"]["system_s"] is None else 1e6 * result["meter"]["system_s"] / n,
                 "inspection_us_per_req": (None if result["meter"]["inspection_s"] is None
                                           else 1e6 * result["meter"]["inspection_s"] / n),
+                "writer_us_per_req": (None if result["meter"]["descendants_run_s"] is None
+                                      else 1e6 * result["meter"]["descendants_run_s"] / n),
                 "p50_ms": percentile(lat, 50), "p99_ms": percentile(lat, 99),
             }
     return out
@@ -808,7 +812,7 @@ def small_report(results: dict[str, list[dict]], paths: list[str], settings: dic
                 continue
             fig = {"reps": len(cells)}
             for field in ("req_s", "cpu_us_per_req", "stat_cpu_us_per_req", "user_us_per_req", "system_us_per_req",
-                          "inspection_us_per_req", "p50_ms", "p99_ms"):
+                          "inspection_us_per_req", "writer_us_per_req", "p50_ms", "p99_ms"):
                 values = [c[field] for c in cells if c.get(field) is not None]
                 fig[field] = statistics.median(values) if values else None
                 fig[field + "_spread_pct"] = spread_pct(values) if values else None
@@ -848,6 +852,7 @@ def small_report(results: dict[str, list[dict]], paths: list[str], settings: dic
                          "-" if fig["inspection_us_per_req"] is None else f"{fig['inspection_us_per_req']:.1f}", added])
     lines += render_table(header, rows)
     lines.append("direct's own p50 / p99 in brackets")
+    lines += writer_lines(summary, paths, phases)
     # One line per variant: CPU per request across every workload (geometric mean of the ratios).
     lines.append("")
     for p in paths:
@@ -872,6 +877,25 @@ def small_report(results: dict[str, list[dict]], paths: list[str], settings: dic
             lines.append(f"    one at a time, each repetition against haproxy's beside it: "
                          f"{min(per_rep):.2f}x to {max(per_rep):.2f}x (median {statistics.median(per_rep):.2f}x{within})")
     return lines, summary
+
+
+def writer_lines(summary: dict, paths: list[str], phases: list[str]) -> list[str]:
+    """For each path with a capture writer process: how much of its CPU a request that process took, one at a
+    time and pipelined (medians over repetitions, per workload)."""
+    lines = []
+    for p in paths:
+        parts = []
+        for mode in ("serial", "pipelined"):
+            figures = [(ph.split("/")[0], summary[ph][p]) for ph in phases
+                       if ph.endswith("/" + mode) and p in summary.get(ph, {})]
+            if not any(fig.get("writer_us_per_req") for _, fig in figures):
+                continue
+            each = ", ".join(f"{name} {fig['writer_us_per_req']:.1f} of {fig['cpu_us_per_req']:.1f}"
+                             for name, fig in figures if fig.get("writer_us_per_req") is not None)
+            parts.append(f"{'one at a time' if mode == 'serial' else 'pipelined'}: {each}")
+        if parts:
+            lines.append(f"  {p}: its capture writer process's CPU us/req, of the whole: " + "; ".join(parts))
+    return lines
 
 
 def serial_ratios_per_rep(mine: list[dict], haproxy: list[dict], phases: list[str]) -> list[float]:

@@ -86,16 +86,17 @@ def thread_seconds(pid: int, tid: int) -> float:
         return int(f.read().split()[0]) / 1e9
 
 
-def run_seconds(pid: int | None) -> float | None:
-    """Time on a CPU of the live threads of the process and of its descendants, in ns resolution
-    (/proc/<pid>/task/*/schedstat): a process's writer process counts as the process's own CPU.
+def run_seconds_split(pid: int | None) -> tuple[float, float] | None:
+    """Time on a CPU of the live threads of the process, and of its descendants' (a kinspect capture's writer
+    process), in ns resolution (/proc/<pid>/task/*/schedstat).
 
     A cross-check of cpu_seconds with finer resolution; it misses threads that exited.
     """
     if pid is None:
         return None
-    total = 0
+    own = others = 0
     for process in (pid, *descendants(pid)):
+        total = 0
         try:
             for task in os.listdir(f"/proc/{process}/task"):
                 try:
@@ -106,7 +107,11 @@ def run_seconds(pid: int | None) -> float | None:
         except OSError:
             if process == pid:
                 return None
-    return total / 1e9
+        if process == pid:
+            own = total
+        else:
+            others += total
+    return own / 1e9, others / 1e9
 
 
 class CpuMeter:
@@ -122,11 +127,11 @@ class CpuMeter:
     def start(self) -> "CpuMeter":
         # The process's own count first: reading it (a scrape) costs the process CPU, outside the phase.
         self.i0 = self.inspection() if self.inspection is not None else None
-        self.us0, self.r0 = user_system_seconds(self.pid), run_seconds(self.pid)
+        self.us0, self.r0 = user_system_seconds(self.pid), run_seconds_split(self.pid)
         return self
 
     def stop(self) -> dict:
-        us1, r1 = user_system_seconds(self.pid), run_seconds(self.pid)
+        us1, r1 = user_system_seconds(self.pid), run_seconds_split(self.pid)
         i1 = self.inspection() if self.inspection is not None and self.i0 is not None else None
         if self.us0 is None or us1 is None:
             user = system = None
@@ -134,7 +139,9 @@ class CpuMeter:
             user, system = us1[0] - self.us0[0], us1[1] - self.us0[1]
         return {
             "cpu_s": None if user is None else user + system, "user_s": user, "system_s": system,
-            "run_s": None if self.r0 is None or r1 is None else r1 - self.r0,
+            "run_s": None if self.r0 is None or r1 is None else sum(r1) - sum(self.r0),
+            # of run_s, the descendants' (a kinspect capture's writer process)
+            "descendants_run_s": None if self.r0 is None or r1 is None else r1[1] - self.r0[1],
             "inspection_s": None if i1 is None else i1 - self.i0,
         }
 

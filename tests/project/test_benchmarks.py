@@ -262,3 +262,40 @@ def test_paired_bulk_rounds_compare_cpu_per_mb_and_a_baseline_tree_round_by_roun
     assert module.memory_check(paths, 60, 100_000, 1024, 24 * 10**9) is not None  # 24.6 GB of topics
     assert module.memory_check(paths, 40, 50_000, 1024, 24 * 10**9) is None  # 8.2 GB
     assert module.memory_check(paths, 60, 100_000, 1024, None) is None  # no /proc/meminfo: nothing to say
+
+
+def test_the_small_request_report_gives_the_capture_writer_process_s_part_of_the_cpu():
+    spec = importlib.util.spec_from_file_location("bench_proxy_module", BENCH / "bench_proxy.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    def cell(writer: float, cpu: float) -> dict:
+        figures = {"requests": 1000, "seconds": 1.0, "req_s": 1000.0, "cpu_us_per_req": cpu, "stat_cpu_us_per_req": cpu,
+                   "user_us_per_req": cpu / 2, "system_us_per_req": cpu / 2, "inspection_us_per_req": 5.0,
+                   "writer_us_per_req": writer, "p50_ms": 0.2, "p99_ms": 0.5}
+        return {"rep": 0, "small": {"apiversions/serial": figures, "produce/serial": dict(figures, cpu_us_per_req=2 * cpu),
+                                    "produce/pipelined": dict(figures, writer_us_per_req=writer / 2)}}
+
+    results = {"kinspect-passthrough": [cell(0.0, 30.0)], "kinspect-capture": [cell(12.0, 40.0), cell(14.0, 50.0)]}
+    lines, summary = bench.small_report(results, ["kinspect-passthrough", "kinspect-capture"],
+                                        {"connections": 8, "small_requests": 1000, "in_flight": 32})
+    assert summary["apiversions/serial"]["kinspect-capture"]["writer_us_per_req"] == 13.0  # the median
+    writer = [line for line in lines if "writer process" in line]
+    assert writer == ["  kinspect-capture: its capture writer process's CPU us/req, of the whole: one at a time: "
+                      "apiversions 13.0 of 45.0, produce 13.0 of 90.0; pipelined: produce 6.5 of 45.0"]
+
+
+def test_a_process_s_cpu_is_told_apart_from_its_descendants():
+    spec = importlib.util.spec_from_file_location("proc_cpu_module", BENCH / "proc_cpu.py")
+    proc_cpu = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(proc_cpu)
+    burn = ("import sys, time\nstart = time.process_time()\nwhile time.process_time() - start < 0.3: pass\n"
+            "print('burnt', flush=True)\nsys.stdin.read()")
+    with subprocess.Popen([sys.executable, "-c", burn], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as child:
+        assert child.stdout.readline() == "burnt\n"  # it now waits, burning nothing
+        own, descendants = proc_cpu.run_seconds_split(child.pid)
+        mine, mine_below = proc_cpu.run_seconds_split(os.getpid())
+        child.stdin.close()
+    assert own >= 0.3 and descendants == 0.0
+    assert mine_below >= own and mine > 0
+    assert proc_cpu.run_seconds_split(None) is None
