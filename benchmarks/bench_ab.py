@@ -11,7 +11,9 @@ alternating from round to round. Each pair of phases is a second or two apart, s
 carries less of the load's drift. The output gives each workload's median CPU µs a request (the proxy's,
 from /proc, its capture writer process's included under --path kinspect-capture), the median of every
 pair's ratio, in how many pairs B was the lower, and the sign test's two-sided p-value: how often
-chance alone would split the pairs at least that unevenly.
+chance alone would split the pairs at least that unevenly. Then the same for the round trips' p99 (ms,
+every request of a phase; by pair B - A): under load a p99 moves by tenths of a ms between repetitions of
+bench_proxy.py with nothing changed, where a pair's two phases meet the same load.
 
 --trees: two kinspect source trees, each with its C extensions built in place (`python setup.py
 build_ext --inplace`). Default: this checkout against itself, an A/A run, which shows how far from
@@ -60,8 +62,9 @@ class Side:
         self.workloads = small_requests.workloads(codec, "t", "f")
         small_requests.run_load(self.port, self.workloads["prefill"], 1, small_requests.FETCH_RECORDS, 1)
 
-    def phase(self, workload: str, connections: int, requests: int) -> float:
-        """The proxy's CPU µs a request over one phase of `requests` a connection, one at a time."""
+    def phase(self, workload: str, connections: int, requests: int) -> tuple[float, float]:
+        """The proxy's CPU µs a request over one phase of `requests` a connection, one at a time, and the phase's
+        p99 round trip (ms)."""
         small_requests.run_load(self.port, self.workloads[workload], connections, WARMUP, 1)
         before = tree_cpu_seconds(self.stack.proxy_pid)  # (its own, with its descendants'): the second counts
         result = small_requests.run_load(self.port, self.workloads[workload], connections, requests, 1)
@@ -69,7 +72,7 @@ class Side:
         if before is None or after is None:
             raise bench_proxy.BenchError(f"the proxy of {self.tree} is gone")
         ticks = round((after[1] - before[1]) * CLK_TCK)  # whole clock ticks: equal phases compare equal
-        return 1e6 * ticks / CLK_TCK / result["requests"]
+        return 1e6 * ticks / CLK_TCK / result["requests"], bench_proxy.percentile(sorted(result["latencies_ms"]), 99)
 
 
 def run(trees: list[Path], rounds: int, requests: int, connections: int, workloads: list[str],
@@ -82,6 +85,7 @@ def run(trees: list[Path], rounds: int, requests: int, connections: int, workloa
     print(f"paired rounds: {rounds} rounds x {len(workloads)} workloads, {connections} connections x {requests} "
           f"requests one at a time a phase, {path}; A = {trees[0]}, B = {trees[1]}; load {' '.join(loadavg())}", flush=True)
     cpu: dict[tuple[int, str], list[float]] = {(s, w): [] for s in (0, 1) for w in workloads}
+    p99: dict[tuple[int, str], list[float]] = {(s, w): [] for s in (0, 1) for w in workloads}
     try:
         with tempfile.TemporaryDirectory(prefix="kinspect-ab-") as workdir:
             sides = [Side(tree, procs, Path(workdir), f"ab{n}", codec, path) for n, tree in enumerate(trees)]
@@ -89,7 +93,9 @@ def run(trees: list[Path], rounds: int, requests: int, connections: int, workloa
                 order = (0, 1) if r % 2 == 0 else (1, 0)
                 for workload in workloads:
                     for s in order:
-                        cpu[(s, workload)].append(sides[s].phase(workload, connections, requests))
+                        used, tail = sides[s].phase(workload, connections, requests)
+                        cpu[(s, workload)].append(used)
+                        p99[(s, workload)].append(tail)
     finally:
         procs.stop_all()
     lines = [f"{'workload':12s}  {'A us/req':>8s}  {'B us/req':>8s}  B/A by pair: median (min-max)"]
@@ -106,7 +112,23 @@ def run(trees: list[Path], rounds: int, requests: int, connections: int, workloa
     lower, differ = sum(r < 1 for r in ratios), sum(r != 1 for r in ratios)  # the sign test leaves ties out
     lines.append(f"all pairs: median B/A {statistics.median(ratios):.3f}; B lower in {lower} of the {differ} that "
                  f"differ (sign test, two-sided: p = {sign_test_p(lower, differ):.2f}); load {' '.join(loadavg())}")
-    return "\n".join(lines)
+    return "\n".join(lines + p99_lines(p99, workloads))
+
+
+def p99_lines(p99: dict[tuple[int, str], list[float]], workloads: list[str]) -> list[str]:
+    """The table of the phases' p99 round trips: per workload A's and B's medians and B - A by pair."""
+    lines = [f"{'workload':12s}  {'A p99 ms':>8s}  {'B p99 ms':>8s}  B - A by pair, ms: median (min-max)"]
+    differences = []
+    for workload in workloads:
+        a, b = p99[(0, workload)], p99[(1, workload)]
+        pairs = [y - x for x, y in zip(a, b)]
+        differences += pairs
+        lines.append(f"{workload:12s}  {statistics.median(a):8.3f}  {statistics.median(b):8.3f}  "
+                     f"{statistics.median(pairs):+.3f} ({min(pairs):+.3f} to {max(pairs):+.3f})")
+    lower, differ = sum(d < 0 for d in differences), sum(d != 0 for d in differences)
+    lines.append(f"all pairs: median B - A {statistics.median(differences):+.3f} ms at p99; B lower in {lower} of the "
+                 f"{differ} that differ (sign test, two-sided: p = {sign_test_p(lower, differ):.2f})")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,7 +40,9 @@ SMOKE = {
                     r"apiversions\s+[\d.]+\s+[\d.]+\s+[\d.]+ \([\d.]+-[\d.]+\)\n"
                     r"produce\s+[\d.]+\s+[\d.]+\s+[\d.]+ \([\d.]+-[\d.]+\)\n"
                     r"all pairs: median B/A [\d.]+; B lower in [0-2] of the [0-2] that differ "
-                    r"\(sign test, two-sided: p = [\d.]+\)"),
+                    r"\(sign test, two-sided: p = [\d.]+\)[\s\S]*"
+                    r"apiversions\s+[\d.]+\s+[\d.]+\s+[+-][\d.]+ \([+-][\d.]+ to [+-][\d.]+\)\n[\s\S]*"
+                    r"all pairs: median B - A [+-][\d.]+ ms at p99; B lower in [0-2] of the [0-2] that differ"),
     # one round through direct and kinspect: each path's MB/s, its ratio to direct and the proxy's CPU per MB
     "bench_bulk_ab.py": (["--rounds", "1", "--records", "2000", "--paths", "direct,kinspect-passthrough"],
                          r"kinspect-passthrough\s+produce\s+[\d.]+\s+[\d.]+% \(\d+%-\d+%\)\s+[01] of 1\s+[\d.]+\n"
@@ -189,6 +191,13 @@ def test_the_sign_test_of_paired_rounds():
     assert bench.sign_test_p(0, 10) == bench.sign_test_p(10, 10) == pytest.approx(2 / 1024)
     assert bench.sign_test_p(5, 10) == 1.0 and bench.sign_test_p(0, 0) == 1.0
     assert bench.sign_test_p(2, 10) == pytest.approx(2 * (1 + 10 + 45) / 1024)  # 0, 1 or 2 of 10, both tails
+    p99 = {(0, "apiversions"): [1.0, 2.0, 1.5], (1, "apiversions"): [0.8, 2.5, 1.0],
+           (0, "produce"): [3.0, 3.0, 3.0], (1, "produce"): [2.0, 3.0, 2.5]}
+    assert bench.p99_lines(p99, ["apiversions", "produce"]) == [
+        "workload      A p99 ms  B p99 ms  B - A by pair, ms: median (min-max)",
+        "apiversions      1.500     1.000  -0.200 (-0.500 to +0.500)",
+        "produce          3.000     2.500  -0.500 (-1.000 to +0.000)",
+        "all pairs: median B - A -0.350 ms at p99; B lower in 4 of the 5 that differ (sign test, two-sided: p = 0.38)"]
 
 
 def test_paired_latency_rounds_are_reported_against_direct_and_haproxy():
