@@ -853,6 +853,7 @@ def small_report(results: dict[str, list[dict]], paths: list[str], settings: dic
     lines += render_table(header, rows)
     lines.append("direct's own p50 / p99 in brackets")
     lines += writer_lines(summary, paths, phases)
+    lines += latency_lines(summary, paths, [ph for ph in phases if ph.endswith("/serial")])
     # One line per variant: CPU per request across every workload (geometric mean of the ratios).
     lines.append("")
     for p in paths:
@@ -895,6 +896,29 @@ def writer_lines(summary: dict, paths: list[str], phases: list[str]) -> list[str
             parts.append(f"{'one at a time' if mode == 'serial' else 'pipelined'}: {each}")
         if parts:
             lines.append(f"  {p}: its capture writer process's CPU us/req, of the whole: " + "; ".join(parts))
+    return lines
+
+
+def latency_lines(summary: dict, paths: list[str], serial: list[str]) -> list[str]:
+    """For each path, one request at a time on every connection: in how many workloads its added p50 and p99 are
+    within the targets, and its added p99 beyond haproxy's in the same run (what a plain TCP hop adds under the
+    same load)."""
+    lines = []
+    for p in paths:
+        figures = [(ph, summary[ph][p]) for ph in serial if "added_p99_ms" in summary.get(ph, {}).get(p, {})]
+        if not figures:
+            continue
+        p50 = sum(fig["added_p50_ms"] <= ADDED_P50_TARGET_MS for _, fig in figures)
+        p99 = sum(fig["added_p99_ms"] <= ADDED_P99_TARGET_MS for _, fig in figures)
+        line = (f"  {p}: added p50 within {ADDED_P50_TARGET_MS} ms in {p50} of {len(figures)} workloads, "
+                f"added p99 within {ADDED_P99_TARGET_MS} ms in {p99} of {len(figures)}")
+        beyond = [f"{ph.split('/')[0]} {fig['added_p99_ms'] - summary[ph]['haproxy']['added_p99_ms']:+.3f}"
+                  for ph, fig in figures if "added_p99_ms" in summary[ph].get("haproxy", {})]
+        if p != "haproxy" and beyond:
+            line += "; p99 beyond haproxy's: " + ", ".join(beyond) + " ms"
+        lines.append(line)
+    if lines:
+        lines.insert(0, "latency targets, one at a time (a path's median p50 and p99 over repetitions minus direct's):")
     return lines
 
 

@@ -308,3 +308,24 @@ def test_a_process_s_cpu_is_told_apart_from_its_descendants():
     assert own >= 0.3 and descendants == 0.0
     assert mine_below >= own and mine > 0
     assert proc_cpu.run_seconds_split(None) is None
+
+
+def test_the_small_request_report_judges_added_latency_against_the_targets_and_haproxy():
+    spec = importlib.util.spec_from_file_location("bench_proxy_module", BENCH / "bench_proxy.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    def cell(p50: float, p99: float) -> dict:
+        figures = {"requests": 1000, "seconds": 1.0, "req_s": 1000.0, "cpu_us_per_req": 50.0, "p50_ms": p50,
+                   "p99_ms": p99}
+        return {"rep": 0, "small": {"apiversions/serial": figures, "produce/serial": dict(figures, p99_ms=p99 + 1),
+                                    "produce/pipelined": dict(figures, p50_ms=9.0, p99_ms=20.0)}}
+
+    results = {"direct": [cell(0.5, 1.0)], "haproxy": [cell(0.55, 1.8)], "kinspect-capture": [cell(0.7, 1.4)]}
+    lines, _ = bench.small_report(results, ["direct", "haproxy", "kinspect-capture"],
+                                  {"connections": 8, "small_requests": 1000, "in_flight": 32})
+    start = lines.index("latency targets, one at a time (a path's median p50 and p99 over repetitions minus direct's):")
+    assert lines[start + 1:start + 3] == [
+        "  haproxy: added p50 within 0.1 ms in 2 of 2 workloads, added p99 within 0.5 ms in 0 of 2",
+        "  kinspect-capture: added p50 within 0.1 ms in 0 of 2 workloads, added p99 within 0.5 ms in 2 of 2; "
+        "p99 beyond haproxy's: apiversions -0.400, produce -0.400 ms"]
