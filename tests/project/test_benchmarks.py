@@ -71,6 +71,14 @@ SMOKE = {
 }
 
 
+def benchmark_module(name: str):
+    """benchmarks/<name>.py imported as a module (the directory is not a package)."""
+    spec = importlib.util.spec_from_file_location(f"{name}_module", BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_make_bench_runs_every_benchmark():
     makefile = (ROOT / "Makefile").read_text("utf-8")
     assert re.search(r"for b in benchmarks/bench_\*\.py; do .*\$\(PY\) \$\$b \|\| exit 1", makefile)
@@ -106,9 +114,7 @@ def test_the_soak_command():
 
 def test_profile_summary_splits_py_spy_samples_by_part(tmp_path):
     """bench_proxy --profile prints this summary: I/O leaves apart, metrics counted where they are called."""
-    spec = importlib.util.spec_from_file_location("profile_summary", BENCH / "profile_summary.py")
-    summary_module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(summary_module)
+    summary_module = benchmark_module("profile_summary")
     loop = "<module> (kinspect:6);main (kinspect/cli/main.py:30);Runner.run (asyncio/runners.py:118)"
     relay = loop + ";_Side.data_received (kinspect/proxy/relay.py:39);Relay.data (kinspect/proxy/relay.py:107)"
     raw = tmp_path / "rep0-kinspect-passthrough.txt"
@@ -134,9 +140,7 @@ def test_profile_summary_splits_py_spy_samples_by_part(tmp_path):
 
 def test_profile_summary_counts_an_inline_transport_write_as_io(tmp_path):
     """Relay.data writes without a Relay._write frame: a sample on one of relay.py's write lines is the syscall."""
-    spec = importlib.util.spec_from_file_location("profile_summary", BENCH / "profile_summary.py")
-    summary_module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(summary_module)
+    summary_module = benchmark_module("profile_summary")
     source = tmp_path / "relay.py"
     source.write_text("class Relay:\n    def data(self, side, data):\n        broker.write(data)\n        x = 1\n")
     assert summary_module._write_lines(source) == {3}
@@ -150,9 +154,7 @@ def test_profile_summary_counts_an_inline_transport_write_as_io(tmp_path):
 
 
 def test_small_request_ratios_pair_each_repetition_with_haproxys_run_beside_it():
-    spec = importlib.util.spec_from_file_location("bench_proxy_module", BENCH / "bench_proxy.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = benchmark_module("bench_proxy")
 
     def cell(rep: int, **cpu) -> dict:
         return {"rep": rep, "small": {f"{w}/serial": {"cpu_us_per_req": v} for w, v in cpu.items()}}
@@ -164,9 +166,7 @@ def test_small_request_ratios_pair_each_repetition_with_haproxys_run_beside_it()
 
 
 def test_bulk_cpu_ratios_pair_each_repetition_with_haproxys_run_beside_it():
-    spec = importlib.util.spec_from_file_location("bench_proxy_module", BENCH / "bench_proxy.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = benchmark_module("bench_proxy")
 
     def cell(rep: int, produce: float | None) -> dict:
         return {"rep": rep, "produce": {"proxy_cpu_ms_per_mb": produce}, "consume": {"proxy_cpu_ms_per_mb": None}}
@@ -185,9 +185,7 @@ def test_bulk_cpu_ratios_pair_each_repetition_with_haproxys_run_beside_it():
 
 
 def test_the_sign_test_of_paired_rounds():
-    spec = importlib.util.spec_from_file_location("bench_ab_module", BENCH / "bench_ab.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = benchmark_module("bench_ab")
     assert bench.sign_test_p(0, 10) == bench.sign_test_p(10, 10) == pytest.approx(2 / 1024)
     assert bench.sign_test_p(5, 10) == 1.0 and bench.sign_test_p(0, 0) == 1.0
     assert bench.sign_test_p(2, 10) == pytest.approx(2 * (1 + 10 + 45) / 1024)  # 0, 1 or 2 of 10, both tails
@@ -203,9 +201,7 @@ def test_the_sign_test_of_paired_rounds():
 def test_paired_latency_rounds_are_reported_against_direct_and_haproxy():
     """bench_latency_ab.py's report: latency added by round (not of medians), the rounds within the targets,
     and kinspect's added latency against haproxy's with the sign test."""
-    spec = importlib.util.spec_from_file_location("bench_latency_ab", BENCH / "bench_latency_ab.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = benchmark_module("bench_latency_ab")
     paths = ["direct", "kinspect-passthrough", "haproxy"]
     times = {("direct", "apiversions"): [(0.20, 0.50), (0.40, 0.90), (0.20, 0.50)],
              ("kinspect-passthrough", "apiversions"): [(0.28, 0.70), (0.45, 1.50), (0.35, 0.80)],
@@ -224,9 +220,7 @@ def test_paired_latency_rounds_are_reported_against_direct_and_haproxy():
 
 def test_paired_bulk_rounds_are_reported_against_direct_and_haproxy():
     """bench_bulk_ab.py's report: ratios by round, not of medians; kinspect against haproxy with the sign test."""
-    spec = importlib.util.spec_from_file_location("bench_bulk_ab", BENCH / "bench_bulk_ab.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = benchmark_module("bench_bulk_ab")
     paths = ["direct", "kinspect-passthrough", "haproxy"]
     mb_s = {("direct", "produce"): [100.0, 200.0, 100.0], ("kinspect-passthrough", "produce"): [98.0, 150.0, 99.0],
             ("haproxy", "produce"): [90.0, 210.0, 95.0]}
@@ -244,9 +238,7 @@ def test_paired_bulk_rounds_are_reported_against_direct_and_haproxy():
 def test_paired_bulk_rounds_compare_cpu_per_mb_and_a_baseline_tree_round_by_round():
     """bench_bulk_ab.py: the CPU per MB against haproxy's and, with --baseline, against the same path run from
     the other tree, by round; a run whose topics would not fit in memory stops before it starts."""
-    spec = importlib.util.spec_from_file_location("bench_bulk_ab", BENCH / "bench_bulk_ab.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = benchmark_module("bench_bulk_ab")
     new, old = "kinspect-passthrough", "kinspect-passthrough@baseline"
     paths = ["direct", new, "haproxy", old]
     mb_s = {(p, w): [100.0, 100.0, 100.0] for p in paths for w in ("produce", "consume")}
@@ -274,9 +266,7 @@ def test_paired_bulk_rounds_compare_cpu_per_mb_and_a_baseline_tree_round_by_roun
 
 
 def test_the_small_request_report_gives_the_capture_writer_process_s_part_of_the_cpu():
-    spec = importlib.util.spec_from_file_location("bench_proxy_module", BENCH / "bench_proxy.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = benchmark_module("bench_proxy")
 
     def cell(writer: float, cpu: float) -> dict:
         figures = {"requests": 1000, "seconds": 1.0, "req_s": 1000.0, "cpu_us_per_req": cpu, "stat_cpu_us_per_req": cpu,
@@ -295,9 +285,7 @@ def test_the_small_request_report_gives_the_capture_writer_process_s_part_of_the
 
 
 def test_a_process_s_cpu_is_told_apart_from_its_descendants():
-    spec = importlib.util.spec_from_file_location("proc_cpu_module", BENCH / "proc_cpu.py")
-    proc_cpu = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(proc_cpu)
+    proc_cpu = benchmark_module("proc_cpu")
     burn = ("import sys, time\nstart = time.process_time()\nwhile time.process_time() - start < 0.3: pass\n"
             "print('burnt', flush=True)\nsys.stdin.read()")
     with subprocess.Popen([sys.executable, "-c", burn], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as child:
@@ -311,9 +299,7 @@ def test_a_process_s_cpu_is_told_apart_from_its_descendants():
 
 
 def test_the_small_request_report_judges_added_latency_against_the_targets_and_haproxy():
-    spec = importlib.util.spec_from_file_location("bench_proxy_module", BENCH / "bench_proxy.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = benchmark_module("bench_proxy")
 
     def cell(p50: float, p99: float) -> dict:
         figures = {"requests": 1000, "seconds": 1.0, "req_s": 1000.0, "cpu_us_per_req": 50.0, "p50_ms": p50,
