@@ -40,7 +40,7 @@ event loop's figures are CPU time of the measuring thread (time.thread_time, fro
              proxy's default); beside them the same with no writer, interleaved: what the
              machine's own scheduling adds; and with this process and a busy writer
              process on one core, the writer process at the proxy's priority and at its
-             own (writer_process.NICENESS).
+             own (writer_priority.NICENESS).
 """
 
 from __future__ import annotations
@@ -144,10 +144,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--repeat", type=int, default=20, help="passes over the events per round (on_event)")
     parser.add_argument("--copies", type=int, default=20, help="copies of the exchanges the writer gets per round")
-    parser.add_argument("--writer-priority", choices=PRIORITIES, default="low",
-                        help="the writer process's priority (capture.writer_priority; default low, as the proxy's; "
-                             "idle: the idle class, paced while it waits for its core, and waiting for cores other work "
-                             "keeps busy)")
+    parser.add_argument("--writer-priority", choices=PRIORITIES, default="auto",
+                        help="the writer process's priority (capture.writer_priority; default auto, as the proxy's; "
+                             "idle: the idle class, paced while it waits for its core, and where it may not leave the "
+                             "class, waiting for cores other work keeps busy)")
     args = parser.parse_args()
     codec = Codec()
     events = replay(codec)
@@ -289,20 +289,21 @@ def main() -> None:
 def shared_core_lateness(directory: Path, builder, offered, rounds: int) -> dict[int, list[float]]:
     """Lateness (s) of 1 ms sleeps with this process and the writer process on one core while the
     writer process is busy, with the process at the proxy's priority (+0) and as it runs with
-    capture.writer_priority = "low" (writer_process.NICENESS): what a sidecar with few cores, all busy,
+    capture.writer_priority = "low" (writer_priority.NICENESS): what a sidecar with few cores, all busy,
     sees. Empty where the CPU affinity cannot be set."""
-    from kinspect.capture import writer_process
+    from kinspect.capture import writer_priority
 
     if not hasattr(os, "sched_setaffinity"):
         return {}
     cpus = os.sched_getaffinity(0)
-    out: dict[int, list[float]] = {0: [], writer_process.NICENESS: []}
+    out: dict[int, list[float]] = {0: [], writer_priority.NICENESS: []}
     os.sched_setaffinity(0, {min(cpus)})  # the writer process inherits it
     try:
         for r in range(rounds):
             for nice in out:
                 writer = CaptureWriter(directory / f"shared{r}-{nice}", builder, row_group_rows=10_000,
-                                       queue_rows=10_000_000, queue_bytes=1 << 40, process=True).start()
+                                       queue_rows=10_000_000, queue_bytes=1 << 40, process=True,
+                                       writer_priority="low").start()
                 pid, base = writer._out.proc.pid, os.getpriority(os.PRIO_PROCESS, 0)
                 deadline = time.monotonic() + 5.0
                 while os.getpriority(os.PRIO_PROCESS, pid) == base and time.monotonic() < deadline:
@@ -326,7 +327,7 @@ ROW_GROUP_ROWS = 10_000  # the writer process's row groups in process_writer
 
 
 def process_writer(directory: Path, builder, offered, copies: int, warm: tuple,
-                   priority: str = "low") -> tuple[float, float, float]:
+                   priority: str = "auto") -> tuple[float, float, float]:
     """(rows/s, writer thread CPU µs a row, writer process CPU µs a row) of `copies` of the facts written
     through a started writer process: offered at once, timed until the file is finished and the process ended."""
     import resource
@@ -375,7 +376,7 @@ def sleep_lateness(count: int) -> list[float]:
 
 
 def gil_waits(directory: Path, builder, offered, copies: int, process: bool = False,
-              priority: str = "low") -> list[float]:
+              priority: str = "auto") -> list[float]:
     """Lateness (s) of 1 ms sleeps on this thread while a started writer works through `copies` of
     the facts: building the rows itself, or (`process`) encoding them for the writer process."""
     writer = CaptureWriter(directory, builder, row_group_rows=10_000, queue_rows=10_000_000, queue_bytes=1 << 40,

@@ -87,7 +87,7 @@ class CaptureConfig:
     row_group_rows: int = 10000  # rows per Parquet row group (written when full, or when the file ends)
     queue_bytes: int = 256 * 1024 * 1024  # bytes of facts the queue may hold; more are dropped and counted
     writer_process: bool = True  # build and write rows in a process of their own (else in the proxy's writer thread)
-    writer_priority: str = "low"  # that process's: low (nice +10) or idle (idle class, paced while contended: for busy cores)
+    writer_priority: str = "auto"  # that process's: low (nice +10), idle (idle class, paced), auto (idle where it may leave it)
 
 
 @dataclass
@@ -127,7 +127,7 @@ _CHOICES = {
     ("proxy", "mode"): ("passthrough", "rewrite"),
     ("log", "format"): ("json", "console"),
     ("log", "level"): ("DEBUG", "INFO", "WARNING", "ERROR"),
-    ("capture", "writer_priority"): ("low", "idle"),  # capture.writer.PRIORITIES (config imports no other layer)
+    ("capture", "writer_priority"): ("auto", "low", "idle"),  # capture.writer.PRIORITIES (config imports no other layer)
 }
 
 

@@ -35,7 +35,7 @@ class CaptureObserver:
     def __init__(self, directory: str | Path, codec: Codec | None = None, *, max_file_bytes: int = 64 * 1024 * 1024,
                  max_file_seconds: float = 300.0, queue_rows: int = 100_000, row_group_rows: int = 10_000,
                  queue_bytes: int = 256 * 1024 * 1024, wall_offset: float | None = None,
-                 process: bool = False, writer_priority: str = "low") -> None:
+                 process: bool = False, writer_priority: str = "auto") -> None:
         # The events' codec: its scans gather the integer counters once a capture takes facts.
         codec = codec if codec is not None else Codec(SpecRegistry.default())
         # Event times are time.monotonic(); one offset, taken now, maps them to UTC wall-clock time.

@@ -27,7 +27,7 @@ from kinspect.capture.facts import held_total
 from kinspect.capture.queue_front import queue_front
 from kinspect.capture.sink import ParquetSink
 
-PRIORITIES = ("low", "idle")  # the writer process's (writer_process.lower_priority); config checks its own copy
+PRIORITIES = ("auto", "low", "idle")  # the writer process's (writer_priority.lower_priority); config checks its own copy
 
 log = logging.getLogger("kinspect.capture")
 
@@ -64,7 +64,7 @@ class CaptureWriter:
     def __init__(self, directory: str | Path, builder: BatchBuilder, *, max_file_bytes: int = 64 * 1024 * 1024,
                  max_file_seconds: float = 300.0, queue_rows: int = 100_000, row_group_rows: int = 10_000,
                  queue_bytes: int = 256 * 1024 * 1024, compression: str | None = "zstd", process: bool = False,
-                 warm_facts: tuple | None = None, writer_priority: str = "low") -> None:
+                 warm_facts: tuple | None = None, writer_priority: str = "auto") -> None:
         for name, value in (("max_file_bytes", max_file_bytes), ("max_file_seconds", max_file_seconds),
                             ("queue_rows", queue_rows), ("row_group_rows", row_group_rows),
                             ("queue_bytes", queue_bytes)):
@@ -80,7 +80,7 @@ class CaptureWriter:
         if writer_priority not in PRIORITIES:
             raise ValueError(f"capture.writer_priority must be one of {', '.join(PRIORITIES)}, "
                              f"not {writer_priority!r}")
-        self.writer_priority = writer_priority  # the writer process's (capture.writer_process.lower_priority)
+        self.writer_priority = writer_priority  # the writer process's (capture.writer_priority.lower_priority)
         self._sink = ParquetSink(directory, builder, max_file_bytes=max_file_bytes, max_file_seconds=max_file_seconds,
                                  row_group_rows=row_group_rows, compression=compression)
         self._out = self._sink  # where batches go: the sink, or the writer process once started

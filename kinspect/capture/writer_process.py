@@ -11,16 +11,20 @@ the settings (a pickle), then one batch of EXCHANGE tuples per message: encoded
 (facts_wire.MAGIC first), or where the encoder declines it or is not built, the pickles of
 its slices of at most PICKLE_ROWS one after another (`send_batch`, `read_batch`); the end of
 the input means finish. Out (its stdout, pickles): after each batch, each file and at the end,
-the counters (rows_written, row_errors, write_errors, files_written) with the files finished
-since the last report; the first report, all zeros, says it is ready (pyarrow imported and
-warmed up), and the proxy serves only then. With capture.writer_priority = "idle" the process works in
-short slices with naps between while it waits for its core (capture.pacing), never holding a busy core
-for long. It ignores SIGINT (a terminal's Ctrl-C reaches the whole process group; the proxy decides
-when the capture ends) and finishes its file when its input ends, whether the proxy closed it or died.
+the counters (rows_written, row_errors, write_errors, files_written, and the rows it has taken in)
+with the files finished since the last report; the first report, all zeros, says it is ready (pyarrow imported and
+warmed up), and the proxy serves only then. Before that report it lowers its priority (capture.writer_priority,
+"auto" decided by the proxy): with "idle" it works on a batch in the idle class, in short slices with naps
+between while it waits for its core (capture.pacing), never holding a busy core for long; where it may leave the
+class, it does between batches and while behind, and the proxy lifts it out when it falls behind mid-batch
+(capture.writer_priority). It ignores SIGINT (a terminal's Ctrl-C reaches the whole
+process group; the proxy decides when the capture ends) and finishes its file when its input ends,
+whether the proxy closed it or died.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import fcntl
 import gc
@@ -41,6 +45,7 @@ from kinspect.capture.facts import share_alike_sides
 from kinspect.capture.facts_wire import MAGIC, decode, write_batch
 from kinspect.capture.pacing import PacedWhenContended, Pacer
 from kinspect.capture.writer import BATCH_ROWS
+from kinspect.capture.writer_priority import IDLE, GiveWay, LiftWhenBehind, lower_priority, resolve, waiting_bytes
 
 log = logging.getLogger("kinspect.capture")
 
@@ -52,51 +57,10 @@ TICK_SECONDS = 0.5  # how often an idle writer process looks at its open file's 
 # 1.5 ms (about 1 KB and 3 µs a row on this 2-core machine), an event loop stall at every batch, where a
 # slice of 64 takes 0.14 ms.
 PICKLE_ROWS = 64
-# Once ready, the process runs at a lower priority than the proxy (capture.writer_priority): on a sidecar's few
-# cores, a batch being built and compressed must not take a core from the forwarding. "low" (the default), and
-# where the idle class is refused: NICENESS nicer. "idle": Linux's idle scheduling class, the process runs only
-# on a core nothing else wants (its queue bounded, its drops counted), and paced (capture.pacing). The class
-# alone did not lower the round trips' p99 (the eleventh section of docs/performance.md); with the pacer's naps
-# it does on cores the clients and the broker keep busy, by about 1 ms, where paced at nice +10 or +19 they
-# gained less. On a quiet machine the naps cost one connection's p99 about 0.2 ms (twentieth section): it paces
-# only while it waits for its core half the time (capture.pacing.PacedWhenContended; twenty-first section). Not
-# the default: on cores other work keeps busy, an idle process gets almost nothing. Start-up (pyarrow's import,
-# its warm-up) runs at the proxy's priority, before the proxy serves: an idle process could take seconds over it
-# on busy cores. A process cannot raise its priority again.
-NICENESS = 10
-
-
-def lower_priority(priority: str = "low") -> str:
-    """Put every thread of this process in the idle scheduling class ("idle"), or make them NICENESS nicer
-    ("low", and where the class is refused); says which they got. Linux keeps both per thread, and pyarrow's
-    start-up left threads of its own."""
-    if priority == "idle":
-        try:
-            _each_thread(lambda tid: os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0)))
-            return "idle class"
-        except (AttributeError, OSError):  # not Linux, or refused
-            pass
-    try:
-        _each_thread(lambda tid: os.setpriority(os.PRIO_PROCESS, tid,
-                                                min(19, os.getpriority(os.PRIO_PROCESS, tid) + NICENESS)))
-        return f"nice +{NICENESS}"
-    except OSError:  # not allowed here: the process runs at the proxy's priority
-        return "the proxy's priority"
-
-
-def _each_thread(change) -> None:
-    """change(thread id) for every thread of this process (only itself, 0, where /proc does not list them)."""
-    try:
-        threads = [int(tid) for tid in os.listdir("/proc/self/task")]
-    except OSError:
-        threads = [0]
-    for tid in threads:
-        try:
-            change(tid)
-        except ProcessLookupError:  # it ended meanwhile
-            pass
-
-
+# An idle writer process that may leave the idle class is lifted out of it once it has held a batch this long
+# without writing it: starved mid-batch on cores other work keeps busy (writer_priority.LiftWhenBehind). Beside
+# eight connections' round trips a batch takes it 10-50 ms.
+OVERDUE_SECONDS = 1.0
 # The pipe to the process holds this much (Linux's default is 64 KB): the writer thread's write of a batch and
 # the process's read each wake the other once a batch, where they took turns sixteen times (/tmp script: 16
 # context switches a batch -> 1).
@@ -184,7 +148,10 @@ class WriterProcess:
     RESTART_SECONDS = 10.0
 
     def __init__(self, settings: dict) -> None:
-        self.settings = settings
+        # "auto" decided here, once: the process gets "low" or "idle" (writer_priority.resolve)
+        priority, self.liftable = resolve(settings.get("priority", "low"))
+        self.settings = {**settings, "priority": priority, "liftable": self.liftable}
+        self._lifters: list[LiftWhenBehind] = []  # one for each idle process that may be lifted
         self.files: list[Path] = []
         self.exit_codes: list[int] = []  # of every process that ended, in order
         self.restarts = 0
@@ -196,11 +163,15 @@ class WriterProcess:
         self._finished = False
         self.proc: subprocess.Popen | None = None
         self._reader: threading.Thread | None = None
+        self._lift: LiftWhenBehind | None = None  # the running process's, where it may be lifted
+        self._sends: collections.deque = collections.deque()
+        self._taken = 0  # rows of the batches the running process has taken in, as it last reported
 
     rows_written = property(lambda self: self._ended[0] + self._now[0])
     row_errors = property(lambda self: self._ended[1] + self._now[1])
     write_errors = property(lambda self: self._ended[2] + self._now[2] + self._lost)
     files_written = property(lambda self: self._ended[3] + self._now[3])
+    lifts = property(lambda self: sum(lifter.lifts for lifter in self._lifters))  # times a process fell behind
 
     @classmethod
     def start(cls, **settings) -> WriterProcess:
@@ -221,7 +192,7 @@ class WriterProcess:
         # another `kinspect` (a source checkout) would build its rows with that one's code, not its own.
         proc = subprocess.Popen([sys.executable, "-P", "-m", "kinspect.capture.writer_process"],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True)
-        self.proc, self._sent, self._now = proc, 0, [0, 0, 0, 0]
+        self.proc, self._sent, self._now, self._taken = proc, 0, [0, 0, 0, 0], 0
         try:  # a batch (about 1 MB of the recorded traffic) in one write, not sixteen 64 KB hand-overs
             fcntl.fcntl(proc.stdin.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
         except OSError:  # above this machine's fs.pipe-max-size, or the user's pipe pages used up: as it was
@@ -232,8 +203,13 @@ class WriterProcess:
         first = read_message(proc.stdout.fileno())
         if first is not None:
             self._take_report(first)
-        self._reader = threading.Thread(target=self._read_reports, args=(proc,), name="kinspect-capture-reports",
-                                        daemon=True)
+        self._lift = None
+        if self.liftable and self.settings["priority"] == "idle":
+            self._lift = LiftWhenBehind(proc.stdin.fileno(), proc.pid)
+            self._lifters.append(self._lift)
+        self._sends = collections.deque()  # (rows sent up to and with a batch, when it went) not yet accounted for
+        self._reader = threading.Thread(target=self._read_reports, args=(proc, self._lift),
+                                        name="kinspect-capture-reports", daemon=True)
         self._reader.start()
 
     def add(self, facts: list) -> None:
@@ -248,6 +224,9 @@ class WriterProcess:
                 self._spawn()
             if self.proc is None:
                 break
+            if self._lift is not None:
+                self._lift.judge()
+                self._sends.append((self._sent + len(facts), time.monotonic()))
             try:
                 send_batch(self.proc.stdin.fileno(), facts)
                 self._sent += len(facts)
@@ -281,6 +260,11 @@ class WriterProcess:
             self._finished = True
             return
         self._finished = True
+        if self._lift is not None:  # its last batches and file, written at a priority that gets them a core
+            self._lift.finishing()
+        if self.lifts:
+            log.info("capture: the writer process fell behind %d times (out of the idle class until it caught up)",
+                     self.lifts)
         try:
             self.proc.stdin.close()
         except OSError:
@@ -292,17 +276,27 @@ class WriterProcess:
             self.proc.kill()
         self._ended_process("the writer process ended")
 
-    def _read_reports(self, proc: subprocess.Popen) -> None:
+    def _read_reports(self, proc: subprocess.Popen, lift: LiftWhenBehind | None) -> None:
         fd = proc.stdout.fileno()
         while True:
+            if lift is not None and not select.select([fd], [], [], OVERDUE_SECONDS / 2)[0]:
+                if proc is self.proc and self._overdue():
+                    lift.overdue()
+                continue
             message = read_message(fd)
             if message is None:
                 return
             if proc is self.proc:
                 self._take_report(message)
 
+    def _overdue(self) -> bool:
+        """Whether a batch sent OVERDUE_SECONDS ago or more is not yet taken in (built into rows) by the process."""
+        while self._sends and self._sends[0][0] <= self._taken:
+            self._sends.popleft()
+        return bool(self._sends) and time.monotonic() - self._sends[0][1] >= OVERDUE_SECONDS
+
     def _take_report(self, message: bytes) -> None:
-        rows_written, row_errors, write_errors, files_written, new_files = pickle.loads(message)
+        rows_written, row_errors, write_errors, files_written, self._taken, new_files = pickle.loads(message)
         self.files += [Path(f) for f in new_files]
         self._now = [rows_written, row_errors, write_errors, files_written]
 
@@ -310,8 +304,8 @@ class WriterProcess:
 # ---------------------------------------------------------------------- the process itself
 
 
-def _report(fd: int, sink, last: tuple | None, reported_files: int) -> tuple[tuple, int]:
-    counts = (sink.rows_written, sink.row_errors, sink.write_errors, sink.files_written)
+def _report(fd: int, sink, taken: int, last: tuple | None, reported_files: int) -> tuple[tuple, int]:
+    counts = (sink.rows_written, sink.row_errors, sink.write_errors, sink.files_written, taken)
     if counts != last or len(sink.files) != reported_files:
         write_message(fd, pickle.dumps((*counts, [str(f) for f in sink.files[reported_files:]]), protocol=5))
     return counts, len(sink.files)
@@ -355,24 +349,32 @@ def main() -> int:
                        max_file_seconds=settings["max_file_seconds"], row_group_rows=settings["row_group_rows"],
                        compression=settings["compression"], build_rows=BUILD_ROWS)
     last, reported_files = None, 0
-    # idle: armed while it works, never while it waits for input (capture.pacing)
-    pacer = PacedWhenContended(Pacer()) if settings.get("priority") == "idle" else contextlib.nullcontext()
     settle_collector()
-    write_message(fd_out, pickle.dumps((0, 0, 0, 0, []), protocol=5))  # ready
-    lower_priority(settings.get("priority", "low"))
+    # Lowered before it says it is ready: from then on the proxy may lift it (writer_priority.LiftWhenBehind).
+    liftable = settings.get("liftable", False)
+    idle = lower_priority(settings.get("priority", "low"), liftable) == IDLE
+    # idle: in the idle class (where it may leave it) and paced (capture.pacing) while it works on a batch; never
+    # while it waits for input, nor while its input holds more: it is behind and catches up at full speed.
+    give_way = GiveWay() if idle and liftable else contextlib.nullcontext()
+    paced, unpaced = PacedWhenContended(Pacer()), contextlib.nullcontext()
+    write_message(fd_out, pickle.dumps((0, 0, 0, 0, 0, []), protocol=5))  # ready
+    taken = 0  # rows of the batches it has taken in
     while True:
         ready, _, _ = select.select([fd_in], [], [], TICK_SECONDS)
         message = read_message(fd_in) if ready else b""
         if message is None:
             break
-        with pacer:
+        yielding = idle and bool(message) and not waiting_bytes(fd_in)
+        with give_way if yielding else unpaced, paced if yielding else unpaced:
             if message:
-                sink.add(read_batch(message))
+                batch = read_batch(message)
+                sink.add(batch)
+                taken += len(batch)
             sink.tick()
-            last, reported_files = _report(fd_out, sink, last, reported_files)
-    with pacer:
+            last, reported_files = _report(fd_out, sink, taken, last, reported_files)
+    with paced if idle else unpaced:
         sink.finish()
-        _report(fd_out, sink, last, reported_files)
+        _report(fd_out, sink, taken, last, reported_files)
     return 0
 
 
