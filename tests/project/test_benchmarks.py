@@ -27,7 +27,7 @@ SMOKE = {
                               r"produce\s+\S+\s+[1-9][\d,]+\s+[1-9][\d,]* / [1-9][\d,]*\s+[1-9][\d,]+ / [1-9][\d,]+"
                               r"\s+[1-9][\d,]+\s+1\.000x"),
     "bench_native_probe.py": (["--repeat", "1", "--min-time", "0.001", "--no-gc-run"], r"C decode / kio read\s+[\d.]+"),
-    "bench_capture.py": (["--rounds", "1"], r"capture\s+[\d.]+ \S*s\s+\(\s*[\d.]+x no observer\)[\s\S]*"
+    "bench_capture.py": (["--rounds", "1", "--repeat", "2", "--copies", "2"], r"capture\s+[\d.]+ \S*s\s+\(\s*[\d.]+x no observer\)[\s\S]*"
                                             r"dispatcher calls it .*: -?[\d.]+ \(-?[\d.]+--?[\d.]+\) µs per exchange\n"
                                             r"  capture's whole cost to the event loop, .*: -?[\d.]+ \(-?[\d.]+--?[\d.]+\) µs "
                                             r"per exchange \(target < 1 µs\)[\s\S]*"
