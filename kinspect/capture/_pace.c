@@ -9,9 +9,10 @@
  * each nap leaves its core idle, and the scheduler moves a waiting task there at once. Python cannot
  * interrupt a C call, so the nap happens in a signal handler (nanosleep is async-signal-safe).
  *
- * arm(slice_ns, nap_ns): from now on the calling thread naps nap_ns at the end of every slice_ns (wall time)
- *   in which it ran at least half a slice of CPU (a CLOCK_MONOTONIC timer signalling that thread alone, set
- *   again after each slice; arming from another thread moves the pacing there).
+ * arm(slice_ns, nap_ns, idle_only=False): from now on the calling thread naps nap_ns at the end of every
+ *   slice_ns (wall time) in which it ran at least half a slice of CPU (a CLOCK_MONOTONIC timer signalling that
+ *   thread alone, set again after each slice; arming from another thread moves the pacing there); with
+ *   idle_only, only while the thread is in the idle scheduling class.
  * disarm(): no more naps (a signal already sent may still give one).
  * naps() -> int: the naps taken in this process so far. */
 
@@ -20,6 +21,7 @@
 #include <Python.h>
 
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -37,6 +39,7 @@
 static struct timespec nap;
 static long long work_ns; /* the CPU a slice must have used for a nap: half a slice */
 static long long cpu_mark_ns; /* the thread's CPU time as its slice began */
+static int idle_only; /* nap only while the thread is in the idle class */
 static struct itimerspec every; /* one slice, no interval: on_slice sets it going again after its nap */
 static volatile sig_atomic_t armed; /* cleared before disarming: a signal still pending then does not re-arm */
 static atomic_long naps;
@@ -58,7 +61,11 @@ static void on_slice(int signo)
     /* A slice the thread spent mostly waiting for a core (blocked, or behind busier tasks) ends without a
      * nap: napping then would only add to the wait, and a thread always waiting longer than a slice for its
      * core (in the idle class on busy cores) would nap each time it got one and never work. */
-    if (thread_cpu_ns() - cpu_mark_ns >= work_ns) {
+    /* idle_only: a writer the proxy has lifted out of the idle class because it fell behind (the normal class, at
+     * nice +10) must catch up: beside busy tasks, each nap would hand its core back for a whole turn. The raw
+     * system call: a few hundred ns a slice, and nothing of glibc's that is not async-signal-safe. */
+    if (thread_cpu_ns() - cpu_mark_ns >= work_ns &&
+        (!idle_only || syscall(SYS_sched_getscheduler, 0) == SCHED_IDLE)) {
         nanosleep(&nap, NULL); /* cut short by another signal: the next slice naps again */
         atomic_fetch_add_explicit(&naps, 1, memory_order_relaxed);
     }
@@ -95,8 +102,9 @@ static int set_handler(void)
 static PyObject *arm(PyObject *self, PyObject *args)
 {
     long long slice_ns, nap_ns;
+    int only_idle = 0;
     (void)self;
-    if (!PyArg_ParseTuple(args, "LL:arm", &slice_ns, &nap_ns))
+    if (!PyArg_ParseTuple(args, "LL|p:arm", &slice_ns, &nap_ns, &only_idle))
         return NULL;
     if (slice_ns <= 0 || nap_ns <= 0 || nap_ns >= 1000000000LL) {
         PyErr_SetString(PyExc_ValueError, "capture pacing: the slice must be positive and the nap under a second");
@@ -135,6 +143,7 @@ static PyObject *arm(PyObject *self, PyObject *args)
     armed = 0; /* re-armed with these settings: no handler may use them half set */
     nap = from_ns(nap_ns);
     work_ns = slice_ns / 2;
+    idle_only = only_idle;
     cpu_mark_ns = thread_cpu_ns();
     memset(&every, 0, sizeof every);
     every.it_value = from_ns(slice_ns);
@@ -168,7 +177,8 @@ static PyObject *naps_taken(PyObject *self, PyObject *unused)
 }
 
 static PyMethodDef methods[] = {
-    {"arm", arm, METH_VARARGS, "arm(slice_ns, nap_ns): the calling thread naps nap_ns after each slice_ns it ran."},
+    {"arm", arm, METH_VARARGS, "arm(slice_ns, nap_ns, idle_only=False): the calling thread naps nap_ns after each "
+                               "slice_ns it ran (with idle_only, while it is in the idle scheduling class)."},
     {"disarm", disarm, METH_NOARGS, "No more naps."},
     {"naps", naps_taken, METH_NOARGS, "The naps taken in this process so far."},
     {NULL, NULL, 0, NULL},

@@ -15,6 +15,7 @@ while its thread waits for a core half the time or more (`PacedWhenContended`, c
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 import time
@@ -34,14 +35,16 @@ NAP_SECONDS = 0.0001
 
 class Pacer:
     """A context manager: the thread inside it naps `nap` seconds at the end of every `slice` seconds (wall time)
-    in which it ran half a slice of CPU at least."""
+    in which it ran half a slice of CPU at least; with `idle_only`, only while it is in the idle scheduling class
+    (a writer lifted out of it has fallen behind and must catch up: capture.writer_priority)."""
 
     def __init__(self, slice_seconds: float = SLICE_SECONDS, nap_seconds: float = NAP_SECONDS,
-                 native: bool = True) -> None:
+                 native: bool = True, idle_only: bool = False) -> None:
         if slice_seconds <= 0 or not 0 < nap_seconds < 1:
             raise ValueError(f"capture pacing: slice {slice_seconds!r} s, nap {nap_seconds!r} s")
         self.slice_seconds = slice_seconds
         self.nap_seconds = nap_seconds
+        self.idle_only = idle_only
         self.naps = 0  # naps taken inside this pacer
         self._native = optional_extension("kinspect.capture._pace") if native else None
         self._naps_before = 0
@@ -60,7 +63,7 @@ class Pacer:
         if self._native is not None:
             self._naps_before = self._native.naps()
             try:
-                self._native.arm(round(self.slice_seconds * 1e9), round(self.nap_seconds * 1e9))
+                self._native.arm(round(self.slice_seconds * 1e9), round(self.nap_seconds * 1e9), self.idle_only)
             except (OSError, RuntimeError) as exc:  # no timers here (a sandbox), or the signal taken
                 self._stop_pacing(str(exc))
         elif threading.current_thread() is threading.main_thread():
@@ -88,7 +91,8 @@ class Pacer:
 
     def _nap_python(self, signum, frame) -> None:
         # as in C: no nap after a slice spent mostly waiting for a core
-        if time.thread_time() - self._cpu_mark >= self.slice_seconds / 2:
+        if time.thread_time() - self._cpu_mark >= self.slice_seconds / 2 and (
+                not self.idle_only or os.sched_getscheduler(0) == os.SCHED_IDLE):
             time.sleep(self.nap_seconds)
             self.naps += 1
         self._cpu_mark = time.thread_time()

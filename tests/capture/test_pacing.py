@@ -15,6 +15,7 @@ import pytest
 
 from kinspect.capture.pacing import Pacer
 from tests.support.native import native_module
+from tests.support.paths import ROOT
 
 
 @pytest.fixture
@@ -230,3 +231,33 @@ def test_no_nap_after_a_slice_spent_waiting(native):
     with pacer:
         busy_cpu(0.02)
     assert pacer.naps > 0
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_idle_only_naps_only_in_the_idle_class(native):
+    """A writer lifted out of the idle class (capture.writer_priority) must catch up: with idle_only the pacer naps
+    only while its thread is in the idle class. In a process of its own, the normal class first, then the idle
+    class, which it needs no right to enter (nor to stay in)."""
+    if native:
+        module, missing = native_module("kinspect.capture._pace")
+        assert module is not None, missing
+    code = ("import os, sys, time\n"
+            "from kinspect.capture.pacing import Pacer\n"
+            "from tests.capture.test_pacing import busy_cpu\n"
+            f"pacer = Pacer(0.0005, 0.0002, native={native}, idle_only=True)\n"
+            "assert pacer.native is " + str(native) + "\n"
+            "naps = []\n"
+            "for enter_idle in (False, True):\n"
+            "    if enter_idle:\n"
+            "        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\n"
+            "    before = pacer.naps\n"
+            "    with pacer:\n"
+            "        busy_cpu(0.05)\n"
+            "    naps.append(pacer.naps - before)\n"
+            "print(*naps)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    normal, idle = map(int, result.stdout.split())
+    # a hundred slices of work each: none napped in the normal class, most in the idle class (on busy cores a
+    # slice may hold under half a slice of CPU, and end without a nap)
+    assert normal == 0 and idle >= 10, (normal, idle)
