@@ -22,7 +22,8 @@ ARG PYTHON_IMAGE=python:3.11-slim
 # ------------------------------------------------------------------------------ builder
 # Builds kinspect's wheel (with its C extensions, kinspect/protocol/codec/_wire.c, kinspect/session/_one_frame.c,
 # kinspect/observers/_counting.c and _inventory.c, kinspect/proxy/_batch.c, _receive.c and _forward.c,
-# kinspect/capture/_take.c, _columns.c, _derive.c and _facts_wire.c, kinspect/analyze/_grouping.c) and installs it with
+# kinspect/capture/_take.c, _columns.c, _derive.c, _count_later.c, _facts_wire.c and _pace.c,
+# kinspect/analyze/_grouping.c) and installs it with
 # the `proxy` extra into /opt/venv, which is all the runtime stage takes from here.
 FROM ${PYTHON_IMAGE} AS builder
 
@@ -50,7 +51,7 @@ RUN if [ -n "$BUILD_CA_BUNDLE" ]; then export PIP_CERT="$BUILD_CA_BUNDLE"; fi \
  && python3 -m venv /opt/venv \
  && /opt/venv/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
  && /opt/venv/bin/pip install --no-cache-dir "$(ls /wheels/kinspect-*.whl)[proxy]" \
- && /opt/venv/bin/python -P -c "import kinspect.protocol.codec._wire, kinspect.session._one_frame, kinspect.observers._counting, kinspect.observers._inventory, kinspect.proxy._batch, kinspect.proxy._receive, kinspect.proxy._forward, kinspect.capture._take, kinspect.capture._columns, kinspect.capture._derive, kinspect.capture._facts_wire, kinspect.analyze._grouping" \
+ && /opt/venv/bin/python -P -c "import kinspect.protocol.codec._wire, kinspect.session._one_frame, kinspect.observers._counting, kinspect.observers._inventory, kinspect.proxy._batch, kinspect.proxy._receive, kinspect.proxy._forward, kinspect.capture._take, kinspect.capture._columns, kinspect.capture._derive, kinspect.capture._count_later, kinspect.capture._facts_wire, kinspect.capture._pace, kinspect.analyze._grouping" \
  && /opt/venv/bin/python -m pip uninstall -y pip setuptools
 
 # ------------------------------------------------------------------------------ runtime

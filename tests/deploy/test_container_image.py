@@ -31,6 +31,7 @@ import pytest
 
 from tests.deploy.container_base import BaseImageError, base_image
 from tests.deploy.test_deploy_manifests import DOCKERFILE, dockerfile_stages, exec_form, of
+from tests.support.extensions import c_extensions
 from tests.support.paths import ROOT
 from tests.support.tansu import TansuBroker, free_port
 
@@ -43,10 +44,7 @@ RUNTIME = "runc"
 TANSU_NODE_ID = 111  # Tansu's fixed broker node id
 TOPIC = "container-demo"
 RECORDS = 20
-C_EXTENSIONS = ("kinspect.protocol.codec._wire", "kinspect.session._one_frame", "kinspect.observers._counting", "kinspect.observers._inventory",
-                "kinspect.proxy._batch", "kinspect.proxy._receive", "kinspect.proxy._forward",
-                "kinspect.capture._take", "kinspect.capture._columns", "kinspect.capture._derive", "kinspect.capture._facts_wire",
-                "kinspect.analyze._grouping")
+C_EXTENSIONS = c_extensions()
 RUNTIME_PACKAGES = ("uvloop", "prometheus_client", "structlog", "pyarrow", "numpy")  # the core and the proxy extra
 ABSENT_PACKAGES = ("pyspark", "pytest", "pip")  # no pipeline extra, no test tools, no installer
 

@@ -37,6 +37,7 @@ import yaml
 from kinspect.config import load_config
 from tests.support.tansu import free_port, tansu_binary
 from tests.deploy.test_deploy import run_promtool
+from tests.support.extensions import c_extensions
 from tests.support.paths import ROOT
 
 DOCKERFILE = ROOT / "Dockerfile"
@@ -228,6 +229,13 @@ def test_only_the_proxy_extra_is_installed(builder):
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"]["optional-dependencies"]
     assert not any(d.lower().startswith("pyspark") for d in extras["proxy"]), extras["proxy"]
     assert "import kinspect.protocol.codec._wire" in runs, "a missing compiler must fail the build"
+
+
+def test_the_build_fails_without_any_c_extension(builder):
+    """setup.py marks every extension optional: the builder's import check is what fails the image's build where
+    one did not compile, so it names each of them."""
+    (check,) = re.findall(r'python -P -c "import ([^"]+)"', " ".join(of(builder, "RUN")))
+    assert sorted(m.strip() for m in check.split(",")) == sorted(c_extensions())
 
 
 def test_runs_as_a_numeric_non_root_user(runtime):
