@@ -14,11 +14,13 @@ METRIC_NAMES = {
     "kinspect_capture_files_total": "counter",
     "kinspect_capture_queue_rows": "gauge",
     "kinspect_capture_queue_bytes": "gauge",
+    "kinspect_capture_writer_behind_total": "counter",
 }
 
 
 class CaptureCollector(Collector):
-    """Rows accepted, written and dropped, files finished and the queue's depth, straight from the writer's counters.
+    """Rows accepted, written and dropped, files finished, the queue's depth and the writer process's falls behind,
+    straight from the writer's counters.
 
     kinspect_capture_rows_total counts rows in finished files only (it stays at 0 until the
     first file is closed); kinspect_capture_rows_accepted_total counts exchanges queued for
@@ -45,6 +47,9 @@ class CaptureCollector(Collector):
         files = CounterMetricFamily("kinspect_capture_files", "Capture files finished (closed and renamed)")
         queue = GaugeMetricFamily("kinspect_capture_queue_rows", "Exchanges waiting in the capture queue")
         queue_bytes = GaugeMetricFamily("kinspect_capture_queue_bytes", "Bytes of frames held by the capture queue")
+        behind = CounterMetricFamily("kinspect_capture_writer_behind",
+                                     "Times the capture writer process, in the idle scheduling class, fell behind and "
+                                     "was lifted out until it caught up (capture.writer_priority)")
         if not describing:
             rows.add_metric((), w.rows_written)
             accepted.add_metric((), w.rows_accepted)
@@ -54,4 +59,5 @@ class CaptureCollector(Collector):
             files.add_metric((), w.files_written)
             queue.add_metric((), w.queue_depth)
             queue_bytes.add_metric((), w.queued_bytes)
-        return [rows, accepted, dropped, files, queue, queue_bytes]
+            behind.add_metric((), w.writer_lifts)
+        return [rows, accepted, dropped, files, queue, queue_bytes, behind]

@@ -109,6 +109,8 @@ class CaptureWriter:
     write_errors = property(lambda self: self._out.write_errors)
     files_written = property(lambda self: self._out.files_written)
     files = property(lambda self: self._out.files)
+    # Times an idle-class writer process fell behind and was lifted out (capture.writer_priority): 0 elsewhere.
+    writer_lifts = property(lambda self: getattr(self._out, "lifts", 0))
     # What the event loop counts, at the queue's front.
     rows_accepted = property(lambda self: self.front.accepted)  # queued (rows_written lags it)
     rows_dropped = property(lambda self: self.front.dropped)

@@ -18,10 +18,12 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from prometheus_client import CollectorRegistry
 
 from kinspect.capture.batch import BatchBuilder
 from kinspect.capture.facts import share_alike_sides
 from kinspect.capture.facts_wire import encode_python
+from kinspect.capture.metrics import CaptureCollector
 from kinspect.capture.observer import CaptureObserver
 from kinspect.capture.writer import CaptureWriter
 from kinspect.capture import writer_priority, writer_process
@@ -315,6 +317,9 @@ def test_an_idle_writer_on_a_busy_core_is_lifted_when_behind(codec: Codec, tmp_p
                     w.offer(*f)
             poll_until(lambda: w.rows_written >= 2560, 60)
             assert w._out.lifts >= 1
+            registry = CollectorRegistry()
+            registry.register(CaptureCollector(w))
+            assert registry.get_sample_value("kinspect_capture_writer_behind_total") == w._out.lifts
         poll_until(lambda: scheduling(pid) == {normal})  # waiting for input again
         with spinning_on(cpu, 2):
             for f in facts + facts:  # a batch that finds it keeping up: in the idle class, on a busy core
