@@ -15,7 +15,7 @@ import pytest
 
 from kinspect.capture.pacing import Pacer
 from tests.support.native import native_module
-from tests.support.paths import ROOT
+from tests.support.snippet import run_snippet
 
 
 @pytest.fixture
@@ -233,6 +233,7 @@ def test_no_nap_after_a_slice_spent_waiting(native):
     assert pacer.naps > 0
 
 
+@pytest.mark.integration  # a process of its own
 @pytest.mark.parametrize("native", [True, False])
 def test_idle_only_naps_only_in_the_idle_class(native):
     """A writer lifted out of the idle class (capture.writer_priority) must catch up: with idle_only the pacer naps
@@ -255,9 +256,7 @@ def test_idle_only_naps_only_in_the_idle_class(native):
             "        busy_cpu(0.05)\n"
             "    naps.append(pacer.naps - before)\n"
             "print(*naps)\n")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert result.returncode == 0, result.stderr
-    normal, idle = map(int, result.stdout.split())
+    normal, idle = map(int, run_snippet(code, timeout=120).split())
     # a hundred slices of work each: none napped in the normal class, most in the idle class (on busy cores a
     # slice may hold under half a slice of CPU, and end without a nap)
     assert normal == 0 and idle >= 10, (normal, idle)

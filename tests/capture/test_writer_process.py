@@ -34,6 +34,7 @@ from kinspect.protocol.codec import Codec
 from tests.capture.test_capture import FILE_NAME, read_rows, recorded_exchanges, recorded_facts
 from tests.support.paths import ROOT
 from tests.support.proxy_harness import poll_until
+from tests.support.snippet import run_snippet
 from tests.support.spinning import spinning_on
 
 pytestmark = pytest.mark.integration  # every test starts a writer process
@@ -276,9 +277,7 @@ def test_giving_way_puts_every_thread_in_the_idle_class_while_inside():
             "for _ in range(2):\n"
             "    with give_way: pass\n"
             "print(inside, after, os.sched_getscheduler(0), give_way.refused)\n")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
-    assert result.returncode == 0, result.stderr
-    *logged, states = result.stdout.splitlines()
+    *logged, states = run_snippet(code).splitlines()
     after = os.SCHED_OTHER if may_leave_idle_class() else os.SCHED_IDLE
     assert states == f"{os.SCHED_IDLE} {after} {os.SCHED_IDLE} True"
     # once, whether the test's stand-in refused it or the kernel did
@@ -338,9 +337,7 @@ def test_a_writer_process_refused_the_idle_class_runs_nicer(tmp_path):
             "from kinspect.capture.writer_priority import NICENESS, lower_priority\n"
             "before = os.nice(0)\n"
             "print(lower_priority('idle'), os.nice(0) - before, NICENESS)\n")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    got, raised, niceness = result.stdout.rsplit(" ", 2)
+    got, raised, niceness = run_snippet(code).rsplit(" ", 2)
     assert got == f"nice +{NICENESS}" and int(raised) == min(int(niceness), 19 - os.nice(0))
 
 
