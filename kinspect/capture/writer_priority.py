@@ -161,7 +161,7 @@ class LiftWhenBehind:
     def __init__(self, fd: int, pid: int, lift=set_normal) -> None:
         self.fd = fd
         self.pid = pid
-        self.lifts = 0  # times it was found behind (a send that found it behind after one that did not, or overdue)
+        self.lifts = 0  # times it was found behind (a send that found it so after one that did not; a batch overdue)
         self._behind = False
         self._lift = lift
         self._counting = threading.Lock()  # two threads count

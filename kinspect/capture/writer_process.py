@@ -204,10 +204,10 @@ class WriterProcess:
         if first is not None:
             self._take_report(first)
         self._lift = None
-        if self.liftable and self.settings["priority"] == "idle":
+        if self.liftable:  # (so "idle")
             self._lift = LiftWhenBehind(proc.stdin.fileno(), proc.pid)
             self._lifters.append(self._lift)
-        self._sends = collections.deque()  # (rows sent up to and with a batch, when it went) not yet accounted for
+        self._sends = collections.deque()  # (rows sent up to and with a batch, when it went) not yet taken in
         self._reader = threading.Thread(target=self._read_reports, args=(proc, self._lift),
                                         name="kinspect-capture-reports", daemon=True)
         self._reader.start()
@@ -278,10 +278,13 @@ class WriterProcess:
 
     def _read_reports(self, proc: subprocess.Popen, lift: LiftWhenBehind | None) -> None:
         fd = proc.stdout.fileno()
+        lifted = None  # the batch last found overdue: lifted (and counted) once, however long it then takes
         while True:
             if lift is not None and not select.select([fd], [], [], OVERDUE_SECONDS / 2)[0]:
-                if proc is self.proc and self._overdue():
+                overdue = self._overdue_batch() if proc is self.proc else None
+                if overdue is not None and overdue != lifted:
                     lift.overdue()
+                    lifted = overdue
                 continue
             message = read_message(fd)
             if message is None:
@@ -289,11 +292,14 @@ class WriterProcess:
             if proc is self.proc:
                 self._take_report(message)
 
-    def _overdue(self) -> bool:
-        """Whether a batch sent OVERDUE_SECONDS ago or more is not yet taken in (built into rows) by the process."""
+    def _overdue_batch(self) -> int | None:
+        """The batch (rows sent up to and with it) sent OVERDUE_SECONDS ago or more that the process has not yet taken
+        in, if there is one."""
         while self._sends and self._sends[0][0] <= self._taken:
             self._sends.popleft()
-        return bool(self._sends) and time.monotonic() - self._sends[0][1] >= OVERDUE_SECONDS
+        if self._sends and time.monotonic() - self._sends[0][1] >= OVERDUE_SECONDS:
+            return self._sends[0][0]
+        return None
 
     def _take_report(self, message: bytes) -> None:
         rows_written, row_errors, write_errors, files_written, self._taken, new_files = pickle.loads(message)
