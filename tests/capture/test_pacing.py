@@ -242,7 +242,7 @@ def test_idle_only_naps_only_in_the_idle_class(native):
     if native:
         module, missing = native_module("kinspect.capture._pace")
         assert module is not None, missing
-    code = ("import os, sys, time\n"
+    code = ("import os\n"
             "from kinspect.capture.pacing import Pacer\n"
             "from tests.capture.test_pacing import busy_cpu\n"
             f"pacer = Pacer(0.0005, 0.0002, native={native}, idle_only=True)\n"
