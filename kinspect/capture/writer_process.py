@@ -361,9 +361,10 @@ def main() -> int:
     idle = lower_priority(settings.get("priority", "low"), liftable) == IDLE
     # idle: in the idle class (where it may leave it) and paced (capture.pacing) while it works on a batch; never
     # while it waits for input, nor while its input holds more: it is behind and catches up at full speed.
-    give_way = GiveWay() if idle and liftable else contextlib.nullcontext()
+    unpaced = contextlib.nullcontext()
+    give_way = GiveWay() if idle and liftable else unpaced
     # (where it may leave the class, the pacer naps only inside it: lifted by the proxy, it catches up unpaced)
-    paced, unpaced = PacedWhenContended(Pacer(idle_only=liftable)), contextlib.nullcontext()
+    paced = PacedWhenContended(Pacer(idle_only=liftable)) if idle else unpaced
     write_message(fd_out, pickle.dumps((0, 0, 0, 0, 0, []), protocol=5))  # ready
     taken = 0  # rows of the batches it has taken in
     while True:
@@ -379,7 +380,7 @@ def main() -> int:
                 taken += len(batch)
             sink.tick()
             last, reported_files = _report(fd_out, sink, taken, last, reported_files)
-    with paced if idle and not liftable else unpaced:  # where it may, the proxy has lifted it to finish
+    with unpaced if liftable else paced:  # where it may, the proxy has lifted it to finish
         sink.finish()
         _report(fd_out, sink, taken, last, reported_files)
     return 0
