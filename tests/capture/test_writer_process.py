@@ -28,6 +28,7 @@ from kinspect.capture.observer import CaptureObserver
 from kinspect.capture import writer_process
 from kinspect.capture.writer import CaptureWriter
 from kinspect.capture.writer_priority import NICENESS, LiftWhenBehind, may_leave_idle_class, resolve
+from kinspect.capture.warm_up import warm_facts
 from kinspect.capture.writer_process import WriterProcess
 from kinspect.config import CaptureConfig, ConfigError, load_config
 from kinspect.protocol.codec import Codec
@@ -62,13 +63,32 @@ def test_the_writer_process_writes_what_the_writer_thread_writes(codec: Codec, t
 
 
 def test_the_writer_process_rotates_files_by_age_while_idle(codec: Codec, tmp_path):
-    w = CaptureWriter(tmp_path, BatchBuilder(0.0), max_file_seconds=0.3, process=True).start()
+    # Warmed up as the proxy's is: the first batch need not pay pyarrow's first use at the process's lowered
+    # priority, which beside a full suite's load on two cores took it more than 20 s.
+    w = CaptureWriter(tmp_path, BatchBuilder(0.0), max_file_seconds=0.3, process=True,
+                      warm_facts=warm_facts(codec)).start()
     for facts, held in recorded_facts(codec, 30):
         w.offer(facts, held)
     poll_until(lambda: w.files_written == 1, timeout=20)  # no more rows came: the file ended by its age
     assert w.rows_written == 30 and not list(tmp_path.glob("*.tmp"))
     w.close()
     assert w.files_written == 1 and read_rows(w.files).num_rows == 30
+
+
+def test_the_writer_process_never_imports_pandas(codec: Codec, tmp_path):
+    """pyarrow would import it at its first array() (0.6 s of CPU, 37 MB): where it is installed, the process bars it."""
+    import pandas  # noqa: F401 (installed here: only the bar keeps it out)
+
+    w = CaptureWriter(tmp_path, BatchBuilder(0.0), process=True, warm_facts=warm_facts(codec)).start()
+    try:
+        for facts, held in recorded_facts(codec, 30):
+            w.offer(facts, held)
+        poll_until(lambda: w.queue_depth == 0 and w._out._taken == 30)  # built: every array() it makes, made
+        loaded = Path(f"/proc/{w._out.proc.pid}/maps").read_text()
+        assert "/pyarrow/" in loaded and "/pandas/" not in loaded
+    finally:
+        w.close()
+    assert w.rows_written == 30 and w.row_errors == 0
 
 
 def test_a_writer_process_that_dies_loses_rows_that_are_counted(codec: Codec, tmp_path, caplog):
@@ -419,8 +439,6 @@ def test_a_batch_crosses_the_pipe_pickled_a_slice_at_a_time(codec: Codec):
 
 def test_the_writer_process_starts_without_threads_that_burn_cpu(codec: Codec, tmp_path, monkeypatch):
     """Only its main thread works: numpy's OpenBLAS would start a thread a core that spins as it is imported."""
-    from kinspect.capture.warm_up import warm_facts
-
     monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
     w = CaptureWriter(tmp_path, BatchBuilder(0.0), process=True, warm_facts=warm_facts(codec)).start()
     try:
