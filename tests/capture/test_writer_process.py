@@ -83,7 +83,7 @@ def test_the_writer_process_never_imports_pandas(codec: Codec, tmp_path):
     try:
         for facts, held in recorded_facts(codec, 30):
             w.offer(facts, held)
-        poll_until(lambda: w.queue_depth == 0 and w._out._taken == 30)  # built: every array() it makes, made
+        poll_until(lambda: w.queue_depth == 0 and w._out._taken == 30, 30)  # built: every array() it makes, made
         loaded = Path(f"/proc/{w._out.proc.pid}/maps").read_text()
         assert "/pyarrow/" in loaded and "/pandas/" not in loaded
     finally:
