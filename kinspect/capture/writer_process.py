@@ -41,6 +41,7 @@ import threading
 import time
 from pathlib import Path
 
+from kinspect.capture.barred_imports import bar_pandas
 from kinspect.capture.facts import share_alike_sides
 from kinspect.capture.facts_wire import MAGIC, decode, write_batch
 from kinspect.capture.pacing import PacedWhenContended, Pacer
@@ -324,25 +325,8 @@ def settle_collector() -> None:
     gc.set_threshold(GC_YOUNG_OBJECTS)
 
 
-# pyarrow's first array() imports pandas wherever it is installed (its pandas shim asks whether the input is a
-# pandas object), though nothing here uses it: barred, the process is ready after 0.64 s of CPU holding 91 MB,
-# against 1.21 s and 128 MB (/tmp script, pandas 2.3, pyarrow 26). Without a warm-up the first batch paid that,
-# at the process's lowered priority.
-BARRED_MODULES = frozenset({"pandas"})
-
-
-class BarredImports:
-    """A finder that makes importing BARRED_MODULES fail as a missing module would, and pyarrow go on without it
-    (a None in sys.modules would not do: pyarrow's compiled import takes the None as the module)."""
-
-    def find_spec(self, name, path=None, target=None):
-        if name.partition(".")[0] in BARRED_MODULES:
-            raise ModuleNotFoundError(f"{name} is not imported in the capture writer process", name=name)
-        return None
-
-
 def main() -> int:
-    sys.meta_path.insert(0, BarredImports())
+    bar_pandas()  # before pyarrow's first use
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Reports go to the stdout we were given; anything else printed goes to stderr with the logs.
     fd_in, fd_out = sys.stdin.fileno(), os.dup(sys.stdout.fileno())

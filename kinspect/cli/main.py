@@ -81,9 +81,16 @@ def _extras_needed(args: argparse.Namespace) -> tuple[str, ...]:
     return extras
 
 
+# Commands that write capture files and never run the pipeline: run as the `kinspect` command, their process bars
+# pandas, which pyarrow would import for nothing (capture.barred_imports). Not when main() is called with arguments
+# from another program (a test's process), whose pandas is its own.
+WITHOUT_PANDAS = frozenset({"proxy", "capture"})
+
+
 def main(argv: list[str] | None = None) -> int:
     from kinspect.cli.common import MODULE_EXTRA, missing_extra_message, missing_modules, native_codec_notice
 
+    own_process = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
     command = _chosen(argv)
     try:
@@ -101,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
         if missing:
             print(missing_extra_message(args.command, extras, missing), file=sys.stderr)
             return 2
+        if own_process and args.command in WITHOUT_PANDAS:
+            from kinspect.capture.barred_imports import bar_pandas
+
+            bar_pandas()
         notice = native_codec_notice()
         if notice:
             print(notice, file=sys.stderr)

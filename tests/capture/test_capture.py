@@ -456,19 +456,28 @@ def test_real_client_traffic_is_captured_without_secrets(codec: Codec, tmp_path:
 
 @pytest.mark.integration
 @pytest.mark.timeout(90)
-def test_the_proxy_command_captures_and_flushes_on_sigterm(tmp_path: Path, codec: Codec):
+@pytest.mark.parametrize("writer_process", [True, False], ids=["writer-process", "writer-thread"])
+def test_the_proxy_command_captures_and_flushes_on_sigterm(tmp_path: Path, codec: Codec, writer_process: bool):
     from confluent_kafka.admin import AdminClient
 
+    import pandas  # noqa: F401 (installed here: only the command's bar keeps it out of the proxy)
+
     listen_port, metrics_port = free_port(), free_port()
+    config = tmp_path / "kinspect.toml"
+    config.write_text(f"[capture]\nwriter_process = {str(writer_process).lower()}\n")
     with TansuBroker(advertised_port=listen_port) as tansu:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "kinspect.cli.main", "proxy", "--listen", f"127.0.0.1:{listen_port}",
-             "--upstream", tansu.bootstrap, "--metrics-listen", f"127.0.0.1:{metrics_port}",
-             "--capture-dir", "caps"],
+            [sys.executable, "-m", "kinspect.cli.main", "proxy", "--config", config, "--listen",
+             f"127.0.0.1:{listen_port}", "--upstream", tansu.bootstrap, "--metrics-listen",
+             f"127.0.0.1:{metrics_port}", "--capture-dir", "caps"],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=tmp_path,
         )
         try:
             assert b"proxy listening" in proc.stdout.readline()
+            # Warmed up: its pyarrow (in the writer thread's process, else in the writer process alone) has made its
+            # first arrays, and pyarrow would have imported pandas then.
+            loaded = Path(f"/proc/{proc.pid}/maps").read_text()
+            assert ("/pyarrow/" in loaded) is not writer_process and "/pandas/" not in loaded
             admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{listen_port}", "client.id": "cli-capture"})
             assert admin.list_topics(timeout=TIMEOUT).brokers
             del admin

@@ -6,6 +6,8 @@ import json
 import random
 import socket
 import struct
+import subprocess
+import sys
 
 import pyarrow.parquet as pq
 import pytest
@@ -68,6 +70,26 @@ def test_capture_pcap_writes_the_capture_schema(capsys, tmp_path):
     assert answered and all(
         r["latency_us"] == round((r["response_time"] - r["request_time"]).total_seconds() * 1e6) for r in answered)
     assert {r["broker"] for r in rows} == {f"127.0.0.1:{PORT}"}
+
+
+def test_the_capture_command_never_imports_pandas(capsys, tmp_path):
+    """Run as the `kinspect` command, its process bars pandas, which pyarrow would import for nothing
+    (capture.barred_imports); called from a program (this test's process), it leaves that program's imports alone."""
+    import pandas  # noqa: F401 (installed here: only the bar keeps it out)
+
+    from kinspect.capture.barred_imports import BarredImports
+
+    result = subprocess.run([sys.executable, "-X", "importtime", "-m", "kinspect.cli.main", "capture", "--pcap",
+                             str(PCAP), "--out", str(tmp_path / "command")], capture_output=True, text=True,
+                            timeout=120, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    imported = {line.rpartition("|")[2].strip() for line in result.stderr.splitlines() if line.startswith("import time:")}
+    # (-X importtime lists the refused attempt at "pandas" too; an import would list its modules)
+    assert "pyarrow.lib" in imported and not [name for name in imported if name.startswith("pandas.")]
+    assert pq.read_table(tmp_path / "command").num_rows == 88
+    assert main(["capture", "--pcap", str(PCAP), "--out", str(tmp_path / "called")]) == 0
+    capsys.readouterr()
+    assert not any(isinstance(finder, BarredImports) for finder in sys.meta_path)
 
 
 def test_port_filter_with_no_kafka(capsys):
