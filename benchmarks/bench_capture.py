@@ -10,7 +10,9 @@ event loop's figures are CPU time of the measuring thread (time.thread_time, fro
   scan       µs per exchange for the shared scan of both directions (request.scan(),
              response.scan() and their record-batch summaries) on fresh events: what the
              metrics pay anyway, and what gathers every fact a capture row needs; with and
-             without the capture's integer counters, pass by pass, the collector paused.
+             without the capture's integer counters, pass by pass (--repeat a round), the
+             collector paused: a round's figure is its median pass, and the capture's part of the
+             scan the median of the passes' differences.
   dispatch   µs per event the dispatcher (proxy.observers.Dispatcher, the reference of the C
              one) spends handing all events of the replay (Requests, Responses, Exchanges,
              Problems) to its observers, scans already cached (as the metrics leave them):
@@ -163,9 +165,14 @@ def main() -> None:
     # counting every frame's integer fields on the event loop (True, as before COUNT_LATER), alternated.
     modes = (False, COUNT_LATER, True)
     scan_ns: dict[object, list[float]] = {mode: [] for mode in modes}
+    # The capture's part of the scan is a difference of two scans of about 11 µs: taken pass by pass (the modes of
+    # a pass run back to back) and the median of a round's passes, where sums of five passes moved a round's
+    # difference by 0.5 µs and runs by a factor of two to six (docs/performance.md, twenty-fourth section).
+    later_ns: list[float] = []
+    counting_ns: list[float] = []
     for _ in range(args.rounds):
-        spent, scanned = dict.fromkeys(modes, 0), dict.fromkeys(modes, 0)
-        for _ in range(5):
+        passes: dict[object, list[float]] = {mode: [] for mode in modes}
+        for _ in range(args.repeat):
             for integers in modes:
                 codec.integer_facts = integers
                 fresh = [e for e in replay(codec) if type(e) is Exchange]  # events with nothing cached
@@ -176,12 +183,13 @@ def main() -> None:
                 try:
                     started = time.thread_time_ns()
                     scan_all(fresh)
-                    spent[integers] += time.thread_time_ns() - started
+                    passes[integers].append((time.thread_time_ns() - started) / len(fresh))
                 finally:
                     gc.enable()
-                scanned[integers] += len(fresh)
         for integers in modes:
-            scan_ns[integers].append(spent[integers] / scanned[integers])
+            scan_ns[integers].append(statistics.median(passes[integers]))
+        later_ns.append(statistics.median(a - b for a, b in zip(passes[COUNT_LATER], passes[False])))
+        counting_ns.append(statistics.median(a - b for a, b in zip(passes[True], passes[False])))
     codec.integer_facts = COUNT_LATER  # as the capture's scans are
     events = replay(codec)
     exchanges = [e for e in events if type(e) is Exchange]
@@ -223,8 +231,7 @@ def main() -> None:
         print(f"  the same, the queue's front called from C as the proxy's C dispatcher calls it (the Python "
               f"dispatcher's own step left out): {spread(from_c, 1e-3)} µs per exchange")
         # The integer facts are gathered only for a capture: the scan's extra time is capture's cost too.
-        later = [with_ - without for with_, without in zip(scan_ns[COUNT_LATER], scan_ns[False])]
-        counting = [with_ - without for with_, without in zip(scan_ns[True], scan_ns[False])]
+        later, counting = later_ns, counting_ns
         whole = [c + f for c, f in zip(later, from_c)]
         print(f"  capture's whole cost to the event loop, its integer facts in the scan ({spread(later, 1e-3)}; "
               f"counted there instead: {spread(counting, 1e-3)}) and its share from C, by round: "
