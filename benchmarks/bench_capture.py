@@ -144,7 +144,7 @@ def spread(values: list[float], scale: float = 1.0, fmt: str = "{:.3f}") -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--repeat", type=int, default=20, help="passes over the events per round (on_event)")
+    parser.add_argument("--repeat", type=int, default=20, help="passes over the events per round (the scans, and on_event)")
     parser.add_argument("--copies", type=int, default=20, help="copies of the exchanges the writer gets per round")
     parser.add_argument("--writer-priority", choices=PRIORITIES, default="auto",
                         help="the writer process's priority (capture.writer_priority; default auto, as the proxy's; "

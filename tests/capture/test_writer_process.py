@@ -26,9 +26,9 @@ from kinspect.capture.facts_wire import encode_python
 from kinspect.capture.metrics import CaptureCollector
 from kinspect.capture.observer import CaptureObserver
 from kinspect.capture import writer_process
+from kinspect.capture.warm_up import warm_facts
 from kinspect.capture.writer import CaptureWriter
 from kinspect.capture.writer_priority import NICENESS, LiftWhenBehind, may_leave_idle_class, resolve
-from kinspect.capture.warm_up import warm_facts
 from kinspect.capture.writer_process import WriterProcess
 from kinspect.config import CaptureConfig, ConfigError, load_config
 from kinspect.protocol.codec import Codec
