@@ -11,7 +11,7 @@ the settings (a pickle), then one batch of EXCHANGE tuples per message: encoded
 (facts_wire.MAGIC first), or where the encoder declines it or is not built, the pickles of
 its slices of at most PICKLE_ROWS one after another (`send_batch`, `read_batch`); the end of
 the input means finish. Out (its stdout, pickles): after each batch, each file and at the end,
-the counters (rows_written, row_errors, write_errors, files_written, and the rows it has taken in)
+the counters (rows_written, row_errors, write_errors, files_written, the rows it has taken in, its pacer's naps)
 with the files finished since the last report; the first report, all zeros, says it is ready (pyarrow imported and
 warmed up), and the proxy serves only then. Before that report it lowers its priority (capture.writer_priority,
 "auto" decided by the proxy): with "idle" it works on a batch in the idle class, in short slices with naps
@@ -156,8 +156,8 @@ class WriterProcess:
         self.files: list[Path] = []
         self.exit_codes: list[int] = []  # of every process that ended, in order
         self.restarts = 0
-        self._ended = [0, 0, 0, 0]  # rows_written, row_errors, write_errors, files_written of ended processes
-        self._now = [0, 0, 0, 0]  # the same, as the running process last reported them
+        self._ended = [0, 0, 0, 0, 0]  # rows_written, row_errors, write_errors, files_written, naps of ended processes
+        self._now = [0, 0, 0, 0, 0]  # the same, as the running process last reported them
         self._sent = 0  # rows handed to the running process
         self._lost = 0  # rows no process took (none was running) or accounted for (it died)
         self._started_at = 0.0
@@ -172,6 +172,7 @@ class WriterProcess:
     row_errors = property(lambda self: self._ended[1] + self._now[1])
     write_errors = property(lambda self: self._ended[2] + self._now[2] + self._lost)
     files_written = property(lambda self: self._ended[3] + self._now[3])
+    naps = property(lambda self: self._ended[4] + self._now[4])  # its pacer's (capture.pacing), as last reported
     lifts = property(lambda self: sum(lifter.lifts for lifter in self._lifters))  # times a process fell behind
 
     @classmethod
@@ -193,7 +194,7 @@ class WriterProcess:
         # another `kinspect` (a source checkout) would build its rows with that one's code, not its own.
         proc = subprocess.Popen([sys.executable, "-P", "-m", "kinspect.capture.writer_process"],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True)
-        self.proc, self._sent, self._now, self._taken = proc, 0, [0, 0, 0, 0], 0
+        self.proc, self._sent, self._now, self._taken = proc, 0, [0, 0, 0, 0, 0], 0
         try:  # a batch (about 1 MB of the recorded traffic) in one write, not sixteen 64 KB hand-overs
             fcntl.fcntl(proc.stdin.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
         except OSError:  # above this machine's fs.pipe-max-size, or the user's pipe pages used up: as it was
@@ -250,7 +251,7 @@ class WriterProcess:
         unaccounted = self._sent - self._now[0] - self._now[1] - self._now[2]
         self._lost += max(0, unaccounted)
         self._ended = [e + n for e, n in zip(self._ended, self._now)]
-        self.proc, self._sent, self._now = None, 0, [0, 0, 0, 0]
+        self.proc, self._sent, self._now = None, 0, [0, 0, 0, 0, 0]
 
     def tick(self) -> None:
         """The process keeps its own files' age."""
@@ -303,16 +304,16 @@ class WriterProcess:
         return None
 
     def _take_report(self, message: bytes) -> None:
-        rows_written, row_errors, write_errors, files_written, self._taken, new_files = pickle.loads(message)
+        rows_written, row_errors, write_errors, files_written, self._taken, naps, new_files = pickle.loads(message)
         self.files += [Path(f) for f in new_files]
-        self._now = [rows_written, row_errors, write_errors, files_written]
+        self._now = [rows_written, row_errors, write_errors, files_written, naps]
 
 
 # ---------------------------------------------------------------------- the process itself
 
 
-def _report(fd: int, sink, taken: int, last: tuple | None, reported_files: int) -> tuple[tuple, int]:
-    counts = (sink.rows_written, sink.row_errors, sink.write_errors, sink.files_written, taken)
+def _report(fd: int, sink, taken: int, naps: int, last: tuple | None, reported_files: int) -> tuple[tuple, int]:
+    counts = (sink.rows_written, sink.row_errors, sink.write_errors, sink.files_written, taken, naps)
     if counts != last or len(sink.files) != reported_files:
         write_message(fd, pickle.dumps((*counts, [str(f) for f in sink.files[reported_files:]]), protocol=5))
     return counts, len(sink.files)
@@ -366,8 +367,9 @@ def main() -> int:
     unpaced = contextlib.nullcontext()
     give_way = GiveWay() if idle and liftable else unpaced
     # (where it may leave the class, the pacer naps only inside it: lifted by the proxy, it catches up unpaced)
-    paced = PacedWhenContended(Pacer(idle_only=liftable)) if idle else unpaced
-    write_message(fd_out, pickle.dumps((0, 0, 0, 0, 0, []), protocol=5))  # ready
+    pacer = Pacer(idle_only=liftable) if idle else None
+    paced = PacedWhenContended(pacer) if idle else unpaced
+    write_message(fd_out, pickle.dumps((0, 0, 0, 0, 0, 0, []), protocol=5))  # ready
     taken = 0  # rows of the batches it has taken in
     while True:
         ready, _, _ = select.select([fd_in], [], [], TICK_SECONDS)
@@ -381,10 +383,11 @@ def main() -> int:
                 sink.add(batch)
                 taken += len(batch)
             sink.tick()
-            last, reported_files = _report(fd_out, sink, taken, last, reported_files)
+            # (the naps of the batch in hand are counted as its pacer ends: reported with the next)
+            last, reported_files = _report(fd_out, sink, taken, pacer.naps if pacer else 0, last, reported_files)
     with unpaced if liftable else paced:  # where it may, the proxy has lifted it to finish
         sink.finish()
-        _report(fd_out, sink, taken, last, reported_files)
+    _report(fd_out, sink, taken, pacer.naps if pacer else 0, last, reported_files)
     return 0
 
 
