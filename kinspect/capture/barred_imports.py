@@ -1,4 +1,4 @@
-"""pandas kept out of the processes that write capture files: pyarrow imports it at its first array() though they never use it."""
+"""pandas kept out of the processes that write capture files: pyarrow would import it there for nothing."""
 
 from __future__ import annotations
 

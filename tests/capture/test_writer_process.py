@@ -76,7 +76,8 @@ def test_the_writer_process_rotates_files_by_age_while_idle(codec: Codec, tmp_pa
 
 
 def test_the_writer_process_never_imports_pandas(codec: Codec, tmp_path):
-    """pyarrow would import it at its first array() (about 0.5 s of CPU, 37 MB): where it is installed, the process bars it."""
+    """pyarrow would import it at its first array() (about 0.5 s of CPU, 37 MB): where it is installed, the
+    process bars it."""
     import pandas  # noqa: F401 (installed here: only the bar keeps it out)
 
     w = CaptureWriter(tmp_path, BatchBuilder(0.0), process=True, warm_facts=warm_facts(codec)).start()

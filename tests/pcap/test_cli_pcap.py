@@ -83,7 +83,8 @@ def test_the_capture_command_never_imports_pandas(capsys, tmp_path):
                              str(PCAP), "--out", str(tmp_path / "command")], capture_output=True, text=True,
                             timeout=120, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    imported = {line.rpartition("|")[2].strip() for line in result.stderr.splitlines() if line.startswith("import time:")}
+    imported = {line.rpartition("|")[2].strip() for line in result.stderr.splitlines()
+                if line.startswith("import time:")}
     # (-X importtime lists the refused attempt at "pandas" too; an import would list its modules)
     assert "pyarrow.lib" in imported and not [name for name in imported if name.startswith("pandas.")]
     assert pq.read_table(tmp_path / "command").num_rows == 88
