@@ -1,7 +1,7 @@
 """Two kinspect trees compared in paired rounds: a small request's CPU, one tree's proxy right after the other's.
 
 Usage: python benchmarks/bench_ab.py [--trees A,B] [--path PATH] [--rounds N] [--requests N] [--connections N]
-                                     [--workloads ...]
+                                     [--workloads ...] [--rate R]
 
 bench_proxy.py --baseline interleaves whole repetitions: the two trees' phases of one workload are a
 repetition's length apart, on fresh brokers, and the machine's load moves between them. Here both trees'
@@ -18,6 +18,9 @@ bench_proxy.py with nothing changed, where a pair's two phases meet the same loa
 --trees: two kinspect source trees, each with its C extensions built in place (`python setup.py
 build_ext --inplace`). Default: this checkout against itself, an A/A run, which shows how far from
 1.00 the median ratio and the split wander when nothing differs.
+
+--rate R: each phase sends one request at a time at R requests a second in all (small_requests.run_paced, the
+load bench_proxy.py judges the latency targets on) instead of as fast as answers come.
 """
 
 from __future__ import annotations
@@ -62,12 +65,15 @@ class Side:
         self.workloads = small_requests.workloads(codec, "t", "f")
         small_requests.run_load(self.port, self.workloads["prefill"], 1, small_requests.FETCH_RECORDS, 1)
 
-    def phase(self, workload: str, connections: int, requests: int) -> tuple[float, float]:
-        """The proxy's CPU µs a request over one phase of `requests` a connection, one at a time, and the phase's
-        p99 round trip (ms)."""
+    def phase(self, workload: str, connections: int, requests: int, rate: float | None = None) -> tuple[float, float]:
+        """The proxy's CPU µs a request over one phase of `requests` a connection, one at a time (at `rate` requests
+        a second in all, if given), and the phase's p99 round trip (ms)."""
         small_requests.run_load(self.port, self.workloads[workload], connections, WARMUP, 1)
         before = tree_cpu_seconds(self.stack.proxy_pid)  # (its own, with its descendants'): the second counts
-        result = small_requests.run_load(self.port, self.workloads[workload], connections, requests, 1)
+        if rate is None:
+            result = small_requests.run_load(self.port, self.workloads[workload], connections, requests, 1)
+        else:
+            result = small_requests.run_paced(self.port, self.workloads[workload], connections, requests, rate)
         after = tree_cpu_seconds(self.stack.proxy_pid)
         if before is None or after is None:
             raise bench_proxy.BenchError(f"the proxy of {self.tree} is gone")
@@ -76,14 +82,14 @@ class Side:
 
 
 def run(trees: list[Path], rounds: int, requests: int, connections: int, workloads: list[str],
-        path: str = "kinspect-passthrough") -> str:
+        path: str = "kinspect-passthrough", rate: float | None = None) -> str:
     """Print what runs, run the rounds, and return the table of their pairs."""
     from kinspect.protocol.codec.codec import Codec
 
     codec = Codec()
     procs = bench_proxy.Processes()
     print(f"paired rounds: {rounds} rounds x {len(workloads)} workloads, {connections} connections x {requests} "
-          f"requests one at a time a phase, {path}; A = {trees[0]}, B = {trees[1]}; load {' '.join(loadavg())}", flush=True)
+          f"requests one at a time a phase{'' if rate is None else f' at {rate:g}/s in all'}, {path}; A = {trees[0]}, B = {trees[1]}; load {' '.join(loadavg())}", flush=True)
     cpu: dict[tuple[int, str], list[float]] = {(s, w): [] for s in (0, 1) for w in workloads}
     p99: dict[tuple[int, str], list[float]] = {(s, w): [] for s in (0, 1) for w in workloads}
     try:
@@ -93,7 +99,7 @@ def run(trees: list[Path], rounds: int, requests: int, connections: int, workloa
                 order = (0, 1) if r % 2 == 0 else (1, 0)
                 for workload in workloads:
                     for s in order:
-                        used, tail = sides[s].phase(workload, connections, requests)
+                        used, tail = sides[s].phase(workload, connections, requests, rate)
                         cpu[(s, workload)].append(used)
                         p99[(s, workload)].append(tail)
     finally:
@@ -142,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workloads", default=",".join(WORKLOADS), help=f"a subset of {','.join(WORKLOADS)}")
     p.add_argument("--path", default="kinspect-passthrough", choices=sorted(bench_proxy.KINSPECT_PATHS),
                    help="how both trees' proxies run (default kinspect-passthrough)")
+    p.add_argument("--rate", type=float, metavar="R",
+                   help="send at R requests a second in all, one at a time (default: as fast as answers come)")
     args = p.parse_args(argv)
     trees = [Path(t).resolve() for t in args.trees.split(",")]
     workloads = args.workloads.split(",")
@@ -149,8 +157,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--trees takes two kinspect source trees, A,B")
     if not set(workloads) <= set(WORKLOADS) or args.rounds < 1 or args.requests < 1 or args.connections < 1:
         p.error(f"--workloads from {','.join(WORKLOADS)}; --rounds, --requests and --connections at least 1")
+    if args.rate is not None and args.rate <= 0:
+        p.error("--rate: requests a second, more than 0")
     try:
-        print(run(trees, args.rounds, args.requests, args.connections, workloads, args.path), flush=True)
+        print(run(trees, args.rounds, args.requests, args.connections, workloads, args.path, args.rate), flush=True)
     except (bench_proxy.BenchError, small_requests.LoadError) as exc:
         print(f"bench_ab.py: {exc}", file=sys.stderr)
         return 1

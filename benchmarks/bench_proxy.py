@@ -38,9 +38,14 @@ frames built once with kinspect's own codec (only the correlation id changes), s
 is cheap and the same on every path: ApiVersions v3, Metadata v12 (one topic), Produce v9
 (acks=1, one 100-byte record per request, as with linger.ms=0) and Fetch v12 (of a topic
 holding 5 such records: about 900 bytes of batches per response), each on --connections connections with one request at a time
-("serial") then --in-flight pipelined. Each phase reports requests/s, the proxy's CPU time
+("serial") then --in-flight pipelined, then one at a time at a fixed rate (--paced-rate requests a
+second in all, for --paced-seconds: "paced@RATE"). Each phase reports requests/s, the proxy's CPU time
 per request, its ratio to haproxy's, the spread over repetitions and the p50/p99 round trip
-added to direct's.
+added to direct's. The latency targets are judged on the paced phases: the serial phases are a closed
+loop that keeps the machine's cores busy, where a round trip is the connections over the throughput
+(Little's law), so what a path adds there is the throughput its CPU takes from the others, haproxy's too.
+A paced request that falls due while the one before is still out is sent when that answer comes, and
+its round trip counts from when it fell due (no coordinated omission).
 
 CPU time: the proxy's threads' time on a CPU from /proc/<pid>/task/*/schedstat (ns
 resolution) between the first request and the last response of a phase; utime+stime from
@@ -139,11 +144,15 @@ CPU_PER_REQUEST_TARGET = {"kinspect-passthrough": 1.5, "kinspect-capture": 2.5} 
 PRESETS = {
     # records, reps, ApiVersions requests, Metadata requests, produce-latency records
     # small_requests: per connection and small-request phase; idle: connections held for the memory figure
+    # paced_seconds: how long each paced phase sends, at each of the paced rates
     "full": dict(records=100_000, reps=7, apiversions=2000, metadata=1000, produce_latency=500, budget_s=300,
-                 small_requests=400, idle=10_000),
+                 small_requests=400, idle=10_000, paced_seconds=2.0),
     "quick": dict(records=20_000, reps=3, apiversions=500, metadata=300, produce_latency=100, budget_s=60,
-                  small_requests=100, idle=1_000),
+                  small_requests=100, idle=1_000, paced_seconds=0.5),
 }
+# A fixed offered load for the latency targets: 8 connections x 250 requests a second, about a seventh of what
+# the direct path carries one at a time on this machine, so that a path's latency is not its throughput.
+PACED_RATE = 2000.0
 MIN_REPS = 3  # the time budget never cuts a run below this many repetitions
 RAW_WARMUP = 200
 PHASE_TIMEOUT_S = 120.0
@@ -651,8 +660,18 @@ def run_cell(stack: Stack, settings: dict, api_versions: RawRequests, metadata: 
     return cell
 
 
+def paced_phase(rate: float) -> str:
+    return f"paced@{rate:g}"
+
+
+def small_phases(settings: dict) -> list[str]:
+    """Each workload's phases in the order they run: one at a time, pipelined, then each paced rate."""
+    modes = ["serial", "pipelined"] + [paced_phase(r) for r in settings.get("paced_rates", [])]
+    return [f"{w}/{m}" for w in SMALL_WORKLOADS for m in modes]
+
+
 def measure_small(port: int, new_meter, settings: dict, small: dict) -> dict:
-    """Every small-request workload, one at a time then pipelined, on `connections` connections each."""
+    """Every small-request workload, one at a time, pipelined, then paced, on `connections` connections each."""
     out = {}
     conns, per_conn = settings["connections"], settings["small_requests"]
     small_requests.run_load(port, small["prefill"], 1, small_requests.FETCH_RECORDS, 1)
@@ -660,8 +679,14 @@ def measure_small(port: int, new_meter, settings: dict, small: dict) -> dict:
         workload = small[name]
         # Warm-up: the proxy's first frames of this kind, on connections of their own.
         small_requests.run_load(port, workload, conns, SMALL_WARMUP, 1)
-        for mode, in_flight in (("serial", 1), ("pipelined", settings["in_flight"])):
-            result = small_requests.run_load(port, workload, conns, per_conn, in_flight, meter=new_meter())
+        phases = [("serial", 1, None), ("pipelined", settings["in_flight"], None)]
+        phases += [(paced_phase(rate), 1, rate) for rate in settings.get("paced_rates", [])]
+        for mode, in_flight, rate in phases:
+            if rate is None:
+                result = small_requests.run_load(port, workload, conns, per_conn, in_flight, meter=new_meter())
+            else:
+                each = max(1, round(rate * settings["paced_seconds"] / conns))
+                result = small_requests.run_paced(port, workload, conns, each, rate, meter=new_meter())
             lat = sorted(result["latencies_ms"])
             cpu = proxy_cpu(result["meter"])
             n = result["requests"]
@@ -677,6 +702,8 @@ def measure_small(port: int, new_meter, settings: dict, small: dict) -> dict:
                                       else 1e6 * result["meter"]["descendants_run_s"] / n),
                 "p50_ms": percentile(lat, 50), "p99_ms": percentile(lat, 99),
             }
+            if rate is not None:
+                out[f"{name}/{mode}"]["late"] = result["late"]
     return out
 
 
@@ -804,7 +831,7 @@ def user_sys(fig: dict) -> str:
 def small_report(results: dict[str, list[dict]], paths: list[str], settings: dict) -> tuple[list[str], dict]:
     """Per small-request workload: req/s, proxy CPU per request, its ratio to haproxy, spread, added latency."""
     summary: dict = {}
-    phases = [f"{w}/{m}" for w in SMALL_WORKLOADS for m in ("serial", "pipelined")]
+    phases = small_phases(settings)
     for p in paths:
         for phase in phases:
             cells = [c["small"][phase] for c in results[p] if "small" in c and phase in c["small"]]
@@ -812,7 +839,7 @@ def small_report(results: dict[str, list[dict]], paths: list[str], settings: dic
                 continue
             fig = {"reps": len(cells)}
             for field in ("req_s", "cpu_us_per_req", "stat_cpu_us_per_req", "user_us_per_req", "system_us_per_req",
-                          "inspection_us_per_req", "writer_us_per_req", "p50_ms", "p99_ms"):
+                          "inspection_us_per_req", "writer_us_per_req", "p50_ms", "p99_ms", "late"):
                 values = [c[field] for c in cells if c.get(field) is not None]
                 fig[field] = statistics.median(values) if values else None
                 fig[field + "_spread_pct"] = spread_pct(values) if values else None
@@ -820,7 +847,8 @@ def small_report(results: dict[str, list[dict]], paths: list[str], settings: dic
     if not summary:
         return [], summary
     lines = [f"small requests: {settings['connections']} connections x {settings['small_requests']} requests, "
-             f"serial = one at a time per connection, pipelined = {settings['in_flight']} in flight; "
+             f"serial = one at a time per connection, pipelined = {settings['in_flight']} in flight, "
+             f"paced@R = one at a time, R requests a second in all; "
              f"CPU = the proxy's CPU time per request; spread = (max - min) / median of CPU over reps; "
              f"user/sys = the same split into user and system time (/proc/<pid>/stat, 10 ms ticks); "
              f"inspect = of the CPU, what kinspect counts as inspection (kinspect_inspection_cpu_seconds_total); "
@@ -853,15 +881,22 @@ def small_report(results: dict[str, list[dict]], paths: list[str], settings: dic
     lines += render_table(header, rows)
     lines.append("direct's own p50 / p99 in brackets")
     lines += writer_lines(summary, paths, phases)
-    lines += latency_lines(summary, paths, [ph for ph in phases if ph.endswith("/serial")])
-    # One line per variant: CPU per request across every workload (geometric mean of the ratios).
+    for rate in settings.get("paced_rates", []):
+        lines += latency_lines(summary, paths, [ph for ph in phases if ph.endswith("/" + paced_phase(rate))],
+                               f"latency targets, one at a time at {rate:g} requests a second in all")
+    lines += latency_lines(summary, paths, [ph for ph in phases if ph.endswith("/serial")],
+                           "closed loop, one at a time as fast as answers come (the cores busy: a round trip is "
+                           "the connections over the throughput, so an added one is throughput lost)")
+    # One line per variant: CPU per request across every workload (geometric mean of the ratios), the closed
+    # loops' phases only: a paced phase's CPU a request holds the wake-ups of a mostly idle proxy.
+    closed = [ph for ph in phases if ph.endswith(("/serial", "/pipelined"))]
     lines.append("")
     for p in paths:
-        ratios = [summary[ph][p]["ratio_to_haproxy"] for ph in phases
+        ratios = [summary[ph][p]["ratio_to_haproxy"] for ph in closed
                   if p in summary.get(ph, {}) and summary[ph][p].get("ratio_to_haproxy")]
         if p in ("direct", "haproxy") or not ratios:
             continue
-        serial = [summary[ph][p]["ratio_to_haproxy"] for ph in phases if ph.endswith("/serial")
+        serial = [summary[ph][p]["ratio_to_haproxy"] for ph in closed if ph.endswith("/serial")
                   and p in summary.get(ph, {}) and summary[ph][p].get("ratio_to_haproxy")]
         geo = math.exp(statistics.fmean(math.log(r) for r in ratios))
         geo_serial = math.exp(statistics.fmean(math.log(r) for r in serial)) if serial else float("nan")
@@ -899,13 +934,13 @@ def writer_lines(summary: dict, paths: list[str], phases: list[str]) -> list[str
     return lines
 
 
-def latency_lines(summary: dict, paths: list[str], serial: list[str]) -> list[str]:
-    """For each path, one request at a time on every connection: in how many workloads its added p50 and p99 are
-    within the targets, and its added p99 beyond haproxy's in the same run (what a plain TCP hop adds under the
-    same load)."""
+def latency_lines(summary: dict, paths: list[str], phases: list[str], title: str) -> list[str]:
+    """For each path, in `phases` (one of each workload): in how many workloads its added p50 and p99 are within
+    the targets, and its added p99 beyond haproxy's in the same run (what a plain TCP hop adds under the same
+    load); for paced phases, how many requests went out late because the one before was still out."""
     lines = []
     for p in paths:
-        figures = [(ph, summary[ph][p]) for ph in serial if "added_p99_ms" in summary.get(ph, {}).get(p, {})]
+        figures = [(ph, summary[ph][p]) for ph in phases if "added_p99_ms" in summary.get(ph, {}).get(p, {})]
         if not figures:
             continue
         p50 = sum(fig["added_p50_ms"] <= ADDED_P50_TARGET_MS for _, fig in figures)
@@ -916,9 +951,12 @@ def latency_lines(summary: dict, paths: list[str], serial: list[str]) -> list[st
                   for ph, fig in figures if "added_p99_ms" in summary[ph].get("haproxy", {})]
         if p != "haproxy" and beyond:
             line += "; p99 beyond haproxy's: " + ", ".join(beyond) + " ms"
+        late = [fig["late"] for _, fig in figures if fig.get("late") is not None]
+        if late:
+            line += f"; sent late (median a phase): {' / '.join(f'{n:g}' for n in late)}"
         lines.append(line)
     if lines:
-        lines.insert(0, "latency targets, one at a time (a path's median p50 and p99 over repetitions minus direct's):")
+        lines.insert(0, f"{title} (a path's median p50 and p99 over repetitions minus direct's):")
     return lines
 
 
@@ -1097,7 +1135,8 @@ def cell_line(cell: dict) -> str:
                      f"Metadata p50 {cell['metadata']['p50_ms']:.3f} ms  "
                      f"produce-lat p50 {cell['produce_latency']['p50_ms']:.3f} ms")
     if "small" in cell:
-        cpu = [f"{k.replace('/serial', '/1').replace('/pipelined', '/P')} {v['cpu_us_per_req']:.0f}"
+        cpu = [f"{k.replace('/serial', '/1').replace('/pipelined', '/P').replace('/paced', '/')} "
+               f"{v['cpu_us_per_req']:.0f}"
                for k, v in cell["small"].items() if v["cpu_us_per_req"] is not None]
         rate = statistics.median(v["req_s"] for v in cell["small"].values())
         parts.append(f"small: median {rate:.0f} req/s" + (f", CPU us/req {' '.join(cpu)}" if cpu else ""))
@@ -1138,6 +1177,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="requests per connection in each small-request phase (default 400, --quick 100)")
     p.add_argument("--connections", type=int, default=8, help="connections of the small-request load (default 8)")
     p.add_argument("--in-flight", type=int, default=32, help="requests in flight per pipelined connection (default 32)")
+    p.add_argument("--paced-rate", default=f"{PACED_RATE:g}", metavar="R[,R...]",
+                   help=f"requests a second, in all, of the paced phases, one phase per rate "
+                        f"(default {PACED_RATE:g}; 0: no paced phase)")
+    p.add_argument("--paced-seconds", type=float, metavar="S",
+                   help="how long each paced phase sends (default 2, --quick 0.5)")
     p.add_argument("--idle", type=int, metavar="N",
                    help="idle connections held through kinspect for the memory figure (default 10000, --quick 1000; 0: skip)")
     p.add_argument("--haproxy-threads", type=int, default=HAPROXY_THREADS,
@@ -1165,6 +1209,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.idle is not None:
         settings["idle"] = args.idle
     settings["connections"], settings["in_flight"] = args.connections, args.in_flight
+    try:
+        settings["paced_rates"] = [r for r in (float(x) for x in args.paced_rate.split(",") if x.strip()) if r > 0]
+    except ValueError:
+        print(f"--paced-rate {args.paced_rate}: give requests a second, as numbers separated by commas",
+              file=sys.stderr)
+        return 2
+    if args.paced_seconds is not None:
+        settings["paced_seconds"] = args.paced_seconds
     global HAPROXY_THREADS
     HAPROXY_THREADS = settings["haproxy_threads"] = args.haproxy_threads
     cpus = sorted(os.sched_getaffinity(0))
@@ -1229,8 +1281,9 @@ def main(argv: list[str] | None = None) -> int:
     bulk_note = (f"{settings['records']} x {settings['record_size']} B produced and consumed, "
                  f"{settings['apiversions']} ApiVersions + {settings['metadata']} Metadata round trips, "
                  f"{settings['produce_latency']} acks=1 records" if settings["bulk"] else "no bulk load")
+    paced_note = "".join(f", {settings['paced_seconds']:g} s at {r:g}/s" for r in settings["paced_rates"])
     small_note = (f"small requests: {len(SMALL_WORKLOADS)} workloads x (serial, {settings['in_flight']} pipelined) x "
-                  f"{settings['connections']} connections x {settings['small_requests']} requests"
+                  f"{settings['connections']} connections x {settings['small_requests']} requests{paced_note}"
                   if settings["small"] else "no small-request load")
     print(f"kinspect proxy benchmark: {settings['reps']} reps x {len(paths)} paths; per cell {bulk_note}; "
           f"{small_note}", flush=True)

@@ -4,7 +4,8 @@ The frames are encoded once per workload and only their correlation id is patche
 request, so the clients cost little and the same bytes go out on every path: what differs
 between paths is the proxy. One thread drives every connection through a selector; each
 connection keeps `in_flight` requests outstanding (1 = one at a time, 32 = pipelined) and
-checks that responses come back in order.
+checks that responses come back in order. `run_paced` sends one at a time at a fixed rate instead:
+the same offered load on every path, for latency that is not the closed loop's throughput in disguise.
 """
 
 from __future__ import annotations
@@ -133,7 +134,7 @@ def workloads(codec: Codec, topic: str, fetch_topic: str) -> dict[str, Workload]
 
 
 class _Conn:
-    __slots__ = ("sock", "frames", "next_send", "done", "buf", "sent_at", "first_payload")
+    __slots__ = ("sock", "frames", "next_send", "done", "buf", "sent_at", "first_payload", "due")
 
     def __init__(self, sock: socket.socket, frames: list[bytes]) -> None:
         self.sock = sock
@@ -143,6 +144,47 @@ class _Conn:
         self.buf = bytearray()
         self.sent_at: list[int] = [0] * len(frames)
         self.first_payload: bytes | None = None
+        self.due = 0  # paced loads: when this connection's next request is due (perf_counter_ns)
+
+
+def _connect(host: str, port: int, workload: Workload, connections: int, per_connection: int,
+             sel: selectors.BaseSelector) -> list[_Conn]:
+    conns = []
+    for c in range(connections):
+        sock = socket.create_connection((host, port), timeout=10)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn = _Conn(sock, workload.frames(c * per_connection, per_connection))
+        conns.append(conn)
+        sel.register(sock, selectors.EVENT_READ, conn)
+    return conns
+
+
+def _take_responses(conn: _Conn, workload: Workload, now: int, latencies: list[float]) -> int:
+    """Read what `conn` has received; record each whole response's round trip. Returns how many were whole."""
+    data = conn.sock.recv(1 << 20)
+    if not data:
+        raise LoadError(f"{workload.name}: connection closed by the peer")
+    buf = conn.buf
+    buf += data
+    pos = 0
+    answered = 0
+    while len(buf) - pos >= 4:
+        size = int.from_bytes(buf[pos:pos + 4], "big")
+        if len(buf) - pos - 4 < size:
+            break
+        cid = int.from_bytes(buf[pos + 4:pos + 8], "big")
+        index = conn.done
+        expected = int.from_bytes(conn.frames[index][8:12], "big")
+        if cid != expected:
+            raise LoadError(f"{workload.name}: correlation id {cid}, expected {expected}")
+        if conn.first_payload is None:
+            conn.first_payload = bytes(buf[pos + 4:pos + 4 + size])
+        latencies.append((now - conn.sent_at[index]) / 1e6)
+        conn.done += 1
+        answered += 1
+        pos += 4 + size
+    del buf[:pos]
+    return answered
 
 
 def run_load(port: int, workload: Workload, connections: int, per_connection: int, in_flight: int,
@@ -158,12 +200,7 @@ def run_load(port: int, workload: Workload, connections: int, per_connection: in
     clock = time.perf_counter_ns
     latencies: list[float] = []
     try:
-        for c in range(connections):
-            sock = socket.create_connection((host, port), timeout=10)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = _Conn(sock, workload.frames(c * per_connection, per_connection))
-            conns.append(conn)
-            sel.register(sock, selectors.EVENT_READ, conn)
+        conns = _connect(host, port, workload, connections, per_connection, sel)
         if meter is not None:
             meter.start()
         t0 = time.perf_counter()
@@ -178,30 +215,7 @@ def run_load(port: int, workload: Workload, connections: int, per_connection: in
                                 f"{connections * per_connection} responses in {timeout_s:.0f} s")
             for key, _ in events:
                 conn: _Conn = key.data
-                data = conn.sock.recv(1 << 20)
-                if not data:
-                    raise LoadError(f"{workload.name}: connection closed by the peer")
-                now = clock()
-                buf = conn.buf
-                buf += data
-                pos = 0
-                answered = 0
-                while len(buf) - pos >= 4:
-                    size = int.from_bytes(buf[pos:pos + 4], "big")
-                    if len(buf) - pos - 4 < size:
-                        break
-                    cid = int.from_bytes(buf[pos + 4:pos + 8], "big")
-                    index = conn.done
-                    expected = int.from_bytes(conn.frames[index][8:12], "big")
-                    if cid != expected:
-                        raise LoadError(f"{workload.name}: correlation id {cid}, expected {expected}")
-                    if conn.first_payload is None:
-                        conn.first_payload = bytes(buf[pos + 4:pos + 4 + size])
-                    latencies.append((now - conn.sent_at[index]) / 1e6)
-                    conn.done += 1
-                    answered += 1
-                    pos += 4 + size
-                del buf[:pos]
+                answered = _take_responses(conn, workload, clock(), latencies)
                 if answered:
                     _send(conn, min(answered, per_connection - conn.next_send), clock)
                 if conn.done == per_connection:
@@ -216,6 +230,74 @@ def run_load(port: int, workload: Workload, connections: int, per_connection: in
     workload.check_response(conns[0].first_payload)
     return {"seconds": elapsed, "requests": connections * per_connection, "latencies_ms": latencies,
             "meter": measured}
+
+
+def run_paced(port: int, workload: Workload, connections: int, per_connection: int, rate: float,
+              meter=None, timeout_s: float = 120.0, host: str = HOST) -> dict:
+    """Send `per_connection` requests on each of `connections` connections, one at a time, at `rate` requests a
+    second in all: an open load, the same offered rate on every path, well below what the machine can carry.
+
+    A connection's requests fall due every `connections / rate` seconds (the connections staggered evenly). A
+    request is written when it falls due, or at once when the response before it comes back after that: then
+    its round trip counts from when it was due (the wait the path's slowness caused), not from the write
+    (what `run_load`'s closed loop measures, where a slower path also lowers the rate). Returns what `run_load`
+    does, and `late`: how many requests were written after they fell due because the one before was still out.
+    """
+    sel = selectors.DefaultSelector()
+    conns: list[_Conn] = []
+    clock = time.perf_counter_ns
+    latencies: list[float] = []
+    interval = int(1e9 * connections / rate)
+    late = 0
+    try:
+        conns = _connect(host, port, workload, connections, per_connection, sel)
+        if meter is not None:
+            meter.start()
+        t0 = time.perf_counter()
+        deadline = time.monotonic() + timeout_s
+        start = clock()
+        for c, conn in enumerate(conns):
+            conn.due = start + c * interval // connections
+        waiting = list(conns)  # connections with no request out and requests left to send
+        pending = connections
+        while pending:
+            now = clock()
+            for conn in [c for c in waiting if c.due <= now]:
+                waiting.remove(conn)
+                _send(conn, 1, clock)
+                conn.due += interval
+            wake = min((c.due for c in waiting), default=None)
+            events = sel.select(timeout=1.0 if wake is None else max(0.0, (wake - clock()) / 1e9))
+            if not events and wake is None and time.monotonic() > deadline:
+                raise LoadError(f"{workload.name}: {sum(c.done for c in conns)} of "
+                                f"{connections * per_connection} responses in {timeout_s:.0f} s")
+            for key, _ in events:
+                conn: _Conn = key.data
+                now = clock()
+                if not _take_responses(conn, workload, now, latencies):
+                    continue
+                if conn.done == per_connection:
+                    sel.unregister(conn.sock)
+                    pending -= 1
+                elif conn.due <= now:
+                    # Late: the path held the previous response past this one's due time. Send now, and count
+                    # this round trip from when it fell due.
+                    late += 1
+                    due = conn.due
+                    _send(conn, 1, clock)
+                    conn.sent_at[conn.next_send - 1] = due
+                    conn.due += interval
+                else:
+                    waiting.append(conn)
+        elapsed = time.perf_counter() - t0
+        measured = meter.stop() if meter is not None else None
+    finally:
+        for conn in conns:
+            conn.sock.close()
+        sel.close()
+    workload.check_response(conns[0].first_payload)
+    return {"seconds": elapsed, "requests": connections * per_connection, "latencies_ms": latencies,
+            "meter": measured, "late": late}
 
 
 def _send(conn: _Conn, count: int, clock) -> None:

@@ -9,8 +9,10 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -67,6 +69,9 @@ SMOKE = {
                        r"produce MB/s\s+[\d.]+\s+[\d.]+ \([\d.]+%\)[\s\S]*"
                        r"\nkinspect-passthrough\s+[\d.]+\s+-\s+-\s+[\d.]+\s+[\d.]+\s+-\s+-\s+[\d.]+\n[\s\S]*"
                        r"apiversions/serial\s+kinspect-passthrough\s+\d+\s+[\d.]+\s+-\s+-\s+\d+/\d+\s+[\d.]+\s[\s\S]*"
+                       r"apiversions/paced@2000\s+kinspect-passthrough\s+\d+\s+[\d.]+\s[\s\S]*"
+                       r"latency targets, one at a time at 2000 requests a second in all .*\n"
+                       r"  kinspect-passthrough: added p50 within 0.1 ms in \d of 4 workloads, .*sent late[\s\S]*"
                        r"idle memory: 200 idle connections through kinspect .* [\d.]+ KiB per connection"),
 }
 
@@ -301,17 +306,65 @@ def test_a_process_s_cpu_is_told_apart_from_its_descendants():
 def test_the_small_request_report_judges_added_latency_against_the_targets_and_haproxy():
     bench = benchmark_module("bench_proxy")
 
-    def cell(p50: float, p99: float) -> dict:
+    def cell(p50: float, p99: float, late: int) -> dict:
         figures = {"requests": 1000, "seconds": 1.0, "req_s": 1000.0, "cpu_us_per_req": 50.0, "p50_ms": p50,
                    "p99_ms": p99}
+        paced = dict(figures, p50_ms=p50 / 2, p99_ms=p99 / 2, late=late)
         return {"rep": 0, "small": {"apiversions/serial": figures, "produce/serial": dict(figures, p99_ms=p99 + 1),
-                                    "produce/pipelined": dict(figures, p50_ms=9.0, p99_ms=20.0)}}
+                                    "produce/pipelined": dict(figures, p50_ms=9.0, p99_ms=20.0),
+                                    "apiversions/paced@2000": paced, "produce/paced@2000": dict(paced, late=late + 1)}}
 
-    results = {"direct": [cell(0.5, 1.0)], "haproxy": [cell(0.55, 1.8)], "kinspect-capture": [cell(0.7, 1.4)]}
-    lines, _ = bench.small_report(results, ["direct", "haproxy", "kinspect-capture"],
-                                  {"connections": 8, "small_requests": 1000, "in_flight": 32})
-    start = lines.index("latency targets, one at a time (a path's median p50 and p99 over repetitions minus direct's):")
+    results = {"direct": [cell(0.5, 1.0, 0)], "haproxy": [cell(0.55, 1.8, 1)], "kinspect-capture": [cell(0.7, 1.4, 3)]}
+    lines, summary = bench.small_report(results, ["direct", "haproxy", "kinspect-capture"],
+                                        {"connections": 8, "small_requests": 1000, "in_flight": 32,
+                                         "paced_rates": [2000.0]})
+    # judged at the fixed rate first: half the closed loop's figures here
+    start = lines.index("latency targets, one at a time at 2000 requests a second in all "
+                        "(a path's median p50 and p99 over repetitions minus direct's):")
+    assert lines[start + 1:start + 3] == [
+        "  haproxy: added p50 within 0.1 ms in 2 of 2 workloads, added p99 within 0.5 ms in 2 of 2; "
+        "sent late (median a phase): 1 / 2",
+        "  kinspect-capture: added p50 within 0.1 ms in 2 of 2 workloads, added p99 within 0.5 ms in 2 of 2; "
+        "p99 beyond haproxy's: apiversions -0.200, produce -0.200 ms; sent late (median a phase): 3 / 4"]
+    start = lines.index("closed loop, one at a time as fast as answers come (the cores busy: a round trip is the "
+                        "connections over the throughput, so an added one is throughput lost) (a path's median p50 "
+                        "and p99 over repetitions minus direct's):")
     assert lines[start + 1:start + 3] == [
         "  haproxy: added p50 within 0.1 ms in 2 of 2 workloads, added p99 within 0.5 ms in 0 of 2",
         "  kinspect-capture: added p50 within 0.1 ms in 0 of 2 workloads, added p99 within 0.5 ms in 2 of 2; "
         "p99 beyond haproxy's: apiversions -0.400, produce -0.400 ms"]
+    # the CPU ratios leave the paced phases out: a mostly idle proxy's wake-ups are not a request's cost
+    assert summary["produce/paced@2000"]["kinspect-capture"]["ratio_to_haproxy"] == 1.0
+    assert summary["overall"]["kinspect-capture"]["cpu_ratio_geomean"] == 1.0
+
+
+@pytest.mark.integration
+def test_a_paced_load_keeps_its_rate_and_counts_a_stall_from_when_requests_fell_due():
+    """small_requests.run_paced on a real broker stopped for its first 0.3 s: the requests that fell due meanwhile
+    go out late, as answers come, and their round trips count from when they fell due (a closed loop, timing from
+    the write, would show the stall in two round trips only); the rate is never exceeded."""
+    small_requests = benchmark_module("small_requests")
+    from kinspect.protocol.codec import Codec
+    from tests.support.tansu import TansuBroker
+
+    rate, connections, each, stall = 400.0, 2, 100, 0.3
+    with TansuBroker() as broker:
+        workload = small_requests.workloads(Codec(), "t", "f")["apiversions"]
+        quiet = small_requests.run_paced(broker.port, workload, connections, each, rate)
+        broker_pid = broker._proc.pid
+        os.kill(broker_pid, signal.SIGSTOP)
+        resume = threading.Timer(stall, os.kill, (broker_pid, signal.SIGCONT))
+        resume.start()
+        try:
+            stalled = small_requests.run_paced(broker.port, workload, connections, each, rate)
+        finally:
+            resume.cancel()
+            os.kill(broker_pid, signal.SIGCONT)
+    for result in (quiet, stalled):
+        assert len(result["latencies_ms"]) == result["requests"] == connections * each
+        assert result["seconds"] >= (each - 1) * connections / rate  # due every connections / rate seconds
+    # 0.3 s stopped: on each connection about 60 requests fell due; counted from then, a third or more waited 0.1 s
+    assert stalled["late"] >= 40, stalled["late"]
+    assert sum(lat >= 100 for lat in stalled["latencies_ms"]) >= 40
+    assert max(stalled["latencies_ms"]) >= 1000 * stall * 0.9
+    assert quiet["late"] < stalled["late"] and sum(lat >= 100 for lat in quiet["latencies_ms"]) < 10
