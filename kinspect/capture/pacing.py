@@ -8,8 +8,14 @@ each nap leaves its core idle, and the scheduler moves a waiting task there at o
 twentieth section). The naps come from a timer signal, in C (`_pace`) so that they interrupt pyarrow's calls
 too; the Python fallback (SIGALRM and a Python handler) naps only between Python bytecodes, and only on the
 main thread (elsewhere it does not pace). Where pacing cannot start (no timers, its signal taken), the work
-goes on unpaced, said once in the log. On a quiet machine the naps cost more than they saved: the writer paces only
-while its thread waits for a core half the time or more (`PacedWhenContended`, capture.contention).
+goes on unpaced, said once in the log.
+
+The writer paces every batch it works on in the idle class. It once paced only while its own thread waited for a
+core half its time or more, since on one connection of a quiet machine the naps cost about 0.1 ms at p99; but the
+idle class ranks it only against the tasks of its own scheduling group. A client, a broker or anything in another
+container (cgroup), or another session where Linux groups sessions (autogroup), waits behind the writer's stretch as
+behind any task, up to a 4 ms tick, while the writer itself seldom waits: beside eight connections at 2,000
+requests a second in all it paced too seldom, and their p99 paid for it (docs/performance.md, twenty-fifth section).
 """
 
 from __future__ import annotations
@@ -20,7 +26,6 @@ import signal
 import threading
 import time
 
-from kinspect.capture.contention import WaitShare
 from kinspect.protocol.codec.wire_program import optional_extension
 
 log = logging.getLogger("kinspect.capture")
@@ -98,35 +103,3 @@ class Pacer:
         self._cpu_mark = time.thread_time()
         if self._python_armed:  # the next slice counts from the end of this one's nap, as in C
             signal.setitimer(signal.ITIMER_REAL, self.slice_seconds)
-
-
-# Paced only while the writer's thread waits for a core half its time or more, judged every 20 ms of its running
-# and waiting. An idle-class writer waits whenever another task wants its core: beside eight connections' round
-# trips it waited 58-82% of its time, beside one connection's 5-45%, where the naps cost the round trips' p99
-# 0.2 ms and saved nothing (docs/performance.md, twenty-first section).
-CONTENDED_SHARE = 0.5
-CONTENDED_WINDOW_NS = 20_000_000
-
-
-class PacedWhenContended:
-    """A context manager around a Pacer: the work inside it is paced while its thread has lately waited for a core
-    CONTENDED_SHARE of the time (contention.WaitShare), and runs unpaced while it has not. Where Linux does not give
-    a thread's waiting, always paced."""
-
-    def __init__(self, pacer: Pacer, threshold: float = CONTENDED_SHARE, window_ns: int = CONTENDED_WINDOW_NS,
-                 wait_share: WaitShare | None = None) -> None:
-        self.pacer = pacer
-        self.wait_share = wait_share if wait_share is not None else WaitShare(threshold, window_ns)
-        self._pacing = False
-
-    def __enter__(self) -> PacedWhenContended:
-        self.wait_share.start()
-        self._pacing = self.wait_share.contended
-        if self._pacing:
-            self.pacer.__enter__()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self._pacing:
-            self.pacer.__exit__(*exc)
-        self.wait_share.stop()

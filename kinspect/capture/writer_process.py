@@ -15,7 +15,7 @@ the counters (rows_written, row_errors, write_errors, files_written, the rows it
 with the files finished since the last report; the first report, all zeros, says it is ready (pyarrow imported and
 warmed up), and the proxy serves only then. Before that report it lowers its priority (capture.writer_priority,
 "auto" decided by the proxy): with "idle" it works on a batch in the idle class, in short slices with naps
-between while it waits for its core (capture.pacing), never holding a busy core for long; where it may leave the
+between (capture.pacing), never holding a core for long; where it may leave the
 class, it does between batches and while behind, and the proxy lifts it out when it falls behind mid-batch
 (capture.writer_priority). It ignores SIGINT (a terminal's Ctrl-C reaches the whole
 process group; the proxy decides when the capture ends) and finishes its file when its input ends,
@@ -44,7 +44,7 @@ from pathlib import Path
 from kinspect.capture.barred_imports import bar_pandas
 from kinspect.capture.facts import share_alike_sides
 from kinspect.capture.facts_wire import MAGIC, decode, write_batch
-from kinspect.capture.pacing import PacedWhenContended, Pacer
+from kinspect.capture.pacing import Pacer
 from kinspect.capture.writer import BATCH_ROWS
 from kinspect.capture.writer_priority import IDLE, GiveWay, LiftWhenBehind, lower_priority, resolve, waiting_bytes
 
@@ -368,7 +368,7 @@ def main() -> int:
     give_way = GiveWay() if idle and liftable else unpaced
     # (where it may leave the class, the pacer naps only inside it: lifted by the proxy, it catches up unpaced)
     pacer = Pacer(idle_only=liftable) if idle else None
-    paced = PacedWhenContended(pacer) if idle else unpaced
+    paced = pacer if idle else unpaced
     write_message(fd_out, pickle.dumps((0, 0, 0, 0, 0, 0, []), protocol=5))  # ready
     taken = 0  # rows of the batches it has taken in
     while True:

@@ -161,7 +161,7 @@ def nicer_than_this() -> int:
 @pytest.mark.parametrize("priority", ["low", "idle"])
 def test_the_writer_process_yields_to_the_forwarding(codec: Codec, tmp_path, priority, monkeypatch):
     """Once ready, every thread of the process is NICENESS nicer than the proxy ("low"), or in the idle scheduling
-    class too and, while it waits for its core, napping between short slices of its work ("idle"; capture.pacing),
+    class too and napping between short slices of its work ("idle"; capture.pacing),
     a voluntary switch each. Here "idle" as where the process may not leave the class (so that the test's own lift
     below stays): it is put in the class once and for all."""
     monkeypatch.setattr(writer_process, "resolve", lambda priority: (priority, False))
@@ -179,8 +179,8 @@ def test_the_writer_process_yields_to_the_forwarding(codec: Codec, tmp_path, pri
         assert scheduling(pid) == {(os.SCHED_IDLE if priority == "idle" else os.SCHED_OTHER, nicer_than_this())}
         # What is left to see is the pacing, which the setting decides, not the class: back at the test's own
         # priority where allowed, the work is not starved by the other tests' load (a full run took the idle
-        # process 53 s for what takes it 1.5 s alone). Two busy processes share its core: it waits for the core
-        # most of the time, which is when an idle writer paces (capture.pacing.PacedWhenContended).
+        # process 53 s for what takes it 1.5 s alone). Two busy processes share its core, as the round trips of a
+        # loaded proxy would.
         if lift_to_normal_priority(pid):  # else the idle class waits for the cores the other tests keep busy
             cpu = min(os.sched_getaffinity(0))
             for tid in thread_ids(pid):
