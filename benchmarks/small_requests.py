@@ -10,6 +10,7 @@ the same offered load on every path, for latency that is not the closed loop's t
 
 from __future__ import annotations
 
+import contextlib
 import selectors
 import socket
 import struct
@@ -147,16 +148,29 @@ class _Conn:
         self.due = 0  # paced loads: when this connection's next request is due (perf_counter_ns)
 
 
-def _connect(host: str, port: int, workload: Workload, connections: int, per_connection: int,
-             sel: selectors.BaseSelector) -> list[_Conn]:
-    conns = []
-    for c in range(connections):
-        sock = socket.create_connection((host, port), timeout=10)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn = _Conn(sock, workload.frames(c * per_connection, per_connection))
-        conns.append(conn)
-        sel.register(sock, selectors.EVENT_READ, conn)
-    return conns
+@contextlib.contextmanager
+def _connected(host: str, port: int, workload: Workload, connections: int, per_connection: int):
+    """(selector, connections), each with its share of the frames; every socket closed on the way out."""
+    sel = selectors.DefaultSelector()
+    conns: list[_Conn] = []
+    try:
+        for c in range(connections):
+            sock = socket.create_connection((host, port), timeout=10)
+            conns.append(_Conn(sock, workload.frames(c * per_connection, per_connection)))
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sel.register(sock, selectors.EVENT_READ, conns[-1])
+        yield sel, conns
+    finally:
+        for conn in conns:
+            conn.sock.close()
+        sel.close()
+
+
+def _result(workload: Workload, conns: list[_Conn], elapsed: float, latencies: list[float], measured) -> dict:
+    """What a load returns, once its first response decoded without an error."""
+    workload.check_response(conns[0].first_payload)
+    return {"seconds": elapsed, "requests": sum(len(c.frames) for c in conns), "latencies_ms": latencies,
+            "meter": measured}
 
 
 def _take_responses(conn: _Conn, workload: Workload, now: int, latencies: list[float]) -> int:
@@ -195,12 +209,9 @@ def run_load(port: int, workload: Workload, connections: int, per_connection: in
     write of its frame to the arrival of its whole response) and, given a `meter` (start()/stop()),
     what it measured between the first request and the last response (connection set-up excluded).
     """
-    sel = selectors.DefaultSelector()
-    conns: list[_Conn] = []
     clock = time.perf_counter_ns
     latencies: list[float] = []
-    try:
-        conns = _connect(host, port, workload, connections, per_connection, sel)
+    with _connected(host, port, workload, connections, per_connection) as (sel, conns):
         if meter is not None:
             meter.start()
         t0 = time.perf_counter()
@@ -223,13 +234,7 @@ def run_load(port: int, workload: Workload, connections: int, per_connection: in
                     pending -= 1
         elapsed = time.perf_counter() - t0
         measured = meter.stop() if meter is not None else None
-    finally:
-        for conn in conns:
-            conn.sock.close()
-        sel.close()
-    workload.check_response(conns[0].first_payload)
-    return {"seconds": elapsed, "requests": connections * per_connection, "latencies_ms": latencies,
-            "meter": measured}
+    return _result(workload, conns, elapsed, latencies, measured)
 
 
 def run_paced(port: int, workload: Workload, connections: int, per_connection: int, rate: float,
@@ -243,14 +248,11 @@ def run_paced(port: int, workload: Workload, connections: int, per_connection: i
     (what `run_load`'s closed loop measures, where a slower path also lowers the rate). Returns what `run_load`
     does, and `late`: how many requests were written after they fell due because the one before was still out.
     """
-    sel = selectors.DefaultSelector()
-    conns: list[_Conn] = []
     clock = time.perf_counter_ns
     latencies: list[float] = []
     interval = int(1e9 * connections / rate)
     late = 0
-    try:
-        conns = _connect(host, port, workload, connections, per_connection, sel)
+    with _connected(host, port, workload, connections, per_connection) as (sel, conns):
         if meter is not None:
             meter.start()
         t0 = time.perf_counter()
@@ -291,13 +293,7 @@ def run_paced(port: int, workload: Workload, connections: int, per_connection: i
                     waiting.append(conn)
         elapsed = time.perf_counter() - t0
         measured = meter.stop() if meter is not None else None
-    finally:
-        for conn in conns:
-            conn.sock.close()
-        sel.close()
-    workload.check_response(conns[0].first_payload)
-    return {"seconds": elapsed, "requests": connections * per_connection, "latencies_ms": latencies,
-            "meter": measured, "late": late}
+    return dict(_result(workload, conns, elapsed, latencies, measured), late=late)
 
 
 def _send(conn: _Conn, count: int, clock) -> None:
