@@ -88,8 +88,10 @@ def run(trees: list[Path], rounds: int, requests: int, connections: int, workloa
 
     codec = Codec()
     procs = bench_proxy.Processes()
+    paced = "" if rate is None else f" at {rate:g}/s in all"
     print(f"paired rounds: {rounds} rounds x {len(workloads)} workloads, {connections} connections x {requests} "
-          f"requests one at a time a phase{'' if rate is None else f' at {rate:g}/s in all'}, {path}; A = {trees[0]}, B = {trees[1]}; load {' '.join(loadavg())}", flush=True)
+          f"requests one at a time a phase{paced}, {path}; A = {trees[0]}, B = {trees[1]}; load {' '.join(loadavg())}",
+          flush=True)
     cpu: dict[tuple[int, str], list[float]] = {(s, w): [] for s in (0, 1) for w in workloads}
     p99: dict[tuple[int, str], list[float]] = {(s, w): [] for s in (0, 1) for w in workloads}
     try:

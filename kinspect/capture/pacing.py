@@ -11,7 +11,7 @@ main thread (elsewhere it does not pace). Where pacing cannot start (no timers, 
 goes on unpaced, said once in the log.
 
 The writer paces every batch it works on in the idle class. It once paced only while its own thread waited for a
-core half its time or more, since on one connection of a quiet machine the naps cost about 0.1 ms at p99; but the
+core half its time or more, since on one connection of a quiet machine the naps cost about 0.08 ms at p99; but the
 idle class ranks it only against the tasks of its own scheduling group. A client, a broker or anything in another
 container (cgroup), or another session where Linux groups sessions (autogroup), waits behind the writer's stretch as
 behind any task, up to a 4 ms tick, while the writer itself seldom waits: beside eight connections at 2,000
