@@ -179,13 +179,8 @@ def test_the_writer_process_yields_to_the_forwarding(codec: Codec, tmp_path, pri
         assert scheduling(pid) == {(os.SCHED_IDLE if priority == "idle" else os.SCHED_OTHER, nicer_than_this())}
         # What is left to see is the pacing, which the setting decides, not the class: back at the test's own
         # priority where allowed, the work is not starved by the other tests' load (a full run took the idle
-        # process 53 s for what takes it 1.5 s alone). Two busy processes share its core, as the round trips of a
-        # loaded proxy would.
-        if lift_to_normal_priority(pid):  # else the idle class waits for the cores the other tests keep busy
-            cpu = min(os.sched_getaffinity(0))
-            for tid in thread_ids(pid):
-                os.sched_setaffinity(tid, {cpu})
-            cleanup.enter_context(spinning_on(cpu, 2))  # stopped before the writer closes
+        # process 53 s for what takes it 1.5 s alone).
+        lift_to_normal_priority(pid)  # where refused, the idle class waits for the cores the other tests keep busy
         facts = recorded_facts(codec, 256)
         before, started = voluntary_switches(), time.monotonic()
         for written in (512, 1024):  # two batches, 10-20 ms of building; one at a time, as it keeps up
@@ -197,8 +192,8 @@ def test_the_writer_process_yields_to_the_forwarding(codec: Codec, tmp_path, pri
         switches = voluntary_switches() - before - (time.monotonic() - started) / writer_process.TICK_SECONDS
     assert w.write_errors == 0 and w.rows_written == 1024 and w._out.lifts == 0
     naps = w._out.naps  # as the process reported them at its end
-    # Paced, a nap every slice of 0.2 ms it ran while its core was wanted: 45-129 over the two batches (fewer on
-    # faster cores), each a voluntary switch the kernel counted. Unpaced, none, and a switch for each read and report
+    # Paced, a nap every slice of 0.2 ms in which it ran half a slice or more, each a voluntary switch the kernel
+    # counted. Unpaced, none, and a switch for each read and report
     # (a read that finds a batch half written waits again): -4 to +5, 27 and 32 once each in a full run's load.
     if priority == "idle":
         assert naps > 20 and switches > naps / 2, (naps, switches)
