@@ -80,14 +80,21 @@ def test_duplicates_and_reordering_change_nothing(recorded, intact, tmp_path, ho
 
 @pytest.mark.parametrize("how", ["drop", "snaplen", "start_midway"])
 def test_losses_are_reported_and_the_rest_decodes(recorded, intact, tmp_path, how):
-    path = getattr(damage, how)(recorded["pcap"], tmp_path / f"{how}.pcap")
-    flows, stats, decoded = reassemble(path, [recorded["port"]])
+    if how == "start_midway":
+        # Flows whose SYN is gone regain framing on a plausible header. A cut that falls where every such flow's
+        # next packet starts a frame needs no resync (seen once in CI): a later cut then does.
+        for fraction in (0.3, 0.45, 0.6):
+            path = damage.start_midway(recorded["pcap"], tmp_path / f"{how}-{fraction}.pcap", fraction)
+            flows, stats, decoded = reassemble(path, [recorded["port"]])
+            if stats.resyncs > 0:
+                break
+        assert stats.resyncs > 0
+    else:
+        path = getattr(damage, how)(recorded["pcap"], tmp_path / f"{how}.pcap")
+        flows, stats, decoded = reassemble(path, [recorded["port"]])
+        assert stats.gaps > 0 and stats.gap_bytes > 0
     found, lost = _compare(intact[0], flows)
     assert found > 0 and lost > 0, (found, lost)
-    if how != "start_midway":
-        assert stats.gaps > 0 and stats.gap_bytes > 0
-    else:
-        assert stats.resyncs > 0  # flows whose SYN is gone regain framing on a plausible header
     # Every frame kinspect still frames decodes: a request whole, a response when its request was seen.
     assert decoded.decode_errors == 0, [r for f in flows.values() for r in f.records if r.get("error")][:3]
     assert decoded.frames == stats.frames
