@@ -103,6 +103,20 @@ def test_benchmark_smoke_run(script, tmp_path):
 
 
 @pytest.mark.integration
+def test_paired_latency_rounds_at_a_fixed_rate():
+    """bench_latency_ab.py --rate: the four small workloads paced through every path, each with its latency added to
+    direct's by round and the rounds within the targets."""
+    result = subprocess.run([sys.executable, str(BENCH / "bench_latency_ab.py"), "--rate", "800", "--rounds", "1",
+                             "--requests", "40", "--connections", "4", "--paths", "direct,kinspect-passthrough"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "4 connections x 40 requests one at a time at 800/s in all" in result.stdout, result.stdout
+    for workload in ("apiversions", "metadata", "produce", "fetch"):
+        assert re.search(rf"kinspect-passthrough\s+{workload}\s+[\d.]+\s+[\d.]+\s+[+-][\d.]+ \([+-][\d.]+ to "
+                         rf"[+-][\d.]+\)\s+[01] of 1\s+[+-][\d.]+ ", result.stdout), result.stdout
+
+
+@pytest.mark.integration
 def test_the_soak_command():
     """A short soak with capture on: too short for a verdict (it says so and exits 1), but every sample is taken,
     the writer process's memory and the rows captured too."""
