@@ -912,6 +912,14 @@ def small_report(results: dict[str, list[dict]], paths: list[str], settings: dic
             within = "" if target is None else f", within the target in {sum(r <= target for r in per_rep)} of {len(per_rep)}"
             lines.append(f"    one at a time, each repetition against haproxy's beside it: "
                          f"{min(per_rep):.2f}x to {max(per_rep):.2f}x (median {statistics.median(per_rep):.2f}x{within})")
+        for rate in settings.get("paced_rates", []):
+            paced = [summary[ph][p]["ratio_to_haproxy"] for ph in phases if ph.endswith("/" + paced_phase(rate))
+                     and p in summary.get(ph, {}) and summary[ph][p].get("ratio_to_haproxy")]
+            if paced:
+                summary["overall"][p][f"cpu_ratio_geomean_{paced_phase(rate)}"] = geo_paced = math.exp(
+                    statistics.fmean(math.log(r) for r in paced))
+                lines.append(f"    at {rate:g} requests a second: {geo_paced:.2f}x haproxy's (a mostly idle proxy, "
+                             "kept apart from the closed loop's figures)")
     return lines, summary
 
 
