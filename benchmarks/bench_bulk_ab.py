@@ -78,6 +78,7 @@ def run(paths: list[str], rounds: int, records: int, size: int, baseline: Path |
           f"{', '.join(paths)} in turn (order rotating); load {' '.join(loadavg())}", flush=True)
     mb_s = {(p, w): [] for p in paths for w in ("produce", "consume")}
     ms_mb = {(p, w): [] for p in paths for w in ("produce", "consume")}
+    machine = {(p, w): [] for p in paths for w in ("produce", "consume")}
     try:
         with tempfile.TemporaryDirectory(prefix="kinspect-bulk-ab-") as workdir:
             stacks = {p: bench_proxy.Stack(p, procs, Path(workdir), "bulk", None, baseline=baseline).start()
@@ -97,15 +98,63 @@ def run(paths: list[str], rounds: int, records: int, size: int, baseline: Path |
                             got = bench_proxy.measure_consume(stack.bootstrap, f"r{r}", WARM_TOPIC, records, meter)
                         mb_s[(p, workload)].append(got["mb_s"])
                         ms_mb[(p, workload)].append(got["proxy_cpu_ms_per_mb"])
+                        machine[(p, workload)].append((got["machine_cpu_ms_per_mb"], got["machine_busy_pct"],
+                                                       got["machine_stolen_pct"], kernel_ms_per_mb(got)))
                 print(f"  round {r + 1}/{rounds}: " + ", ".join(
                     f"{p} {mb_s[(p, 'produce')][-1]:.0f} / {mb_s[(p, 'consume')][-1]:.0f} MB/s" for p in paths),
                     flush=True)
     finally:
         procs.stop_all()
-    return report(paths, mb_s, ms_mb)
+    return report(paths, mb_s, ms_mb, machine)
 
 
-def report(paths: list[str], mb_s: dict, ms_mb: dict) -> str:
+def kernel_ms_per_mb(got: dict) -> float | None:
+    """The proxy's system CPU ms per MB in a phase: the kernel's work on its sockets, which any proxy pays."""
+    used, mb_s = got.get("proxy_cpu") or {}, got.get("mb_s")
+    system, seconds = used.get("system_s"), got.get("seconds")
+    if system is None or not mb_s or not seconds:
+        return None
+    return 1000.0 * system / (mb_s * seconds)
+
+
+def machine_lines(paths: list[str], machine: dict) -> list[str]:
+    """What the whole machine's CPU says of the throughput target: each path's machine CPU ms per MB, the busy and
+    stolen shares, and the ceiling the CPU puts on its throughput against direct's (direct's machine CPU per MB
+    over the path's, round by round: when the CPUs are busy in both phases, a path that costs the machine 5%
+    more CPU a MB moves at most 1/1.05 of direct's bytes). 97% of direct needs a path to add at most 3.1% of
+    direct's machine CPU per MB, the proxy's own CPU and the kernel's work for the extra hop together; the
+    proxy's system time per MB (its sockets' kernel work) shows what of that any proxy pays."""
+    lines = ["machine CPU (every process and the kernel, /proc/stat): ms per MB, busy share of the CPU time it had, "
+             "stolen share; the ceiling = direct's ms per MB / the path's, median of rounds (min-max); the proxy's "
+             "system time (its sockets' kernel work) per MB"]
+    for workload in ("produce", "consume"):
+        direct = machine.get(("direct", workload))
+        for p in paths:
+            rows = machine[(p, workload)]
+            cost = [r[0] for r in rows if r[0] is not None]
+            if not cost:
+                continue
+            busy = [r[1] for r in rows if r[1] is not None]
+            stolen = [r[2] for r in rows if r[2] is not None]
+            text = (f"  {p:28s} {workload:8s} {statistics.median(cost):6.2f} ms/MB, busy {statistics.median(busy):.0f}%"
+                    f", stolen {statistics.median(stolen):.0f}%")
+            if direct is not None and p != "direct":
+                ceilings = [d[0] / r[0] for d, r in zip(direct, rows) if d[0] and r[0]]
+                if ceilings:
+                    text += (f"; ceiling {statistics.median(ceilings):.1%} ({min(ceilings):.0%}-{max(ceilings):.0%}),"
+                             f" added {statistics.median(cost) - statistics.median(r[0] for r in direct if r[0]):+.2f}"
+                             " ms/MB")
+                kernel = [r[3] for r in rows if len(r) > 3 and r[3] is not None]
+                if kernel:
+                    text += f"; proxy's system time {statistics.median(kernel):.2f} ms/MB"
+            elif p == "direct":
+                allowed = statistics.median(cost) * (1 / TARGET - 1)
+                text += f"; {TARGET:.0%} of direct allows a path to add at most {allowed:.2f} ms/MB"
+            lines.append(text)
+    return lines
+
+
+def report(paths: list[str], mb_s: dict, ms_mb: dict, machine: dict | None = None) -> str:
     lines = [f"{'path':30s} {'workload':8s} {'MB/s':>7s}  {'/ direct: median (min-max)':28s} "
              f"{'rounds >= 97%':>13s}  {'CPU ms/MB':>9s}"]
     for workload in ("produce", "consume"):
@@ -133,6 +182,8 @@ def report(paths: list[str], mb_s: dict, ms_mb: dict) -> str:
                 lower, differ = sum(x < 1 for x in cpu), sum(x != 1 for x in cpu)
                 lines.append(f"    CPU per MB: median {statistics.median(cpu):.3f}x, lower in {lower} of {differ} "
                              f"rounds (p = {sign_test_p(lower, differ):.3f})")
+    if machine:
+        lines += machine_lines(paths, machine)
     lines.append(f"load {' '.join(loadavg())}")
     return "\n".join(lines)
 

@@ -435,9 +435,24 @@ def proxy_cpu(used: dict) -> float | None:
     return used["run_s"] if used["run_s"] is not None else used["cpu_s"]
 
 
+def machine_figures(used: dict, nbytes: int) -> dict:
+    """The whole machine's CPU ms per MB in a phase (client, broker, proxy and the kernel's work for them: the
+    CPU a path costs, which caps its throughput when the CPUs are busy), the busy share of the CPU time the
+    machine had, and the share stolen by other guests; None where /proc/stat was not read."""
+    machine = used.get("machine_s")
+    if machine is None or nbytes <= 0:
+        return {"machine_cpu_ms_per_mb": None, "machine_busy_pct": None, "machine_stolen_pct": None}
+    busy, idle, stolen = machine
+    had = busy + idle
+    return {"machine_cpu_ms_per_mb": 1000.0 * busy / (nbytes / 1e6),
+            "machine_busy_pct": 100.0 * busy / had if had > 0 else None,
+            "machine_stolen_pct": 100.0 * stolen / (had + stolen) if had + stolen > 0 else None}
+
+
 def proxy_cpu_figures(used: dict, elapsed: float, nbytes: int) -> dict:
     cpu, inspection = proxy_cpu(used), used.get("inspection_s")
-    figures = {"inspection_ms_per_mb": None if inspection is None else 1000.0 * inspection / (nbytes / 1e6)}
+    figures = {"inspection_ms_per_mb": None if inspection is None else 1000.0 * inspection / (nbytes / 1e6),
+               **machine_figures(used, nbytes)}
     if cpu is None:
         return {"proxy_cpu_pct": None, "proxy_cpu_ms_per_mb": None, "proxy_cpu": used, **figures}
     return {"proxy_cpu_pct": 100.0 * cpu / elapsed, "proxy_cpu_ms_per_mb": 1000.0 * cpu / (nbytes / 1e6),
@@ -798,6 +813,51 @@ def cpu_per_mb_report(results: dict[str, list[dict]], paths: list[str]) -> tuple
                                  f"{sum(r <= CPU_PER_MB_TARGET for r in per_rep)} of {len(per_rep)})")
             if parts:
                 lines.append("    each repetition against haproxy's beside it: " + "; ".join(parts))
+    return lines, summary
+
+
+def machine_ceiling_report(results: dict[str, list[dict]], paths: list[str]) -> tuple[list[str], dict]:
+    """The bulk phases' whole-machine CPU per MB (/proc/stat: client, broker, proxy and the kernel), and the
+    throughput it leaves each path: direct's machine CPU per MB over the path's, paired by repetition. While
+    the CPUs are busy a path that costs the machine 5% more CPU a MB moves at most 1/1.05 of direct's bytes,
+    so a path can keep 97% of direct's throughput only by adding at most 3.1% of direct's machine CPU."""
+    summary: dict = {}
+    for p in paths:
+        for phase in ("produce", "consume"):
+            values = [c[phase]["machine_cpu_ms_per_mb"] for c in results[p]
+                      if phase in c and c[phase].get("machine_cpu_ms_per_mb") is not None]
+            if not values:
+                continue
+            fig = summary.setdefault(p, {})[phase] = {"median": statistics.median(values)}
+            busy = [c[phase]["machine_busy_pct"] for c in results[p]
+                    if phase in c and c[phase].get("machine_busy_pct") is not None]
+            fig["busy_pct"] = statistics.median(busy) if busy else None
+            if p != "direct":
+                ceilings = [ref[phase]["machine_cpu_ms_per_mb"] / cell[phase]["machine_cpu_ms_per_mb"]
+                            for cell, ref in paired_by_rep(results[p], results.get("direct", []))
+                            if cell.get(phase, {}).get("machine_cpu_ms_per_mb")
+                            and ref.get(phase, {}).get("machine_cpu_ms_per_mb")]
+                fig["ceiling"] = statistics.median(ceilings) if ceilings else None
+    if "direct" not in summary:
+        return [], summary
+    lines = ["bulk load: the whole machine's CPU per MB (/proc/stat: client, broker, proxy, kernel; median of reps), "
+             "its busy share, and the ceiling it puts on a path's throughput (direct's ms per MB over the path's, "
+             f"by repetition): {THROUGHPUT_TARGET:.0%} of direct allows a path to add at most "
+             f"{1 / THROUGHPUT_TARGET - 1:.1%} of direct's"]
+    for p in paths:
+        parts = []
+        for phase in ("produce", "consume"):
+            fig = summary.get(p, {}).get(phase)
+            if fig is None:
+                continue
+            text = f"{phase} {fig['median']:.2f} ms/MB"
+            if fig["busy_pct"] is not None:
+                text += f" (busy {fig['busy_pct']:.0f}%)"
+            if fig.get("ceiling") is not None:
+                text += f", ceiling {fig['ceiling']:.1%} of direct"
+            parts.append(text)
+        if parts:
+            lines.append(f"  {p}: " + "; ".join(parts))
     return lines, summary
 
 
@@ -1370,6 +1430,10 @@ def main(argv: list[str] | None = None) -> int:
         print(table)
         print()
         lines, summary["cpu_per_mb"] = cpu_per_mb_report(results, report_paths)
+        if lines:
+            print("\n".join(lines))
+            print()
+        lines, summary["machine_cpu_per_mb"] = machine_ceiling_report(results, report_paths)
         if lines:
             print("\n".join(lines))
             print()

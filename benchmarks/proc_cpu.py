@@ -114,23 +114,43 @@ def run_seconds_split(pid: int | None) -> tuple[float, float] | None:
     return own / 1e9, others / 1e9
 
 
+def machine_seconds() -> tuple[float, float, float] | None:
+    """The whole machine's CPU time so far, summed over its CPUs, from /proc/stat: (busy, idle, stolen).
+
+    Busy is user, nice, system, irq and softirq time (every process and the kernel's network work);
+    idle counts iowait; stolen is time the hypervisor gave another guest while this one wanted a CPU.
+    """
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    if len(fields) < 8:
+        return None
+    user, nice, system, idle, iowait, irq, softirq, steal = fields
+    return ((user + nice + system + irq + softirq) / CLK_TCK, (idle + iowait) / CLK_TCK, steal / CLK_TCK)
+
+
 class CpuMeter:
-    """CPU used by a process between start() and stop(), by both counters; and, given `inspection` (a
-    callable returning the process's own count of CPU seconds spent inspecting, or None), that count's
-    growth: the part of the CPU that was inspection rather than forwarding."""
+    """CPU used by a process between start() and stop(), by both counters; the whole machine's CPU time
+    in the same span (busy, idle, stolen: machine_seconds); and, given `inspection` (a callable returning
+    the process's own count of CPU seconds spent inspecting, or None), that count's growth: the part of
+    the CPU that was inspection rather than forwarding."""
 
     def __init__(self, pid: int | None, inspection=None) -> None:
         self.pid = pid
         self.inspection = inspection
-        self.us0 = self.r0 = self.i0 = None
+        self.us0 = self.r0 = self.i0 = self.m0 = None
 
     def start(self) -> "CpuMeter":
         # The process's own count first: reading it (a scrape) costs the process CPU, outside the phase.
         self.i0 = self.inspection() if self.inspection is not None else None
         self.us0, self.r0 = user_system_seconds(self.pid), run_seconds_split(self.pid)
+        self.m0 = machine_seconds()
         return self
 
     def stop(self) -> dict:
+        m1 = machine_seconds()
         us1, r1 = user_system_seconds(self.pid), run_seconds_split(self.pid)
         i1 = self.inspection() if self.inspection is not None and self.i0 is not None else None
         if self.us0 is None or us1 is None:
@@ -143,6 +163,8 @@ class CpuMeter:
             # of run_s, the descendants' (a kinspect capture's writer process)
             "descendants_run_s": None if self.r0 is None or r1 is None else r1[1] - self.r0[1],
             "inspection_s": None if i1 is None else i1 - self.i0,
+            # the whole machine's (busy, idle, stolen) seconds over all its CPUs, or None
+            "machine_s": None if self.m0 is None or m1 is None else tuple(b - a for a, b in zip(self.m0, m1)),
         }
 
 

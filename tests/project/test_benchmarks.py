@@ -48,7 +48,9 @@ SMOKE = {
     # one round through direct and kinspect: each path's MB/s, its ratio to direct and the proxy's CPU per MB
     "bench_bulk_ab.py": (["--rounds", "1", "--records", "2000", "--paths", "direct,kinspect-passthrough"],
                          r"kinspect-passthrough\s+produce\s+[\d.]+\s+[\d.]+% \(\d+%-\d+%\)\s+[01] of 1\s+[\d.]+\n"
-                         r"[\s\S]*kinspect-passthrough\s+consume\s+[\d.]+\s+[\d.]+% \(\d+%-\d+%\)\s+[01] of 1\s+[\d.]+\n"),
+                         r"[\s\S]*kinspect-passthrough\s+consume\s+[\d.]+\s+[\d.]+% \(\d+%-\d+%\)\s+[01] of 1\s+[\d.]+\n"
+                         r"[\s\S]*kinspect-passthrough\s+consume\s+[\d.]+ ms/MB, busy \d+%, stolen \d+%; ceiling "
+                         r"[\d.]+% \(\d+%-\d+%\), added [+-][\d.]+ ms/MB; proxy's system time [\d.]+ ms/MB\n"),
     # one round through direct and kinspect: each path's p50 and p99, its added latency and the rounds within target
     "bench_latency_ab.py": (["--rounds", "1", "--requests", "30", "--records", "5", "--paths",
                              "direct,kinspect-passthrough"],
@@ -68,6 +70,8 @@ SMOKE = {
                         "--paths", "direct,kinspect-passthrough"],
                        r"produce MB/s\s+[\d.]+\s+[\d.]+ \([\d.]+%\)[\s\S]*"
                        r"\nkinspect-passthrough\s+[\d.]+\s+-\s+-\s+[\d.]+\s+[\d.]+\s+-\s+-\s+[\d.]+\n[\s\S]*"
+                       r"\n  kinspect-passthrough: produce [\d.]+ ms/MB \(busy \d+%\), ceiling [\d.]+% of direct; "
+                       r"consume [\d.]+ ms/MB \(busy \d+%\), ceiling [\d.]+% of direct\n[\s\S]*"
                        r"apiversions/serial\s+kinspect-passthrough\s+\d+\s+[\d.]+\s+-\s+-\s+\d+/\d+\s+[\d.]+\s[\s\S]*"
                        r"apiversions/paced@2000\s+kinspect-passthrough\s+\d+\s+[\d.]+\s[\s\S]*"
                        r"latency targets, one at a time at 2000 requests a second in all .*\n"
@@ -203,6 +207,25 @@ def test_bulk_cpu_ratios_pair_each_repetition_with_haproxys_run_beside_it():
                for line in lines), lines
 
 
+def test_the_bulk_report_gives_the_ceiling_the_machine_s_cpu_puts_on_each_path():
+    """bench_proxy.py: direct's machine CPU per MB over each path's, paired by repetition, beside the medians."""
+    bench = benchmark_module("bench_proxy")
+
+    def cell(rep: int, produce: float | None, busy: float = 90.0) -> dict:
+        return {"rep": rep, "produce": {"machine_cpu_ms_per_mb": produce, "machine_busy_pct": busy},
+                "consume": {"machine_cpu_ms_per_mb": None, "machine_busy_pct": None}}
+
+    direct = [cell(0, 10.0), cell(1, 12.0), cell(2, 10.0, 80.0)]
+    haproxy = [cell(0, 11.0), cell(2, 12.5), cell(3, 99.0)]  # its repetition 1 failed; direct's 3 did
+    lines, summary = bench.machine_ceiling_report({"direct": direct, "haproxy": haproxy}, ["direct", "haproxy"])
+    # by repetition: 10/11 and 10/12.5 -> median 85.5%; repetition 3 has no direct run beside it
+    assert summary["haproxy"]["produce"]["ceiling"] == pytest.approx((10 / 11 + 10 / 12.5) / 2)
+    assert "  haproxy: produce 12.50 ms/MB (busy 90%), ceiling 85.5% of direct" in lines, lines
+    assert "  direct: produce 10.00 ms/MB (busy 90%)" in lines, lines
+    assert "97% of direct allows a path to add at most 3.1% of direct's" in lines[0], lines
+    assert bench.machine_ceiling_report({"haproxy": haproxy}, ["haproxy"])[0] == []  # no direct: nothing to say
+
+
 def test_the_sign_test_of_paired_rounds():
     bench = benchmark_module("bench_ab")
     assert bench.sign_test_p(0, 10) == bench.sign_test_p(10, 10) == pytest.approx(2 / 1024)
@@ -282,6 +305,27 @@ def test_paired_bulk_rounds_compare_cpu_per_mb_and_a_baseline_tree_round_by_roun
     assert module.memory_check(paths, 60, 100_000, 1024, 24 * 10**9) is not None  # 24.6 GB of topics
     assert module.memory_check(paths, 40, 50_000, 1024, 24 * 10**9) is None  # 8.2 GB
     assert module.memory_check(paths, 60, 100_000, 1024, None) is None  # no /proc/meminfo: nothing to say
+
+
+def test_paired_bulk_rounds_give_the_ceiling_the_machine_s_cpu_puts_on_throughput():
+    """bench_bulk_ab.py: each path's machine CPU per MB, and direct's over the path's by round, the throughput a
+    busy machine allows it; direct's line says how much a path may add for 97%."""
+    module = benchmark_module("bench_bulk_ab")
+    paths = ["direct", "haproxy"]
+    mb_s = {(p, w): [100.0, 100.0, 100.0] for p in paths for w in ("produce", "consume")}
+    ms_mb = {(p, w): [None if p == "direct" else 0.5] * 3 for p in paths for w in ("produce", "consume")}
+    machine = {("direct", "produce"): [(10.0, 99.0, 1.0), (12.0, 97.0, 0.0), (10.0, 100.0, 2.0)],
+               ("haproxy", "produce"): [(11.0, 98.0, 0.0, 0.4), (12.0, 99.0, 0.0, 0.5), (12.5, 96.0, 1.0, None)]}
+    machine.update({(p, "consume"): [(None, None, None)] * 3 for p in paths})
+    out = module.report(paths, mb_s, ms_mb, machine)
+    # direct's median 10.0 ms/MB: 97% allows 10.0 x (1/0.97 - 1) = 0.31 ms/MB more
+    assert re.search(r"direct\s+produce\s+10\.00 ms/MB, busy 99%, stolen 1%; 97% of direct allows a path to add "
+                     r"at most 0\.31 ms/MB", out), out
+    # by round: 10/11, 12/12, 10/12.5 -> median 90.9% (80%-100%); medians 12.0 - 10.0 = +2.00
+    assert re.search(r"haproxy\s+produce\s+12\.00 ms/MB, busy 98%, stolen 0%; ceiling 90\.9% \(80%-100%\), "
+                     r"added \+2\.00 ms/MB; proxy's system time 0\.45 ms/MB", out), out
+    assert not re.search(r"consume\s+[\d.]+ ms/MB", out), out  # no /proc/stat reading: no line
+    assert "machine" not in module.report(paths, mb_s, ms_mb)  # nothing measured, nothing said
 
 
 def test_the_small_request_report_gives_the_capture_writer_process_s_part_of_the_cpu():

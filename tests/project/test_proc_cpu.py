@@ -10,7 +10,7 @@ import pytest
 from tests.support.paths import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from proc_cpu import tree_cpu_seconds  # noqa: E402
+from proc_cpu import CpuMeter, tree_cpu_seconds  # noqa: E402
 
 pytestmark = pytest.mark.integration  # starts Python processes
 
@@ -36,3 +36,18 @@ def test_a_gone_process_reads_as_none():
     child.wait()
     assert tree_cpu_seconds(child.pid) is None
     assert tree_cpu_seconds(None) is None
+
+
+def test_the_machine_s_busy_time_counts_every_process():
+    """CpuMeter's machine share is every process's: a child's 0.3 s of CPU shows in it, measured without a pid."""
+    meter = CpuMeter(None).start()
+    child = subprocess.Popen([sys.executable, "-c", BURN], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "done\n"
+    finally:
+        child.communicate("")
+    used = meter.stop()
+    busy, idle, stolen = used["machine_s"]
+    assert busy >= 0.25, used
+    assert idle >= 0 and stolen >= 0, used
+    assert used["cpu_s"] is None  # no process of its own to read
