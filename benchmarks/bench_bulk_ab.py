@@ -26,6 +26,7 @@ than half the memory available stops before it starts, and says so.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -37,11 +38,37 @@ sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 import bench_proxy  # noqa: E402 (stacks, brokers, topics and the bulk phases of the proxy benchmark)
 from bench_ab import sign_test_p  # noqa: E402
-from proc_cpu import CpuMeter, loadavg  # noqa: E402
+from proc_cpu import CpuMeter, cpu_seconds, loadavg  # noqa: E402
 
 PATHS = ("direct", "kinspect-passthrough", "haproxy")
 TARGET = 0.97  # of direct's throughput (issue 12)
 WARM_TOPIC = "bench-warm"
+
+
+class SplitMeter(CpuMeter):
+    """The proxy's CPU as CpuMeter reads it, and the CPU seconds of other processes of the phase (the client, which
+    is this process, and the broker) in "others_s": what a path costs the processes at either end of it."""
+
+    def __init__(self, pid: int | None, others: dict[str, int | None]) -> None:
+        super().__init__(pid)
+        self.others, self.o0 = others, {}
+
+    def start(self) -> "SplitMeter":
+        self.o0 = {name: cpu_seconds(pid) for name, pid in self.others.items()}
+        super().start()
+        return self
+
+    def stop(self) -> dict:
+        used = super().stop()
+        used["others_s"] = {name: None if self.o0.get(name) is None or cpu_seconds(pid) is None
+                            else cpu_seconds(pid) - self.o0[name] for name, pid in self.others.items()}
+        return used
+
+
+def others_ms_per_mb(got: dict) -> dict:
+    """The client's and the broker's CPU ms per MB in a phase (SplitMeter's others_s), None where unread."""
+    others, mb = (got.get("proxy_cpu") or {}).get("others_s") or {}, got["mb_s"] * got["seconds"]
+    return {name: None if seconds is None or not mb else 1000.0 * seconds / mb for name, seconds in others.items()}
 
 
 def memory_available() -> int | None:
@@ -90,7 +117,7 @@ def run(paths: list[str], rounds: int, records: int, size: int, baseline: Path |
                 for workload in ("produce", "consume"):
                     for p in order:
                         stack = stacks[p]
-                        meter = partial(CpuMeter, stack.proxy_pid)
+                        meter = partial(SplitMeter, stack.proxy_pid, {"client": os.getpid(), "broker": stack.broker.pid})
                         if workload == "produce":
                             got = bench_proxy.measure_produce(stack.bootstrap, f"r{r}", WARM_TOPIC, records, size,
                                                               meter)
@@ -99,7 +126,8 @@ def run(paths: list[str], rounds: int, records: int, size: int, baseline: Path |
                         mb_s[(p, workload)].append(got["mb_s"])
                         ms_mb[(p, workload)].append(got["proxy_cpu_ms_per_mb"])
                         machine[(p, workload)].append((got["machine_cpu_ms_per_mb"], got["machine_busy_pct"],
-                                                       got["machine_stolen_pct"], kernel_ms_per_mb(got)))
+                                                       got["machine_stolen_pct"], kernel_ms_per_mb(got),
+                                                       others_ms_per_mb(got)))
                 print(f"  round {r + 1}/{rounds}: " + ", ".join(
                     f"{p} {mb_s[(p, 'produce')][-1]:.0f} / {mb_s[(p, 'consume')][-1]:.0f} MB/s" for p in paths),
                     flush=True)
@@ -123,10 +151,11 @@ def machine_lines(paths: list[str], machine: dict) -> list[str]:
     over the path's, round by round: when the CPUs are busy in both phases, a path that costs the machine 5%
     more CPU a MB moves at most 1/1.05 of direct's bytes). 97% of direct needs a path to add at most 3.1% of
     direct's machine CPU per MB, the proxy's own CPU and the kernel's work for the extra hop together; the
-    proxy's system time per MB (its sockets' kernel work) shows what of that any proxy pays."""
+    proxy's system time per MB (its sockets' kernel work) shows what of that any proxy pays; the client's and the
+    broker's CPU ms per MB, what the path costs the processes at its ends."""
     lines = ["machine CPU (every process and the kernel, /proc/stat): ms per MB, busy share of the CPU time it had, "
              "stolen share; the ceiling = direct's ms per MB / the path's, median of rounds (min-max); the proxy's "
-             "system time (its sockets' kernel work) per MB"]
+             "system time (its sockets' kernel work) per MB; the client's and the broker's CPU ms per MB"]
     for workload in ("produce", "consume"):
         direct = machine.get(("direct", workload))
         for p in paths:
@@ -150,6 +179,10 @@ def machine_lines(paths: list[str], machine: dict) -> list[str]:
             elif p == "direct":
                 allowed = statistics.median(cost) * (1 / TARGET - 1)
                 text += f"; {TARGET:.0%} of direct allows a path to add at most {allowed:.2f} ms/MB"
+            for name in ("client", "broker"):
+                values = [r[4][name] for r in rows if len(r) > 4 and r[4].get(name) is not None]
+                if values:
+                    text += f"; {name} {statistics.median(values):.2f}"
             lines.append(text)
     return lines
 

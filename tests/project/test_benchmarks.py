@@ -50,7 +50,8 @@ SMOKE = {
                          r"kinspect-passthrough\s+produce\s+[\d.]+\s+[\d.]+% \(\d+%-\d+%\)\s+[01] of 1\s+[\d.]+\n"
                          r"[\s\S]*kinspect-passthrough\s+consume\s+[\d.]+\s+[\d.]+% \(\d+%-\d+%\)\s+[01] of 1\s+[\d.]+\n"
                          r"[\s\S]*kinspect-passthrough\s+consume\s+[\d.]+ ms/MB, busy \d+%, stolen \d+%; ceiling "
-                         r"[\d.]+% \(\d+%-\d+%\), added [+-][\d.]+ ms/MB; proxy's system time [\d.]+ ms/MB\n"),
+                         r"[\d.]+% \(\d+%-\d+%\), added [+-][\d.]+ ms/MB; proxy's system time [\d.]+ ms/MB; "
+                         r"client [\d.]+; broker [\d.]+\n"),
     # one round through direct and kinspect: each path's p50 and p99, its added latency and the rounds within target
     "bench_latency_ab.py": (["--rounds", "1", "--requests", "30", "--records", "5", "--paths",
                              "direct,kinspect-passthrough"],
@@ -314,13 +315,15 @@ def test_paired_bulk_rounds_give_the_ceiling_the_machine_s_cpu_puts_on_throughpu
     paths = ["direct", "haproxy"]
     mb_s = {(p, w): [100.0, 100.0, 100.0] for p in paths for w in ("produce", "consume")}
     ms_mb = {(p, w): [None if p == "direct" else 0.5] * 3 for p in paths for w in ("produce", "consume")}
-    machine = {("direct", "produce"): [(10.0, 99.0, 1.0), (12.0, 97.0, 0.0), (10.0, 100.0, 2.0)],
+    machine = {("direct", "produce"): [(10.0, 99.0, 1.0, None, {"client": 4.0, "broker": 5.0}),
+                                       (12.0, 97.0, 0.0, None, {"client": 4.2, "broker": None}),
+                                       (10.0, 100.0, 2.0, None, {"client": 3.0, "broker": 6.0})],
                ("haproxy", "produce"): [(11.0, 98.0, 0.0, 0.4), (12.0, 99.0, 0.0, 0.5), (12.5, 96.0, 1.0, None)]}
     machine.update({(p, "consume"): [(None, None, None)] * 3 for p in paths})
     out = module.report(paths, mb_s, ms_mb, machine)
     # direct's median 10.0 ms/MB: 97% allows 10.0 x (1/0.97 - 1) = 0.31 ms/MB more
     assert re.search(r"direct\s+produce\s+10\.00 ms/MB, busy 99%, stolen 1%; 97% of direct allows a path to add "
-                     r"at most 0\.31 ms/MB", out), out
+                     r"at most 0\.31 ms/MB; client 4\.00; broker 5\.50", out), out
     # by round: 10/11, 12/12, 10/12.5 -> median 90.9% (80%-100%); medians 12.0 - 10.0 = +2.00
     assert re.search(r"haproxy\s+produce\s+12\.00 ms/MB, busy 98%, stolen 0%; ceiling 90\.9% \(80%-100%\), "
                      r"added \+2\.00 ms/MB; proxy's system time 0\.45 ms/MB", out), out

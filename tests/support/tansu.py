@@ -96,6 +96,11 @@ class TansuBroker:
         return self._advertised_port if self._advertised_port is not None else self.port
 
     @property
+    def pid(self) -> int | None:
+        """The broker process's id while it runs (benchmarks read its CPU time from /proc)."""
+        return self._proc.pid if self._proc is not None else None
+
+    @property
     def bootstrap(self) -> str:
         """``host:port`` of the broker's own listener (not the advertised address)."""
         return f"{self.host}:{self.port}"
