@@ -60,8 +60,9 @@ class SplitMeter(CpuMeter):
 
     def stop(self) -> dict:
         used = super().stop()
-        used["others_s"] = {name: None if self.o0.get(name) is None or cpu_seconds(pid) is None
-                            else cpu_seconds(pid) - self.o0[name] for name, pid in self.others.items()}
+        now = {name: cpu_seconds(pid) for name, pid in self.others.items()}
+        used["others_s"] = {name: None if now[name] is None or self.o0.get(name) is None else now[name] - self.o0[name]
+                            for name in self.others}
         return used
 
 
