@@ -32,6 +32,7 @@ import sys
 import tempfile
 from functools import partial
 from pathlib import Path
+from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
@@ -64,6 +65,17 @@ class SplitMeter(CpuMeter):
         used["others_s"] = {name: None if now[name] is None or self.o0.get(name) is None else now[name] - self.o0[name]
                             for name in self.others}
         return used
+
+
+class MachinePhase(NamedTuple):
+    """One phase's whole-machine figures (None where unread): CPU ms per MB, busy and stolen shares, the proxy's
+    system ms per MB, and the ends' (client, broker) CPU ms per MB."""
+
+    cost: float | None
+    busy: float | None
+    stolen: float | None
+    kernel: float | None = None
+    ends: dict = {}
 
 
 def others_ms_per_mb(got: dict) -> dict:
@@ -126,9 +138,9 @@ def run(paths: list[str], rounds: int, records: int, size: int, baseline: Path |
                             got = bench_proxy.measure_consume(stack.bootstrap, f"r{r}", WARM_TOPIC, records, meter)
                         mb_s[(p, workload)].append(got["mb_s"])
                         ms_mb[(p, workload)].append(got["proxy_cpu_ms_per_mb"])
-                        machine[(p, workload)].append((got["machine_cpu_ms_per_mb"], got["machine_busy_pct"],
-                                                       got["machine_stolen_pct"], kernel_ms_per_mb(got),
-                                                       others_ms_per_mb(got)))
+                        machine[(p, workload)].append(MachinePhase(
+                            got["machine_cpu_ms_per_mb"], got["machine_busy_pct"], got["machine_stolen_pct"],
+                            kernel_ms_per_mb(got), others_ms_per_mb(got)))
                 print(f"  round {r + 1}/{rounds}: " + ", ".join(
                     f"{p} {mb_s[(p, 'produce')][-1]:.0f} / {mb_s[(p, 'consume')][-1]:.0f} MB/s" for p in paths),
                     flush=True)
@@ -161,27 +173,27 @@ def machine_lines(paths: list[str], machine: dict) -> list[str]:
         direct = machine.get(("direct", workload))
         for p in paths:
             rows = machine[(p, workload)]
-            cost = [r[0] for r in rows if r[0] is not None]
+            cost = [r.cost for r in rows if r.cost is not None]
             if not cost:
                 continue
-            busy = [r[1] for r in rows if r[1] is not None]
-            stolen = [r[2] for r in rows if r[2] is not None]
+            busy = [r.busy for r in rows if r.busy is not None]
+            stolen = [r.stolen for r in rows if r.stolen is not None]
             text = (f"  {p:28s} {workload:8s} {statistics.median(cost):6.2f} ms/MB, busy {statistics.median(busy):.0f}%"
                     f", stolen {statistics.median(stolen):.0f}%")
             if direct is not None and p != "direct":
-                ceilings = [d[0] / r[0] for d, r in zip(direct, rows) if d[0] and r[0]]
+                ceilings = [d.cost / r.cost for d, r in zip(direct, rows) if d.cost and r.cost]
                 if ceilings:
                     text += (f"; ceiling {statistics.median(ceilings):.1%} ({min(ceilings):.0%}-{max(ceilings):.0%}),"
-                             f" added {statistics.median(cost) - statistics.median(r[0] for r in direct if r[0]):+.2f}"
+                             f" added {statistics.median(cost) - statistics.median(r.cost for r in direct if r.cost):+.2f}"
                              " ms/MB")
-                kernel = [r[3] for r in rows if len(r) > 3 and r[3] is not None]
+                kernel = [r.kernel for r in rows if r.kernel is not None]
                 if kernel:
                     text += f"; proxy's system time {statistics.median(kernel):.2f} ms/MB"
             elif p == "direct":
                 allowed = statistics.median(cost) * (1 / TARGET - 1)
                 text += f"; {TARGET:.0%} of direct allows a path to add at most {allowed:.2f} ms/MB"
             for name in ("client", "broker"):
-                values = [r[4][name] for r in rows if len(r) > 4 and r[4].get(name) is not None]
+                values = [r.ends[name] for r in rows if r.ends.get(name) is not None]
                 if values:
                     text += f"; {name} {statistics.median(values):.2f}"
             lines.append(text)

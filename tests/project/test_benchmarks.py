@@ -315,11 +315,13 @@ def test_paired_bulk_rounds_give_the_ceiling_the_machine_s_cpu_puts_on_throughpu
     paths = ["direct", "haproxy"]
     mb_s = {(p, w): [100.0, 100.0, 100.0] for p in paths for w in ("produce", "consume")}
     ms_mb = {(p, w): [None if p == "direct" else 0.5] * 3 for p in paths for w in ("produce", "consume")}
-    machine = {("direct", "produce"): [(10.0, 99.0, 1.0, None, {"client": 4.0, "broker": 5.0}),
-                                       (12.0, 97.0, 0.0, None, {"client": 4.2, "broker": None}),
-                                       (10.0, 100.0, 2.0, None, {"client": 3.0, "broker": 6.0})],
-               ("haproxy", "produce"): [(11.0, 98.0, 0.0, 0.4), (12.0, 99.0, 0.0, 0.5), (12.5, 96.0, 1.0, None)]}
-    machine.update({(p, "consume"): [(None, None, None)] * 3 for p in paths})
+    phase = module.MachinePhase
+    machine = {("direct", "produce"): [phase(10.0, 99.0, 1.0, None, {"client": 4.0, "broker": 5.0}),
+                                       phase(12.0, 97.0, 0.0, None, {"client": 4.2, "broker": None}),
+                                       phase(10.0, 100.0, 2.0, None, {"client": 3.0, "broker": 6.0})],
+               ("haproxy", "produce"): [phase(11.0, 98.0, 0.0, 0.4), phase(12.0, 99.0, 0.0, 0.5),
+                                        phase(12.5, 96.0, 1.0, None)]}
+    machine.update({(p, "consume"): [phase(None, None, None)] * 3 for p in paths})
     out = module.report(paths, mb_s, ms_mb, machine)
     # direct's median 10.0 ms/MB: 97% allows 10.0 x (1/0.97 - 1) = 0.31 ms/MB more
     assert re.search(r"direct\s+produce\s+10\.00 ms/MB, busy 99%, stolen 1%; 97% of direct allows a path to add "
